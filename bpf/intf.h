@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * intf.h - the one home of every type and constant shared by the BPF
+ * scheduler (scx_gang.bpf.c) and the Rust daemon (src/). build.rs turns this
+ * file into Rust with bindgen, so keep it plain C: enums for constants,
+ * fixed-size integer fields, no pointers.
+ */
+#ifndef __SCX_GANG_INTF_H
+#define __SCX_GANG_INTF_H
+
+#ifndef __VMLINUX_H__
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef int s32;
+typedef unsigned long long u64;
+typedef long long s64;
+#endif
+
+enum gang_limits {
+	/* CPUs a node may have; the slot table has one column per CPU. */
+	GANG_MAX_CPUS = 256,
+	/* Slots in this node's columns of the Ousterhout matrix. */
+	GANG_MAX_SLOTS = 16,
+	/* Gangs (cgroups below the gang root) known at once. */
+	GANG_MAX_GANGS = 64,
+	/* u64 words of a CPU bitmap. */
+	GANG_CPU_WORDS = GANG_MAX_CPUS / 64,
+};
+
+/*
+ * Special values of a "gang" field: a slot-table cell with no owner, and the
+ * two things a CPU can do besides running a gang.
+ */
+enum gang_ids {
+	GANG_NONE = -1,		/* slot cell: nobody owns this CPU in this slot */
+	GANG_OTHER = -2,	/* a task of no gang (kthreads, daemons, shells) */
+	GANG_IDLE = -3,		/* the CPU is idle */
+};
+
+/*
+ * Dispatch queues: one per gang (GANG_DSQ_BASE + gang id) and one shared by
+ * every task of no gang.
+ */
+enum gang_dsqs {
+	OTHER_DSQ = 1,
+	GANG_DSQ_BASE = 1024,
+};
+
+/* What made a slot switch happen. */
+enum gang_switch_cause {
+	SWITCH_TIMER = 1,	/* standalone rotation by the BPF timer */
+	SWITCH_COMMAND = 2,	/* the daemon (on behalf of the coordinator) */
+};
+
+/* Kinds of trace events sent through the ring buffer. */
+enum gang_event_kind {
+	/* The node switched to slot `slot`, generation `gen`. */
+	EV_SWITCH = 1,
+	/* After a switch, one per CPU: `gang` owns `cpu` in the new slot. */
+	EV_OWNER = 2,
+	/* `cpu` started running `gang` (a gang id, GANG_OTHER or GANG_IDLE). */
+	EV_RUN = 3,
+};
+
+/* EV_RUN flags. */
+enum gang_run_flags {
+	/* A gang task run by the `fill` policy on a CPU it does not own. */
+	RUN_FILL = 1,
+};
+
+struct gang_event {
+	u64 ts;		/* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
+	u64 gen;	/* switch generation in force */
+	u32 kind;	/* enum gang_event_kind */
+	s32 cpu;	/* EV_OWNER, EV_RUN: the CPU */
+	s32 gang;	/* EV_OWNER: owner; EV_RUN: what now runs */
+	u32 slot;	/* slot in force */
+	u32 cause;	/* EV_SWITCH: enum gang_switch_cause */
+	u32 flags;	/* EV_RUN: enum gang_run_flags */
+};
+
+/* Per-CPU counters, indexes of struct gang_cpu_stats.counters. */
+enum gang_stat {
+	STAT_SWITCHES,		/* slot switches (counted on the switching CPU) */
+	STAT_KICK_PREEMPT,	/* CPUs preempted by a switch */
+	STAT_KICK_IDLE,		/* idle CPUs woken by a switch */
+	STAT_GANG_DISPATCH,	/* slot owner's task moved to a CPU it owns */
+	STAT_OTHER_DISPATCH,	/* task of no gang dispatched */
+	STAT_FILL_DISPATCH,	/* another gang's task filled an idle CPU */
+	STAT_MIN_SHARE,		/* gang task preempted to give others their share */
+	STAT_STALE_RUN,		/* a task started after its slot ended: preempted */
+	STAT_KTHREAD_DIRECT,	/* per-CPU kthread dispatched straight to its CPU */
+	STAT_EVENTS_LOST,	/* trace events dropped: ring buffer full */
+	STAT_WAKE_KICK,		/* owner CPU kicked when its gang's task woke */
+	NR_GANG_STATS,
+};
+
+struct gang_cpu_stats {
+	u64 counters[NR_GANG_STATS];
+	u64 gang_run_ns[GANG_MAX_GANGS];	/* run time of each gang's tasks */
+	u64 other_run_ns;			/* run time of tasks of no gang */
+};
+
+/* Argument of the `switch_slot` syscall program. */
+struct switch_args {
+	u32 slot;
+	u32 cause;
+	u64 gen;
+};
+
+/* Argument of the `rehome_gang` syscall program. */
+struct rehome_args {
+	s32 gang;
+};
+
+#endif /* __SCX_GANG_INTF_H */

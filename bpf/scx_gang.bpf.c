@@ -1,0 +1,679 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * scx_gang - the per-node half of a gang scheduler for parallel jobs.
+ *
+ * A parallel job runs one process per rank on several nodes and its ranks
+ * talk to each other all the time: when one rank is descheduled, every rank
+ * waiting for its messages waits too. Gang scheduling runs all ranks of a job
+ * at the same moment, in time slots, and switches every CPU of the cluster
+ * from one job to the next at once.
+ *
+ * Gangs. A gang is a cgroup-v2 directory right below the gang root (the
+ * daemon creates the root, by default /sys/fs/cgroup/scx_gang). Every task
+ * whose cgroup is that directory or any cgroup below it belongs to the gang.
+ * The daemon tells us which cgroup id is which gang (map gang_cgroups); a
+ * task finds its gang through the ancestor of its cgroup at the gang level.
+ *
+ * Slots. slot_table[slot][cpu] names the gang that owns each CPU in each
+ * slot: this node's columns of the Ousterhout matrix. Two gangs may share a
+ * slot on disjoint CPUs. In slot s, CPU c runs the tasks of its owner and
+ * nothing else of any gang (unless `fill` lets an idle CPU take another
+ * gang's task, which the owner then preempts as soon as it has work).
+ *
+ * Switch. A switch (by the rotation timer, every slot_ns, or by a command of
+ * the daemon through the switch_slot syscall program) sets cur_slot and kicks
+ * every CPU whose running task is no longer allowed: the kick preempts it and
+ * ops.dispatch() then picks the new owner's tasks. No signals, no user space
+ * on the path. A task that had already been moved to a CPU's local queue
+ * before the switch is caught in ops.running() and preempted at once, so the
+ * old slot cannot sneak back in.
+ *
+ * Tasks of no gang (kthreads, daemons, shells, scx_gang itself) share one
+ * queue. They run on CPUs nobody owns (housekeeping CPUs), on CPUs whose owner
+ * has nothing runnable, and, while they wait, each CPU gives them at least
+ * min_other_share_pct of its time: ops.tick() accrues that credit and
+ * preempts the gang task when it is due. Per-CPU kthreads go straight to
+ * their CPU. Nothing starves, so the sched_ext watchdog never fires; gangs
+ * with no slot run as tasks of no gang for the same reason, and one rotation
+ * never lasts longer than ROTATION_MAX_NS.
+ *
+ * Trace. While trace_on is set, every switch, every slot owner after it and
+ * every change of what a CPU runs go to the `events` ring buffer, for the
+ * daemon's `trace` command. Counters are per-CPU (enum gang_stat).
+ */
+#include <scx/common.bpf.h>
+#include "intf.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define NSEC_PER_MSEC		1000000ULL
+/* Time-sharing slice among the tasks of one gang on one CPU. */
+#define GANG_SLICE_NS		(5 * NSEC_PER_MSEC)
+/* Slice of a task of no gang; short, since an owner may be waiting. */
+#define OTHER_SLICE_NS		(2 * NSEC_PER_MSEC)
+/* Upper bound of the credit of time owed to tasks of no gang per CPU. */
+#define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
+/* One rotation through all slots stays well below the 30 s watchdog. */
+#define ROTATION_MAX_NS		(20000ULL * NSEC_PER_MSEC)
+
+UEI_DEFINE(uei);
+
+/* Set before load by the daemon. */
+const volatile u32 nr_cpus = 1;
+const volatile u32 gang_root_level = 1;	/* cgroup level of the gang root */
+
+/* Knobs: written by the daemon at any time, read at the next use. */
+volatile u64 slot_ns = 50 * NSEC_PER_MSEC;
+volatile u32 fill;
+volatile u32 min_other_share_pct = 5;
+volatile u32 timer_rotation = 1;	/* 1: standalone rotation by the timer */
+volatile u32 trace_on;
+volatile u64 housekeeping[GANG_CPU_WORDS];
+
+/* The slot table, written by the daemon. */
+volatile u32 nr_slots;
+volatile s32 slot_table[GANG_MAX_SLOTS][GANG_MAX_CPUS];
+/* Bit s set: the gang owns CPUs in slot s. Zero: the gang has no slot. */
+volatile u32 gang_slot_mask[GANG_MAX_GANGS];
+
+/* The slot in force. */
+volatile u32 cur_slot;
+volatile u64 cur_gen;
+volatile u64 slot_started_ns;
+
+struct cpu_ctx {
+	s32 running;		/* gang id, GANG_OTHER or GANG_IDLE */
+	u32 run_flags;		/* enum gang_run_flags of what runs */
+	u64 acct_ts;		/* time accounted up to */
+	u64 other_credit;	/* ns owed to waiting tasks of no gang */
+	bool serve_other;	/* next dispatch serves a task of no gang */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GANG_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct cpu_ctx);
+} cpu_ctxs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct gang_cpu_stats);
+} cpu_stats SEC(".maps");
+
+/* cgroup id of a gang directory -> gang id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GANG_MAX_GANGS);
+	__type(key, u64);
+	__type(value, s32);
+} gang_cgroups SEC(".maps");
+
+struct task_ctx {
+	s32 gang;		/* gang id or GANG_OTHER, as of the last enqueue */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+struct rotation_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct rotation_timer);
+} rotation SEC(".maps");
+
+static struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_ctxs, &key);
+}
+
+static struct gang_cpu_stats *this_cpu_stats(void)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_elem(&cpu_stats, &zero);
+}
+
+static void stat_inc(enum gang_stat idx)
+{
+	struct gang_cpu_stats *s = this_cpu_stats();
+
+	if (s && idx < NR_GANG_STATS)
+		s->counters[idx]++;
+}
+
+static bool valid_cpu(s32 cpu)
+{
+	return cpu >= 0 && cpu < GANG_MAX_CPUS && cpu < nr_cpus;
+}
+
+static bool is_housekeeping(s32 cpu)
+{
+	if (!valid_cpu(cpu))
+		return false;
+	return housekeeping[(cpu / 64) & (GANG_CPU_WORDS - 1)] & (1ULL << (cpu % 64));
+}
+
+static s32 slot_owner(u32 slot, s32 cpu)
+{
+	if (slot >= GANG_MAX_SLOTS || !valid_cpu(cpu))
+		return GANG_NONE;
+	return slot_table[slot & (GANG_MAX_SLOTS - 1)][cpu & (GANG_MAX_CPUS - 1)];
+}
+
+/* The gang that owns @cpu right now, or GANG_NONE. */
+static s32 cpu_owner(s32 cpu)
+{
+	if (!nr_slots)
+		return GANG_NONE;
+	return slot_owner(cur_slot, cpu);
+}
+
+static bool gang_has_slot(s32 gang)
+{
+	return gang >= 0 && gang < GANG_MAX_GANGS &&
+	       gang_slot_mask[gang & (GANG_MAX_GANGS - 1)];
+}
+
+static u64 gang_dsq(s32 gang)
+{
+	return GANG_DSQ_BASE + gang;
+}
+
+/*
+ * The gang of @p: the gang directory is the ancestor of the task's cgroup one
+ * level below the gang root. A gang with no slot is treated as no gang, so
+ * its tasks are never held back waiting for a slot that will not come.
+ */
+static s32 task_gang(struct task_struct *p)
+{
+	struct cgroup *cgrp, *anc = NULL;
+	u32 level = gang_root_level + 1;
+	u64 cgid;
+	s32 *gang;
+
+	cgrp = BPF_CORE_READ(p, cgroups, dfl_cgrp);
+	if (!cgrp || BPF_CORE_READ(cgrp, level) < (int)level)
+		return GANG_OTHER;
+	if (bpf_probe_read_kernel(&anc, sizeof(anc), &cgrp->ancestors[level]) || !anc)
+		return GANG_OTHER;
+	cgid = BPF_CORE_READ(anc, kn, id);
+	gang = bpf_map_lookup_elem(&gang_cgroups, &cgid);
+	if (!gang || !gang_has_slot(*gang))
+		return GANG_OTHER;
+	return *gang;
+}
+
+static struct task_ctx *lookup_task_ctx(struct task_struct *p)
+{
+	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
+}
+
+/* Look the gang of @p up and remember it for the hot paths. */
+static s32 refresh_task_gang(struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	s32 gang = task_gang(p);
+
+	if (tctx)
+		tctx->gang = gang;
+	return gang;
+}
+
+/* The gang remembered at the task's last look-up (cheap, for hot paths). */
+static s32 task_class(struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	return tctx ? tctx->gang : GANG_OTHER;
+}
+
+static void emit(u32 kind, s32 cpu, s32 gang, u32 flags, u32 cause, u64 ts)
+{
+	struct gang_event *e;
+
+	if (!trace_on)
+		return;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_EVENTS_LOST);
+		return;
+	}
+	e->ts = ts;
+	e->gen = cur_gen;
+	e->kind = kind;
+	e->cpu = cpu;
+	e->gang = gang;
+	e->slot = cur_slot;
+	e->cause = cause;
+	e->flags = flags;
+	/* The daemon polls; waking it for every event would cost more. */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+/*
+ * Charge the time since the last accounting on this CPU to what ran, and
+ * accrue the credit owed to waiting tasks of no gang while a gang runs.
+ */
+static void account(struct cpu_ctx *cctx, u64 now)
+{
+	struct gang_cpu_stats *s = this_cpu_stats();
+	u64 delta = now > cctx->acct_ts ? now - cctx->acct_ts : 0;
+	s32 running = cctx->running;
+
+	cctx->acct_ts = now;
+	if (!s || !delta)
+		return;
+
+	if (running >= 0 && running < GANG_MAX_GANGS) {
+		s->gang_run_ns[running & (GANG_MAX_GANGS - 1)] += delta;
+		if (scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0) {
+			cctx->other_credit += delta * min_other_share_pct / 100;
+			if (cctx->other_credit > OTHER_CREDIT_MAX_NS)
+				cctx->other_credit = OTHER_CREDIT_MAX_NS;
+		}
+	} else if (running == GANG_OTHER) {
+		s->other_run_ns += delta;
+		cctx->other_credit = cctx->other_credit > delta ?
+				     cctx->other_credit - delta : 0;
+	}
+}
+
+static void set_running(struct cpu_ctx *cctx, s32 cpu, s32 what, u32 flags, u64 now)
+{
+	if (cctx->running == what && cctx->run_flags == flags)
+		return;
+	cctx->running = what;
+	cctx->run_flags = flags;
+	emit(EV_RUN, cpu, what, flags, 0, now);
+}
+
+/*
+ * Install @slot on every CPU at once: kick each CPU whose running task is no
+ * longer allowed there (preempting it) and wake idle CPUs the new owner has
+ * work for.
+ */
+static void do_switch(u32 slot, u64 gen, u32 cause)
+{
+	u64 now = bpf_ktime_get_ns();
+	s32 cpu;
+
+	cur_slot = slot;
+	cur_gen = gen;
+	slot_started_ns = now;
+	stat_inc(STAT_SWITCHES);
+	emit(EV_SWITCH, -1, GANG_NONE, 0, cause, now);
+
+	bpf_for(cpu, 0, nr_cpus) {
+		s32 owner = slot_owner(slot, cpu);
+		struct cpu_ctx *cctx;
+		s32 running;
+
+		emit(EV_OWNER, cpu, owner, 0, 0, now);
+		cctx = lookup_cpu_ctx(cpu);
+		if (!cctx)
+			continue;
+		running = cctx->running;
+		if (running == owner)
+			continue;
+		if (running == GANG_IDLE) {
+			if (owner >= 0 && scx_bpf_dsq_nr_queued(gang_dsq(owner)) > 0) {
+				scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+				stat_inc(STAT_KICK_IDLE);
+			}
+		} else if (running >= 0 || owner >= 0) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			stat_inc(STAT_KICK_PREEMPT);
+		}
+	}
+}
+
+/* Length of the next slot: slot_ns, shortened so a rotation stays short. */
+static u64 next_slot_len(void)
+{
+	u64 len = slot_ns, n = nr_slots;
+
+	if (n > 1 && len * n > ROTATION_MAX_NS)
+		len = ROTATION_MAX_NS / n;
+	return len ? len : NSEC_PER_MSEC;
+}
+
+static int rotation_timerfn(void *map, int *key, struct bpf_timer *timer)
+{
+	u32 n = nr_slots, next;
+
+	if (timer_rotation && n > 0) {
+		next = cur_slot + 1;
+		if (next >= n)
+			next = 0;
+		if (next != cur_slot)
+			do_switch(next, cur_gen + 1, SWITCH_TIMER);
+	}
+	bpf_timer_start(timer, next_slot_len(), 0);
+	return 0;
+}
+
+/* Wake or preempt one CPU that @gang owns now, so its new task runs there. */
+static void kick_owner_cpu(struct task_struct *p, s32 gang)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		struct cpu_ctx *cctx;
+
+		if (cpu_owner(cpu) != gang || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		cctx = lookup_cpu_ctx(cpu);
+		if (!cctx || cctx->running == gang || cctx->serve_other)
+			continue;
+		if (cctx->running == GANG_IDLE) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		} else {
+			/* Another gang filling in, or a task of no gang. */
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+		}
+		stat_inc(STAT_WAKE_KICK);
+		return;
+	}
+}
+
+/* May @p (of class @gang) run on @cpu right now? */
+static bool may_run_on(s32 gang, s32 cpu)
+{
+	s32 owner = cpu_owner(cpu);
+
+	if (gang < 0)
+		return owner < 0 || !scx_bpf_dsq_nr_queued(gang_dsq(owner));
+	return gang == owner;
+}
+
+s32 BPF_STRUCT_OPS(gang_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	bool is_idle = false;
+	s32 gang = refresh_task_gang(p), cpu;
+
+	if (gang < 0) {
+		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+		if (is_idle && may_run_on(GANG_OTHER, cpu))
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, OTHER_SLICE_NS, 0);
+		return cpu;
+	}
+
+	/* A gang task wakes on a CPU its gang owns, idle if possible. */
+	if (cpu_owner(prev_cpu) == gang && scx_bpf_test_and_clear_cpu_idle(prev_cpu))
+		return prev_cpu;
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu_owner(cpu) == gang && bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
+		    scx_bpf_test_and_clear_cpu_idle(cpu))
+			return cpu;
+	}
+	return prev_cpu;
+}
+
+void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	s32 gang = refresh_task_gang(p), cpu = scx_bpf_task_cpu(p);
+
+	/*
+	 * The last runnable task of this CPU: keep it here if it may run here,
+	 * otherwise queue it and let the CPU go idle.
+	 */
+	if ((enq_flags & SCX_ENQ_LAST) && may_run_on(gang, cpu)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL,
+				   gang < 0 ? OTHER_SLICE_NS : GANG_SLICE_NS, enq_flags);
+		return;
+	}
+
+	if (gang < 0) {
+		/* Per-CPU kthreads (workqueues, softirqs) cannot wait for a slot. */
+		if ((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1) {
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, OTHER_SLICE_NS,
+					   enq_flags | SCX_ENQ_PREEMPT);
+			stat_inc(STAT_KTHREAD_DIRECT);
+			return;
+		}
+		scx_bpf_dsq_insert(p, OTHER_DSQ, OTHER_SLICE_NS, enq_flags);
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
+
+	scx_bpf_dsq_insert(p, gang_dsq(gang), GANG_SLICE_NS, enq_flags);
+	kick_owner_cpu(p, gang);
+}
+
+/* Another gang's queued task for an idle CPU (the `fill` policy). */
+static bool dispatch_fill(s32 cpu, s32 owner)
+{
+	s32 gang;
+
+	if (is_housekeeping(cpu))
+		return false;
+	bpf_for(gang, 0, GANG_MAX_GANGS) {
+		if (gang == owner || !gang_has_slot(gang))
+			continue;
+		if (scx_bpf_dsq_move_to_local(gang_dsq(gang), 0)) {
+			stat_inc(STAT_FILL_DISPATCH);
+			return true;
+		}
+	}
+	return false;
+}
+
+void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	s32 owner = cpu_owner(cpu);
+	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED);
+	s32 prev_class = prev_queued ? task_class(prev) : GANG_IDLE;
+
+	/* Tasks of no gang are owed their minimum share on this CPU. */
+	if (cctx && cctx->serve_other) {
+		cctx->serve_other = false;
+		if (scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
+			stat_inc(STAT_OTHER_DISPATCH);
+			return;
+		}
+	}
+
+	if (owner >= 0) {
+		if (scx_bpf_dsq_move_to_local(gang_dsq(owner), 0)) {
+			stat_inc(STAT_GANG_DISPATCH);
+			return;
+		}
+		/* The owner's task that just ran keeps the CPU. */
+		if (prev_queued && prev_class == owner) {
+			scx_bpf_task_set_slice(prev, GANG_SLICE_NS);
+			return;
+		}
+	}
+
+	if (scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
+		stat_inc(STAT_OTHER_DISPATCH);
+		return;
+	}
+
+	if (fill && dispatch_fill(cpu, owner))
+		return;
+
+	/* Nothing else to run: a task of no gang may go on. */
+	if (prev_queued && prev_class < 0)
+		scx_bpf_task_set_slice(prev, OTHER_SLICE_NS);
+}
+
+void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
+{
+	s32 cpu = scx_bpf_task_cpu(p), gang = task_class(p);
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	u64 now = bpf_ktime_get_ns();
+	u32 flags = 0;
+
+	if (!cctx)
+		return;
+	account(cctx, now);
+
+	/* Moved by rehome_gang or to another cgroup since: look again. */
+	if (gang >= 0 && gang != cpu_owner(cpu))
+		gang = refresh_task_gang(p);
+	if (gang >= 0 && gang != cpu_owner(cpu)) {
+		if (fill && !is_housekeeping(cpu)) {
+			flags = RUN_FILL;
+		} else {
+			/* Queued before the switch: it must not run in this slot. */
+			scx_bpf_task_set_slice(p, 0);
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			stat_inc(STAT_STALE_RUN);
+		}
+	}
+	set_running(cctx, cpu, gang, flags, now);
+}
+
+void BPF_STRUCT_OPS(gang_stopping, struct task_struct *p, bool runnable)
+{
+	struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+
+	if (cctx)
+		account(cctx, bpf_ktime_get_ns());
+}
+
+void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+	if (!cctx)
+		return;
+	account(cctx, bpf_ktime_get_ns());
+
+	if (cctx->running >= 0 && !cctx->serve_other &&
+	    cctx->other_credit >= OTHER_SLICE_NS &&
+	    scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0) {
+		cctx->serve_other = true;
+		scx_bpf_task_set_slice(p, 0);
+		stat_inc(STAT_MIN_SHARE);
+	}
+}
+
+void BPF_STRUCT_OPS(gang_update_idle, s32 cpu, bool idle)
+{
+	struct cpu_ctx *cctx;
+	u64 now;
+
+	if (!idle)
+		return;
+	cctx = lookup_cpu_ctx(cpu);
+	if (!cctx)
+		return;
+	now = bpf_ktime_get_ns();
+	account(cctx, now);
+	set_running(cctx, cpu, GANG_IDLE, 0, now);
+}
+
+s32 BPF_STRUCT_OPS(gang_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->gang = GANG_OTHER;
+	return 0;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
+{
+	struct rotation_timer *rt;
+	u32 zero = 0;
+	s32 cpu, gang, ret;
+
+	ret = scx_bpf_create_dsq(OTHER_DSQ, -1);
+	if (ret)
+		return ret;
+	bpf_for(gang, 0, GANG_MAX_GANGS) {
+		ret = scx_bpf_create_dsq(gang_dsq(gang), -1);
+		if (ret)
+			return ret;
+	}
+	bpf_for(cpu, 0, nr_cpus) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+		if (cctx)
+			cctx->running = GANG_IDLE;
+	}
+
+	rt = bpf_map_lookup_elem(&rotation, &zero);
+	if (!rt)
+		return -ENOENT;
+	ret = bpf_timer_init(&rt->timer, &rotation, CLOCK_MONOTONIC);
+	if (ret)
+		return ret;
+	ret = bpf_timer_set_callback(&rt->timer, rotation_timerfn);
+	if (ret)
+		return ret;
+	return bpf_timer_start(&rt->timer, next_slot_len(), 0);
+}
+
+void BPF_STRUCT_OPS(gang_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+/* Daemon command: switch to slot args->slot, generation args->gen. */
+SEC("syscall")
+int switch_slot(struct switch_args *args)
+{
+	if (args->slot >= GANG_MAX_SLOTS)
+		return -EINVAL;
+	do_switch(args->slot, args->gen, args->cause ? args->cause : SWITCH_COMMAND);
+	return 0;
+}
+
+/*
+ * Daemon command: the gang lost its last slot. Its queued tasks move to the
+ * queue of tasks of no gang so they do not wait for a slot that won't come.
+ */
+SEC("syscall")
+int rehome_gang(struct rehome_args *args)
+{
+	struct task_struct *p;
+	s32 gang = args->gang;
+
+	if (gang < 0 || gang >= GANG_MAX_GANGS)
+		return -EINVAL;
+	bpf_for_each(scx_dsq, p, gang_dsq(gang), 0)
+		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, OTHER_DSQ, 0);
+	return 0;
+}
+
+SCX_OPS_DEFINE(gang_ops,
+	       .select_cpu	= (void *)gang_select_cpu,
+	       .enqueue		= (void *)gang_enqueue,
+	       .dispatch	= (void *)gang_dispatch,
+	       .running		= (void *)gang_running,
+	       .stopping	= (void *)gang_stopping,
+	       .tick		= (void *)gang_tick,
+	       .update_idle	= (void *)gang_update_idle,
+	       .init_task	= (void *)gang_init_task,
+	       .init		= (void *)gang_init,
+	       .exit		= (void *)gang_exit,
+	       .flags		= SCX_OPS_ENQ_LAST | SCX_OPS_KEEP_BUILTIN_IDLE,
+	       .name		= "gang");

@@ -1,0 +1,226 @@
+//! The node's knobs: their names, ranges and text forms, and the read-only
+//! status files. Served as files by the knob file system (knobfs) and set
+//! from the command line at start; both go through `NodeKnobs::set`, so a
+//! value is checked the same way wherever it comes from.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::cpulist::CpuList;
+use crate::knobfs::{KnobError, KnobSet};
+
+pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
+pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;
+
+/// The knobs an operator sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeKnobs {
+    /// Slot length of the standalone rotation; applies from the next slot.
+    pub slot_ms: u32,
+    /// An idle CPU may run another gang's task (never delaying the owner).
+    pub fill: bool,
+    /// CPUs never given to a gang: they run the tasks of no gang.
+    pub housekeeping: CpuList,
+    /// Minimum share of each CPU for waiting tasks of no gang.
+    pub min_other_share_pct: u32,
+}
+
+impl NodeKnobs {
+    pub fn new() -> Self {
+        Self { slot_ms: 50, fill: false, housekeeping: CpuList::new(), min_other_share_pct: 5 }
+    }
+
+    /// Sets one knob from its text form. On error nothing changes.
+    pub fn set(&mut self, name: &str, value: &str, nr_cpus: u32) -> Result<(), KnobError> {
+        let value = value.trim();
+        match name {
+            "slot_ms" => self.slot_ms = parse_in_range(name, value, SLOT_MS_RANGE)?,
+            "fill" => self.fill = parse_in_range(name, value, 0..=1)? == 1,
+            "min_other_share_pct" => {
+                self.min_other_share_pct = parse_in_range(name, value, MIN_OTHER_SHARE_RANGE)?
+            }
+            "housekeeping_cpus" => {
+                let list = CpuList::parse(value, nr_cpus)
+                    .map_err(|e| KnobError::Invalid(format!("housekeeping_cpus: {e}")))?;
+                if list.len() >= nr_cpus as usize {
+                    return Err(KnobError::Invalid(
+                        "housekeeping_cpus must leave at least one CPU for gangs".into(),
+                    ));
+                }
+                self.housekeeping = list;
+            }
+            _ if STATUS_NAMES.contains(&name) => return Err(KnobError::ReadOnly),
+            _ => return Err(KnobError::NotFound),
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "slot_ms" => self.slot_ms.to_string(),
+            "fill" => (self.fill as u32).to_string(),
+            "min_other_share_pct" => self.min_other_share_pct.to_string(),
+            "housekeeping_cpus" => self.housekeeping.to_string(),
+            _ => return None,
+        })
+    }
+}
+
+impl Default for NodeKnobs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn parse_in_range(name: &str, value: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32, KnobError> {
+    let n: u32 = value
+        .parse()
+        .map_err(|_| KnobError::Invalid(format!("{name} must be a number in {range:?}, got {value:?}")))?;
+    if !range.contains(&n) {
+        return Err(KnobError::Invalid(format!("{name} must be in {range:?}, got {n}")));
+    }
+    Ok(n)
+}
+
+pub const KNOB_NAMES: &[&str] = &["slot_ms", "fill", "housekeeping_cpus", "min_other_share_pct"];
+pub const STATUS_NAMES: &[&str] = &["mode", "current_slot", "switches", "nr_gangs", "nr_slots", "gangs"];
+
+/// What the node is doing, refreshed by the daemon's main loop.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// "standalone" (the BPF timer rotates) or "coordinated".
+    pub mode: String,
+    pub current_slot: u32,
+    pub switches: u64,
+    pub nr_gangs: u32,
+    pub nr_slots: u32,
+    /// One line per gang: "id name slots".
+    pub gangs: String,
+}
+
+impl NodeStatus {
+    fn get(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "mode" => self.mode.clone(),
+            "current_slot" => self.current_slot.to_string(),
+            "switches" => self.switches.to_string(),
+            "nr_gangs" => self.nr_gangs.to_string(),
+            "nr_slots" => self.nr_slots.to_string(),
+            "gangs" => self.gangs.clone(),
+            _ => return None,
+        })
+    }
+}
+
+/// Knobs and status shared by the knob files and the daemon's main loop.
+/// Every accepted write bumps `generation`, which the main loop watches.
+pub struct SharedKnobs {
+    pub knobs: Mutex<NodeKnobs>,
+    pub status: Mutex<NodeStatus>,
+    generation: AtomicU64,
+    nr_cpus: u32,
+}
+
+impl SharedKnobs {
+    pub fn new(knobs: NodeKnobs, nr_cpus: u32) -> Arc<Self> {
+        Arc::new(Self {
+            knobs: Mutex::new(knobs),
+            status: Mutex::new(NodeStatus::default()),
+            generation: AtomicU64::new(0),
+            nr_cpus,
+        })
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn snapshot(&self) -> NodeKnobs {
+        self.knobs.lock().unwrap().clone()
+    }
+
+    pub fn set_status(&self, status: NodeStatus) {
+        *self.status.lock().unwrap() = status;
+    }
+}
+
+impl KnobSet for SharedKnobs {
+    fn names(&self) -> Vec<String> {
+        KNOB_NAMES.iter().chain(STATUS_NAMES).map(|s| s.to_string()).collect()
+    }
+
+    fn is_writable(&self, name: &str) -> bool {
+        KNOB_NAMES.contains(&name)
+    }
+
+    fn read(&self, name: &str) -> Result<String, KnobError> {
+        if let Some(v) = self.knobs.lock().unwrap().get(name) {
+            return Ok(v);
+        }
+        self.status.lock().unwrap().get(name).ok_or(KnobError::NotFound)
+    }
+
+    fn write(&self, name: &str, value: &str) -> Result<(), KnobError> {
+        self.knobs.lock().unwrap().set(name, value, self.nr_cpus)?;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_ms_takes_1_to_10000_and_nothing_else() {
+        let mut k = NodeKnobs::new();
+        k.set("slot_ms", "20\n", 2).unwrap();
+        assert_eq!(k.slot_ms, 20);
+        for bad in ["0", "10001", "abc", "", "-5", "2.5", "20 30"] {
+            let err = k.set("slot_ms", bad, 2).unwrap_err();
+            assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}: {err}");
+            assert_eq!(k.slot_ms, 20, "a refused value changes nothing");
+        }
+    }
+
+    #[test]
+    fn fill_is_a_boolean() {
+        let mut k = NodeKnobs::new();
+        k.set("fill", "1", 2).unwrap();
+        assert!(k.fill);
+        assert!(k.set("fill", "2", 2).is_err());
+        assert!(k.fill);
+    }
+
+    #[test]
+    fn housekeeping_must_exist_and_leave_a_gang_cpu() {
+        let mut k = NodeKnobs::new();
+        k.set("housekeeping_cpus", "0", 2).unwrap();
+        assert_eq!(k.get("housekeeping_cpus").unwrap(), "0");
+        assert!(k.set("housekeeping_cpus", "0-1", 2).is_err());
+        assert!(k.set("housekeeping_cpus", "7", 2).is_err());
+        assert_eq!(k.get("housekeeping_cpus").unwrap(), "0");
+        k.set("housekeeping_cpus", "", 2).unwrap();
+        assert!(k.housekeeping.is_empty());
+    }
+
+    #[test]
+    fn the_minimum_share_of_others_cannot_be_zero() {
+        let mut k = NodeKnobs::new();
+        assert!(k.set("min_other_share_pct", "0", 2).is_err());
+        assert!(k.set("min_other_share_pct", "51", 2).is_err());
+        k.set("min_other_share_pct", "10", 2).unwrap();
+        assert_eq!(k.min_other_share_pct, 10);
+    }
+
+    #[test]
+    fn status_files_are_read_only_and_unknown_names_are_not_found() {
+        let shared = SharedKnobs::new(NodeKnobs::new(), 2);
+        assert!(matches!(shared.write("switches", "5"), Err(KnobError::ReadOnly)));
+        assert!(matches!(shared.write("nope", "5"), Err(KnobError::NotFound)));
+        assert_eq!(shared.generation(), 0);
+        shared.write("slot_ms", "30").unwrap();
+        assert_eq!(shared.generation(), 1);
+        assert_eq!(shared.read("slot_ms").unwrap(), "30");
+    }
+}

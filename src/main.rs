@@ -1,0 +1,3 @@
+mod bpf_intf;
+mod bpf_skel;
+fn main() {}
