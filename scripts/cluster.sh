@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Boot N guests on a private virtual switch, run one scenario in each, collect results.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() {
+    cat >&2 <<USAGE
+usage: $0 --image IMG.cpio.gz --scenario NAME --out DIR [--nodes N] [--vcpus V]
+          [--mem MB] [--timeout SECONDS] [--pin] [--append "kernel args"]
+          [--results-mb MB] [--mttcg]
+  --nodes 1   --vcpus 2   --mem 1024   --timeout 300 (whole run, host side)
+  --pin       pin node i's qemu to host core i % nproc
+  --append    extra kernel args, e.g. scenario_timeout=100 (guest default: timeout-60)
+  --mttcg     multi-threaded TCG (faster SMP, but kernel text patching can oops)
+Writes DIR/node<i>.console.log and DIR/node<i>/ (the guest's /results).
+Exit 0 only if every node powered off by itself with rc 0.
+USAGE
+    exit 2
+}
+
+IMG= SCENARIO= OUT= NODES=1 VCPUS=2 MEM=1024 TIMEOUT=300 PIN=0 APPEND= DISK_MB=64 TCG=single
+while (($#)); do
+    case $1 in
+    --image) IMG=${2:?}; shift 2 ;;
+    --scenario) SCENARIO=${2:?}; shift 2 ;;
+    --out) OUT=${2:?}; shift 2 ;;
+    --nodes) NODES=${2:?}; shift 2 ;;
+    --vcpus) VCPUS=${2:?}; shift 2 ;;
+    --mem) MEM=${2:?}; shift 2 ;;
+    --timeout) TIMEOUT=${2:?}; shift 2 ;;
+    --append) APPEND=${2?}; shift 2 ;;
+    --results-mb) DISK_MB=${2:?}; shift 2 ;;
+    --pin) PIN=1; shift ;;
+    --mttcg) TCG=multi; shift ;;
+    -h | --help) usage ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
+    esac
+done
+[[ -n $IMG && -n $SCENARIO && -n $OUT ]] || usage
+for v in NODES VCPUS MEM TIMEOUT DISK_MB; do
+    [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
+done
+((NODES <= 254)) || die "at most 254 nodes"
+[[ -f $IMG ]] || die "image $IMG not found (build it with scripts/image.sh)"
+need_cmd qemu-system-x86_64 tar truncate
+need_cmd vde_switch
+((PIN == 0)) || need_cmd taskset
+need_kernel
+
+IMG=$(cd "$(dirname "$IMG")" && pwd)/$(basename "$IMG")
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+# The guest's own guard must fire before ours so its results still get written.
+if [[ $APPEND != *scenario_timeout=* ]]; then
+    st=$((TIMEOUT - 60))
+    ((st >= TIMEOUT / 2)) || st=$((TIMEOUT / 2))
+    APPEND="scenario_timeout=$st${APPEND:+ $APPEND}"
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/scx_gang_cluster.XXXXXX")
+SW=$WORK/switch
+SW_PIDFILE=$WORK/switch.pid
+declare -a PIDS=() STATE=() ELAPSED=()
+
+kill_pid() { # PID: TERM, then KILL if still there after 3 s
+    local pid=$1 n=0
+    kill -TERM "$pid" 2>/dev/null || return 0
+    while kill -0 "$pid" 2>/dev/null && ((n < 30)); do sleep 0.1; n=$((n + 1)); done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+CLEANED=0
+cleanup() {
+    ((CLEANED)) && return 0
+    CLEANED=1
+    local i pid
+    for i in "${!PIDS[@]}"; do
+        [[ ${STATE[i]} == running ]] || continue
+        step "stopping node $i (pid ${PIDS[i]})"
+        kill_pid "${PIDS[i]}"
+    done
+    if [[ -s $SW_PIDFILE ]]; then
+        pid=$(cat "$SW_PIDFILE")
+        # Only the switch we started: its command line names our socket dir.
+        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$SW"; then
+            kill_pid "$pid"
+        fi
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'echo >&2; step "interrupted, cleaning up"; cleanup; exit 130' INT
+trap 'step "terminated, cleaning up"; cleanup; exit 143' TERM
+
+# ---- network -------------------------------------------------------------------------
+# A private switch only the guests see, even for one node: a NIC with no peer behind it
+# stalls its TX queue and floods the console with NETDEV WATCHDOG messages.
+step "starting virtual switch"
+vde_switch -s "$SW" -p "$SW_PIDFILE" -d </dev/null >"$WORK/switch.log" 2>&1 ||
+    die "vde_switch failed: $(cat "$WORK/switch.log")"
+n=0
+until [[ -s $SW_PIDFILE && -S $SW/ctl ]]; do
+    ((n++ < 50)) || die "vde_switch did not come up"
+    sleep 0.1
+done
+
+# ---- boot ------------------------------------------------------------------------------
+NCPU=$(nproc)
+T0=$EPOCHREALTIME
+for ((i = 0; i < NODES; i++)); do
+    rm -rf "$OUT/node$i" "$OUT/node$i.console.log"
+    truncate -s "${DISK_MB}M" "$WORK/node$i.disk"
+    cmd=(qemu-system-x86_64 -accel "tcg,thread=$TCG" -nographic -no-reboot
+        -m "$MEM" -smp "$VCPUS"
+        -kernel "$KERNEL_DIR/vmlinuz" -initrd "$IMG"
+        -append "console=ttyS0 quiet panic=-1 nodeid=$i nnodes=$NODES scenario=$SCENARIO${APPEND:+ $APPEND}"
+        -netdev "vde,id=n0,sock=$SW" -device "virtio-net-pci,netdev=n0,mac=$(printf '52:54:00:00:00:%02x' $((i + 1))),romfile="
+        -drive "file=$WORK/node$i.disk,format=raw,if=virtio")
+    ((PIN == 0)) || cmd=(taskset -c $((i % NCPU)) "${cmd[@]}")
+    step "booting node $i.."
+    "${cmd[@]}" </dev/null >"$OUT/node$i.console.log" 2>&1 &
+    PIDS[i]=$!
+    STATE[i]=running
+done
+
+# ---- wait ------------------------------------------------------------------------------
+elapsed() { LC_ALL=C awk -v a="$T0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b - a}'; }
+deadline=$((${EPOCHREALTIME%.*} + TIMEOUT))
+declare -a QRC=()
+while :; do
+    left=0
+    for i in "${!PIDS[@]}"; do
+        [[ ${STATE[i]} == running ]] || continue
+        if kill -0 "${PIDS[i]}" 2>/dev/null; then
+            left=$((left + 1))
+            continue
+        fi
+        rc=0
+        wait "${PIDS[i]}" || rc=$?
+        QRC[i]=$rc
+        STATE[i]=exited
+        ELAPSED[i]=$(elapsed)
+        step "node $i powered off after ${ELAPSED[i]} s"
+    done
+    ((left)) || break
+    if ((${EPOCHREALTIME%.*} >= deadline)); then
+        for i in "${!PIDS[@]}"; do
+            [[ ${STATE[i]} == running ]] || continue
+            step "node $i timed out after ${TIMEOUT} s, killing it"
+            kill_pid "${PIDS[i]}"
+            STATE[i]=timeout
+        done
+        break
+    fi
+    sleep 0.2
+done
+
+# ---- results ---------------------------------------------------------------------------
+FAILED=0
+report_fail() { # NODE REASON
+    FAILED=1
+    echo "node $1: FAILED: $2" >&2
+    echo "---- last 30 lines of $OUT/node$1.console.log ----" >&2
+    # without the firmware's terminal control sequences (screen clear, reset)
+    tail -n 30 "$OUT/node$1.console.log" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1b[a-zA-Z]/\n/g; s/\r//g' >&2
+    echo "----" >&2
+}
+for ((i = 0; i < NODES; i++)); do
+    mkdir -p "$OUT/node$i"
+    disk=$WORK/node$i.disk
+    if [[ -z $(head -c 512 "$disk" | tr -d '\0') ]]; then
+        step "node $i: the guest wrote no results"
+    else
+        tar xf "$disk" -C "$OUT/node$i" 2>"$WORK/tar.err" ||
+            step "node $i: results disk unreadable: $(head -n1 "$WORK/tar.err")"
+    fi
+    rcfile=$OUT/node$i/rc
+    if [[ ${STATE[i]} == timeout ]]; then
+        report_fail "$i" "timed out after ${TIMEOUT} s (killed)"
+    elif ((QRC[i] != 0)); then
+        report_fail "$i" "qemu exited with status ${QRC[i]}"
+    elif grep -qa 'Kernel panic' "$OUT/node$i.console.log"; then
+        report_fail "$i" "kernel panic"
+    elif [[ ! -s $rcfile ]]; then
+        report_fail "$i" "no rc in results (guest wrote no results)"
+    elif [[ $(tr -d '[:space:]' <"$rcfile") != 0 ]]; then
+        report_fail "$i" "scenario $SCENARIO exited with rc $(tr -d '[:space:]' <"$rcfile")"
+    else
+        step "node $i: scenario $SCENARIO rc 0, results in $OUT/node$i"
+    fi
+done
+((FAILED == 0)) || exit 1
+step "all $NODES node(s) passed"

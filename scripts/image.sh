@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the guest initramfs (busybox + our binaries + scenarios + kernel modules).
+# usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--scenarios DIR]
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() { echo "usage: $0 OUT.cpio.gz [--bin PATH]... [--scenarios DIR]" >&2; exit 2; }
+
+OUT= SCEN=
+BINS=()
+while (($#)); do
+    case $1 in
+    --bin) (($# >= 2)) || usage; BINS+=("$2"); shift 2 ;;
+    --scenarios) (($# >= 2)) || usage; SCEN=$2; shift 2 ;;
+    -h | --help) usage ;;
+    -*) echo "unknown option $1" >&2; usage ;;
+    *) [[ -z $OUT ]] || usage; OUT=$1; shift ;;
+    esac
+done
+[[ -n $OUT ]] || usage
+need_cmd busybox cpio gzip ldd
+need_kernel
+[[ -z $SCEN || -d $SCEN ]] || die "scenarios dir $SCEN does not exist"
+for b in "${BINS[@]}"; do [[ -f $b && -x $b ]] || die "--bin $b is not an executable file"; done
+BUSYBOX=$(command -v busybox)
+file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' ||
+    ldd "$BUSYBOX" 2>&1 | grep -q 'not a dynamic' || die "$BUSYBOX is not static (install busybox-static)"
+FUSERMOUNT=$(command -v fusermount3) || die "fusermount3 missing (install fuse3)"
+
+VER=$(cat "$KERNEL_DIR/version")
+ST=$(mktemp -d "${TMPDIR:-/tmp}/scx_gang_image.XXXXXX")
+trap 'rm -rf "$ST"' EXIT
+step "staging initramfs in $ST (kernel $VER)"
+
+# Merged-/usr layout, like the host, so ldd's paths land in the right place.
+mkdir -p "$ST"/usr/{bin,lib/modules-ko,lib64} "$ST"/var/tmp \
+    "$ST"/{dev,proc,sys,tmp,run,results,scenarios,root,etc,mnt,boot}
+ln -s usr/bin "$ST/bin"
+ln -s usr/bin "$ST/sbin"
+ln -s bin "$ST/usr/sbin"
+ln -s usr/lib "$ST/lib"
+ln -s usr/lib64 "$ST/lib64"
+chmod 1777 "$ST/tmp" "$ST/var/tmp"
+
+# busybox and its applets
+cp "$BUSYBOX" "$ST/usr/bin/busybox"
+for a in $("$BUSYBOX" --list); do
+    [[ $a == busybox ]] || ln -s busybox "$ST/usr/bin/$a"
+done
+
+# copy_bin SRC: the executable to /usr/bin plus its shared libraries and loader
+copy_bin() {
+    local src=$1 dst=$ST/usr/bin/${1##*/} lib
+    rm -f "$dst"
+    cp -L "$src" "$dst"
+    chmod 0755 "$dst"
+    # "libx.so => /path (0x..)" and "/lib64/ld-linux-x86-64.so.2 (0x..)"; static: no paths
+    for lib in $(ldd "$src" 2>/dev/null | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+        [[ -e $ST$lib ]] && continue
+        mkdir -p "$ST$(dirname "$lib")"
+        cp -L "$lib" "$ST$lib"
+    done
+}
+copy_bin "$FUSERMOUNT"
+for b in "${BINS[@]}"; do
+    step "adding $b"
+    copy_bin "$b"
+done
+
+# kernel modules (decompressed by setup.sh) and the config libbpf reads
+cp "$KERNEL_DIR"/modules/* "$ST/lib/modules-ko/"
+cp "$KERNEL_DIR/config" "$ST/boot/config-$VER"
+
+# scenarios
+if [[ -n $SCEN ]]; then
+    n=0
+    for s in "$SCEN"/*.sh; do
+        [[ -f $s ]] || continue
+        install -m 0755 "$s" "$ST/scenarios/"
+        n=$((n + 1))
+    done
+    step "added $n scenario(s) from $SCEN"
+fi
+
+install -m 0755 "$SCRIPTS_DIR/vm/init" "$ST/init"
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ST/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$ST/etc/group"
+printf 'root::0:0:99999:7:::\n' >"$ST/etc/shadow"
+echo "$VER" >"$ST/etc/scx_gang-kernel"
+
+# Pack: sorted names, fixed owner and mtime, no gzip timestamp -> same input, same bytes.
+mkdir -p "$(dirname "$OUT")"
+OUT_ABS=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
+find "$ST" -exec touch -h -d @0 {} +
+(cd "$ST" && find . -mindepth 1 | LC_ALL=C sort |
+    cpio -o -H newc -R 0:0 --reproducible --quiet | gzip -n -6 >"$OUT_ABS.tmp")
+mv "$OUT_ABS.tmp" "$OUT_ABS"
+step "wrote $OUT ($(du -h "$OUT_ABS" | cut -f1))"

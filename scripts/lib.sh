@@ -1,0 +1,26 @@
+# shellcheck shell=bash
+# Shared helpers for the scx_gang VM test bed scripts. Source it, do not run it.
+
+SCRIPTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPTS_DIR/.." && pwd)
+CACHE=${SCX_GANG_CACHE:-$HOME/.cache/scx_gang}
+KERNEL_DIR=$CACHE/kernel/current
+
+# Progress to stderr so stdout stays usable for data.
+_ts() { date +%H:%M:%S; }
+step() { printf '[%s] %s\n' "$(_ts)" "$*" >&2; }
+warn() { printf '[%s] WARNING: %s\n' "$(_ts)" "$*" >&2; }
+die() { printf '[%s] ERROR: %s\n' "$(_ts)" "$*" >&2; exit 1; }
+
+need_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || die "missing command '$c' (run scripts/setup.sh)"
+    done
+}
+
+# The kernel the VMs boot, as set up by setup.sh.
+need_kernel() {
+    [[ -f $KERNEL_DIR/vmlinuz && -f $KERNEL_DIR/config && -f $KERNEL_DIR/version ]] ||
+        die "no kernel in $KERNEL_DIR (run scripts/setup.sh)"
+}
