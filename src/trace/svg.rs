@@ -1,0 +1,488 @@
+//! SVG timeline of a [`Trace`]: one row per CPU, time in ms on x, colour by
+//! gang, overlap hatched in red, fill tinted, slot switches as thin lines.
+//!
+//! Size is bounded by the picture, not the trace: segments of one style in
+//! one row that are less than a pixel apart are merged, so a row holds at
+//! most about one segment per pixel per style, and each style of all rows
+//! is a single `<path>`.
+
+use super::*;
+use std::fmt::Write;
+
+const WIDTH: f64 = 1200.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 20.0;
+const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
+const TOP: f64 = 56.0;
+
+/// Distinct gang colours, indexed by gang id modulo length. Grey and red are
+/// left out: grey means "other", red means overlap.
+const PALETTE: [&str; 12] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+    "#393b79", "#637939", "#8c6d31", "#7b4173",
+];
+const OTHER_COLOUR: &str = "#9e9e9e";
+const IDLE_COLOUR: &str = "#f2f2f2";
+const OVERLAP_COLOUR: &str = "#d00000";
+
+/// Paint style of a segment. Variant order is paint order: activity is drawn
+/// over idle/other where sub-pixel merging makes segments overlap.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Style {
+    Idle,
+    Other,
+    Fill(i32),
+    Gang(i32),
+}
+
+fn gang_colour(gang: i32) -> &'static str {
+    PALETTE[gang.rem_euclid(PALETTE.len() as i32) as usize]
+}
+
+/// `hex` ("#rrggbb") mixed 55% with white: the "lighter tint" of fill.
+fn tint(hex: &str) -> String {
+    let c = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0) as f64;
+    let mix = |v: f64| (v + (255.0 - v) * 0.55).round() as u8;
+    format!("#{:02x}{:02x}{:02x}", mix(c(1)), mix(c(3)), mix(c(5)))
+}
+
+fn colour(style: Style) -> String {
+    match style {
+        Style::Idle => IDLE_COLOUR.into(),
+        Style::Other => OTHER_COLOUR.into(),
+        Style::Fill(g) => tint(gang_colour(g)),
+        Style::Gang(g) => gang_colour(g).into(),
+    }
+}
+
+/// Escapes text for XML content and attribute values.
+pub(crate) fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0 at all.
+            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A coordinate with at most two decimals and no trailing zeros: keeps the
+/// file small without visible loss.
+fn num(v: f64) -> String {
+    let s = format!("{:.2}", v);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() || s == "-0" {
+        "0".into()
+    } else {
+        s.into()
+    }
+}
+
+/// A 1-2-5 step giving about `target` ticks over `range`.
+fn nice_step(range: f64, target: f64) -> f64 {
+    if range.is_nan() || range <= 0.0 || !range.is_finite() {
+        return 1.0;
+    }
+    let raw = range / target;
+    let mag = 10f64.powf(raw.log10().floor());
+    let m = raw / mag;
+    let f = if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    f * mag
+}
+
+/// Tick label with just enough decimals for `step`.
+fn tick_label(v: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{:.*}", decimals.min(9), v)
+}
+
+struct Layout {
+    row_h: f64,
+    row_pitch: f64,
+    start: u64,
+    scale: f64,
+}
+
+impl Layout {
+    fn new(trace: &Trace) -> Self {
+        let nr = trace.cpus.len();
+        // Rows shrink for big machines so the picture stays readable.
+        let row_h = if nr <= 32 {
+            18.0
+        } else if nr <= 128 {
+            8.0
+        } else {
+            4.0
+        };
+        let dur = trace.meta.end_ns.saturating_sub(trace.meta.start_ns);
+        let scale = if dur == 0 { 0.0 } else { PLOT_W / dur as f64 };
+        Layout {
+            row_h,
+            row_pitch: row_h + (row_h / 4.0).max(1.0),
+            start: trace.meta.start_ns,
+            scale,
+        }
+    }
+    fn x(&self, ts: u64) -> f64 {
+        LEFT + ts.saturating_sub(self.start) as f64 * self.scale
+    }
+    fn row_y(&self, cpu: usize) -> f64 {
+        TOP + cpu as f64 * self.row_pitch
+    }
+    fn rows_bottom(&self, nr: usize) -> f64 {
+        TOP + nr as f64 * self.row_pitch
+    }
+}
+
+/// Appends [x0, x1) to `segs`, merging with the last one when less than a
+/// pixel separates them.
+fn push_merged(segs: &mut Vec<(f64, f64)>, x0: f64, x1: f64) {
+    if let Some(last) = segs.last_mut() {
+        if x0 - last.1 < 1.0 {
+            last.1 = last.1.max(x1);
+            return;
+        }
+    }
+    segs.push((x0, x1));
+}
+
+/// Rectangle subpaths for one row's segments.
+fn rects(d: &mut String, segs: &[(f64, f64)], y: f64, h: f64) {
+    for &(x0, x1) in segs {
+        let w = num(x1 - x0);
+        let _ = write!(d, "M{} {}h{}v{}h-{}z", num(x0), num(y), w, num(h), w);
+    }
+}
+
+fn draw_rows(svg: &mut String, trace: &Trace, lay: &Layout) {
+    let mut paths: BTreeMap<Style, String> = BTreeMap::new();
+    let mut hatch = String::new();
+    let mut marks = String::new();
+    let mut outlines = String::new();
+    for (cpu, row) in trace.cpus.iter().enumerate() {
+        let y = lay.row_y(cpu);
+        let _ = write!(
+            outlines,
+            "M{} {}h{}v{}h-{}z",
+            num(LEFT),
+            num(y),
+            num(PLOT_W),
+            num(lay.row_h),
+            num(PLOT_W)
+        );
+        let mut segs: BTreeMap<Style, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut over: Vec<(f64, f64)> = Vec::new();
+        let mut over_marks: Vec<(f64, f64)> = Vec::new();
+        for iv in row {
+            let (x0, x1) = (lay.x(iv.start_ns), lay.x(iv.end_ns));
+            let style = match iv.class() {
+                IntervalClass::Idle => Style::Idle,
+                IntervalClass::Other => Style::Other,
+                IntervalClass::Fill => Style::Fill(iv.gang),
+                IntervalClass::Owned | IntervalClass::Overlap => Style::Gang(iv.gang),
+            };
+            push_merged(segs.entry(style).or_default(), x0, x1);
+            if iv.class() == IntervalClass::Overlap {
+                push_merged(&mut over, x0, x1);
+                // The marker is at least a pixel wide so that even a 100 µs
+                // overlap in a 10 s trace shows; it covers only the top of
+                // the row so that frequent short overlaps do not hide what
+                // mostly ran.
+                push_merged(&mut over_marks, x0, x1.max(x0 + 1.0));
+            }
+        }
+        for (style, s) in &segs {
+            rects(paths.entry(*style).or_default(), s, y, lay.row_h);
+        }
+        rects(&mut hatch, &over, y, lay.row_h);
+        rects(&mut marks, &over_marks, y, (lay.row_h / 5.0).max(1.5));
+    }
+    let _ = writeln!(
+        svg,
+        r##"<path fill="#ffffff" stroke="#cccccc" stroke-width="0.5" d="{outlines}"/>"##
+    );
+    for (style, d) in &paths {
+        let _ = writeln!(svg, r#"<path fill="{}" d="{d}"/>"#, colour(*style));
+    }
+    if !hatch.is_empty() {
+        let _ = writeln!(svg, r#"<path fill="url(#hatch)" d="{hatch}"/>"#);
+        let _ = writeln!(svg, r#"<path fill="{OVERLAP_COLOUR}" d="{marks}"/>"#);
+    }
+    let font = lay.row_h.min(12.0);
+    for cpu in 0..trace.cpus.len() {
+        let y = lay.row_y(cpu) + lay.row_h / 2.0 + font * 0.35;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}" font-size="{}" text-anchor="end">cpu{cpu}</text>"#,
+            num(LEFT - 6.0),
+            num(y),
+            num(font)
+        );
+    }
+}
+
+fn draw_switches(svg: &mut String, trace: &Trace, lay: &Layout) {
+    let bottom = lay.rows_bottom(trace.cpus.len());
+    let xs: Vec<f64> = trace.switches.iter().map(|sw| lay.x(sw.ts_ns)).collect();
+    // Lines through the rows help while slots are several pixels wide; when
+    // they are denser they would grey the whole plot, so only a tick above
+    // the rows marks each switch.
+    let mean_gap = match (xs.first(), xs.last()) {
+        (Some(a), Some(b)) if xs.len() > 1 => (b - a) / (xs.len() - 1) as f64,
+        _ => f64::INFINITY,
+    };
+    let y_end = if mean_gap >= 6.0 { bottom } else { TOP - 1.0 };
+    let mut d = String::new();
+    let mut last_x = f64::NEG_INFINITY;
+    for x in xs {
+        // Lines closer than a pixel look like one: draw one.
+        if x - last_x >= 1.0 {
+            let _ = write!(d, "M{} {}V{}", num(x), num(TOP - 5.0), num(y_end));
+            last_x = x;
+        }
+    }
+    if !d.is_empty() {
+        let _ = writeln!(
+            svg,
+            r##"<path stroke="#333333" stroke-width="0.6" stroke-opacity="0.6" d="{d}"/>"##
+        );
+    }
+}
+
+/// Time axis under the rows; returns the y below it.
+fn draw_axis(svg: &mut String, trace: &Trace, lay: &Layout) -> f64 {
+    let y = lay.rows_bottom(trace.cpus.len()) + 4.0;
+    let dur_ms = trace.summary.duration_ns as f64 / 1e6;
+    let step = nice_step(dur_ms, 10.0);
+    let mut d = format!("M{} {}h{}", num(LEFT), num(y), num(PLOT_W));
+    let mut labels = String::new();
+    let n = if dur_ms > 0.0 {
+        (dur_ms / step + 1e-9).floor() as u64
+    } else {
+        0
+    };
+    for i in 0..=n {
+        let v = i as f64 * step;
+        let x = if dur_ms > 0.0 {
+            LEFT + v / dur_ms * PLOT_W
+        } else {
+            LEFT
+        };
+        let _ = write!(d, "M{} {}v5", num(x), num(y));
+        let _ = writeln!(
+            labels,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            num(x),
+            num(y + 17.0),
+            tick_label(v, step)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r##"<path stroke="#000000" stroke-width="1" fill="none" d="{d}"/>"##
+    );
+    svg.push_str(&labels);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">time (ms since start)</text>"#,
+        num(LEFT + PLOT_W / 2.0),
+        num(y + 33.0)
+    );
+    y + 44.0
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// Legend entries: (swatch fill, text). Returns the y below the legend.
+fn draw_legend(svg: &mut String, trace: &Trace, y0: f64) -> f64 {
+    let s = &trace.summary;
+    let mut items: Vec<(String, String)> = Vec::new();
+    let mut gangs: Vec<(&String, &GangSummary)> = s.gangs.iter().collect();
+    gangs.sort_by_key(|(_, g)| g.id);
+    for (name, g) in gangs {
+        let text = format!(
+            "{}: {} of CPU, {} of gang time",
+            name,
+            pct(g.share_of_cpu),
+            pct(g.share_of_gang_time)
+        );
+        items.push((gang_colour(g.id).into(), text));
+    }
+    let cpu = s.cpu_time_ns;
+    let frac = |v: u64| if cpu == 0 { 0.0 } else { v as f64 / cpu as f64 };
+    items.push((
+        OTHER_COLOUR.into(),
+        format!("other (no gang): {} of CPU", pct(frac(s.other_ns))),
+    ));
+    items.push((
+        IDLE_COLOUR.into(),
+        format!("idle: {} of CPU", pct(frac(s.idle_ns))),
+    ));
+    // Show the tint of a gang that actually filled, so the swatch matches.
+    let filler = s.gangs.values().find(|g| g.fill_ns > 0).map_or(0, |g| g.id);
+    items.push((
+        tint(gang_colour(filler)),
+        format!("fill (light tint): {} of CPU", pct(frac(s.fill_ns))),
+    ));
+    items.push((
+        "url(#hatch)".into(),
+        format!("overlap (red): {} of gang time", pct(s.overlap_fraction)),
+    ));
+
+    // Flow layout: items advance by their estimated text width (about 7 px
+    // per character at 12 px sans) and wrap at the right edge.
+    let (mut x, mut y) = (LEFT, y0);
+    for (fill, text) in &items {
+        let w = 19.0 + text.chars().count() as f64 * 7.0 + 24.0;
+        if x > LEFT && x + w > WIDTH - RIGHT {
+            x = LEFT;
+            y += 20.0;
+        }
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{}" y="{}" width="14" height="12" fill="{fill}" stroke="#666666" stroke-width="0.5"/><text x="{}" y="{}">{}</text>"##,
+            num(x),
+            num(y),
+            num(x + 19.0),
+            num(y + 10.5),
+            xml_escape(text)
+        );
+        x += w;
+    }
+    y + 28.0
+}
+
+fn fmt_duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+fn title_lines(trace: &Trace) -> (String, String) {
+    let s = &trace.summary;
+    let l = &s.switch_latency_us;
+    let node = if trace.meta.node.is_empty() {
+        "?"
+    } else {
+        &trace.meta.node
+    };
+    let title = format!(
+        "scx_gang on {node}: {}, overlap {:.2}%, switch latency p50 {:.0} µs / p99 {:.0} µs ({} samples)",
+        fmt_duration(s.duration_ns),
+        s.overlap_fraction * 100.0,
+        l.p50,
+        l.p99,
+        l.samples
+    );
+    let sub = format!(
+        "{} CPUs, {} switches, slot mean {:.1} ms / p50 {:.1} ms, latency max {:.0} µs, {} CPUs never reached owner, {} events ignored",
+        trace.cpus.len(),
+        s.switches,
+        s.slot_len_ms.mean,
+        s.slot_len_ms.p50,
+        l.max,
+        l.unreached,
+        s.ignored_events
+    );
+    (title, sub)
+}
+
+/// Renders the timeline. Pure function of the trace; never panics on any
+/// trace `analyze` can produce (nor on hand-made ones with odd windows).
+pub fn render_svg(trace: &Trace) -> String {
+    let lay = Layout::new(trace);
+    let mut body = String::new();
+    let (title, sub) = title_lines(trace);
+    let _ = writeln!(
+        body,
+        r#"<text x="{}" y="20" font-size="15" font-weight="bold">{}</text>"#,
+        num(LEFT),
+        xml_escape(&title)
+    );
+    let _ = writeln!(
+        body,
+        r##"<text x="{}" y="38" fill="#444444">{}</text>"##,
+        num(LEFT),
+        xml_escape(&sub)
+    );
+    draw_rows(&mut body, trace, &lay);
+    draw_switches(&mut body, trace, &lay);
+    let y = draw_axis(&mut body, trace, &lay);
+    let height = draw_legend(&mut body, trace, y);
+
+    let mut svg = String::with_capacity(body.len() + 600);
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">"#,
+        w = num(WIDTH),
+        h = num(height)
+    );
+    let _ = writeln!(svg, "<title>{}</title>", xml_escape(&title));
+    svg.push_str("<style>text{font-family:sans-serif;font-size:12px}</style>\n");
+    // Red stripes on a transparent ground: the overrunning gang's colour
+    // stays visible between them.
+    let _ = writeln!(
+        svg,
+        r##"<defs><pattern id="hatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.6" height="4" fill="{OVERLAP_COLOUR}"/></pattern></defs>"##
+    );
+    let _ = writeln!(
+        svg,
+        r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
+    );
+    svg.push_str(&body);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_and_numbers() {
+        assert_eq!(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
+        assert_eq!(num(12.0), "12");
+        assert_eq!(num(12.50), "12.5");
+        assert_eq!(num(0.004), "0");
+        assert_eq!(tint("#000000"), "#8c8c8c");
+    }
+
+    #[test]
+    fn ticks_are_1_2_5() {
+        assert_eq!(nice_step(10_000.0, 10.0), 1000.0);
+        assert_eq!(nice_step(35.0, 10.0), 5.0);
+        assert!((nice_step(0.15, 10.0) - 0.02).abs() < 1e-12);
+        assert_eq!(nice_step(0.0, 10.0), 1.0);
+        assert_eq!(tick_label(0.04, 0.02), "0.04");
+        assert_eq!(tick_label(2000.0, 1000.0), "2000");
+    }
+
+    #[test]
+    fn merging_bounds_segments_per_row() {
+        let mut segs = Vec::new();
+        for i in 0..10_000 {
+            let x = i as f64 * 0.1;
+            push_merged(&mut segs, x, x + 0.05);
+        }
+        assert_eq!(segs.len(), 1);
+    }
+}
