@@ -70,7 +70,7 @@ enum gang_run_flags {
 
 struct gang_event {
 	u64 ts;		/* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
-	u64 gen;	/* switch generation in force */
+	u64 generation;	/* switch generation in force */
 	u32 kind;	/* enum gang_event_kind */
 	s32 cpu;	/* EV_OWNER, EV_RUN: the CPU */
 	s32 gang;	/* EV_OWNER: owner; EV_RUN: what now runs */
@@ -105,7 +105,7 @@ struct gang_cpu_stats {
 struct switch_args {
 	u32 slot;
 	u32 cause;
-	u64 gen;
+	u64 generation;
 };
 
 /* Argument of the `rehome_gang` syscall program. */

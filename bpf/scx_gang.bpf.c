@@ -62,11 +62,14 @@ UEI_DEFINE(uei);
 const volatile u32 nr_cpus = 1;
 const volatile u32 gang_root_level = 1;	/* cgroup level of the gang root */
 
-/* Knobs: written by the daemon at any time, read at the next use. */
-volatile u64 slot_ns = 50 * NSEC_PER_MSEC;
+/*
+ * Knobs: written by the daemon before attach and at any time after, read at
+ * the next use. All in .bss, so the daemon sets every one of them.
+ */
+volatile u64 slot_ns;
 volatile u32 fill;
-volatile u32 min_other_share_pct = 5;
-volatile u32 timer_rotation = 1;	/* 1: standalone rotation by the timer */
+volatile u32 min_other_share_pct;
+volatile u32 timer_rotation;	/* 1: standalone rotation by the timer */
 volatile u32 trace_on;
 volatile u64 housekeeping[GANG_CPU_WORDS];
 
@@ -155,9 +158,13 @@ static struct gang_cpu_stats *this_cpu_stats(void)
 static void stat_inc(enum gang_stat idx)
 {
 	struct gang_cpu_stats *s = this_cpu_stats();
+	u64 *counter;
 
-	if (s && idx < NR_GANG_STATS)
-		s->counters[idx]++;
+	if (!s || idx >= NR_GANG_STATS)
+		return;
+	counter = MEMBER_VPTR(s->counters, [idx]);
+	if (counter)
+		(*counter)++;
 }
 
 static bool valid_cpu(s32 cpu)
@@ -165,18 +172,28 @@ static bool valid_cpu(s32 cpu)
 	return cpu >= 0 && cpu < GANG_MAX_CPUS && cpu < nr_cpus;
 }
 
+/*
+ * Array accesses with a variable index go through MEMBER_VPTR, which gives
+ * the verifier a bounds check it can see (a plain check is optimised away).
+ */
 static bool is_housekeeping(s32 cpu)
 {
+	volatile u64 *word;
+
 	if (!valid_cpu(cpu))
 		return false;
-	return housekeeping[(cpu / 64) & (GANG_CPU_WORDS - 1)] & (1ULL << (cpu % 64));
+	word = MEMBER_VPTR(housekeeping, [cpu / 64]);
+	return word && (*word & (1ULL << (cpu % 64)));
 }
 
 static s32 slot_owner(u32 slot, s32 cpu)
 {
+	volatile s32 *cell;
+
 	if (slot >= GANG_MAX_SLOTS || !valid_cpu(cpu))
 		return GANG_NONE;
-	return slot_table[slot & (GANG_MAX_SLOTS - 1)][cpu & (GANG_MAX_CPUS - 1)];
+	cell = MEMBER_VPTR(slot_table, [slot][cpu]);
+	return cell ? *cell : GANG_NONE;
 }
 
 /* The gang that owns @cpu right now, or GANG_NONE. */
@@ -189,8 +206,12 @@ static s32 cpu_owner(s32 cpu)
 
 static bool gang_has_slot(s32 gang)
 {
-	return gang >= 0 && gang < GANG_MAX_GANGS &&
-	       gang_slot_mask[gang & (GANG_MAX_GANGS - 1)];
+	volatile u32 *mask;
+
+	if (gang < 0 || gang >= GANG_MAX_GANGS)
+		return false;
+	mask = MEMBER_VPTR(gang_slot_mask, [gang]);
+	return mask && *mask;
 }
 
 static u64 gang_dsq(s32 gang)
@@ -258,7 +279,7 @@ static void emit(u32 kind, s32 cpu, s32 gang, u32 flags, u32 cause, u64 ts)
 		return;
 	}
 	e->ts = ts;
-	e->gen = cur_gen;
+	e->generation = cur_gen;
 	e->kind = kind;
 	e->cpu = cpu;
 	e->gang = gang;
@@ -284,7 +305,10 @@ static void account(struct cpu_ctx *cctx, u64 now)
 		return;
 
 	if (running >= 0 && running < GANG_MAX_GANGS) {
-		s->gang_run_ns[running & (GANG_MAX_GANGS - 1)] += delta;
+		u64 *run_ns = MEMBER_VPTR(s->gang_run_ns, [running]);
+
+		if (run_ns)
+			*run_ns += delta;
 		if (scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0) {
 			cctx->other_credit += delta * min_other_share_pct / 100;
 			if (cctx->other_credit > OTHER_CREDIT_MAX_NS)
@@ -643,7 +667,7 @@ int switch_slot(struct switch_args *args)
 {
 	if (args->slot >= GANG_MAX_SLOTS)
 		return -EINVAL;
-	do_switch(args->slot, args->gen, args->cause ? args->cause : SWITCH_COMMAND);
+	do_switch(args->slot, args->generation, args->cause ? args->cause : SWITCH_COMMAND);
 	return 0;
 }
 
@@ -659,8 +683,31 @@ int rehome_gang(struct rehome_args *args)
 
 	if (gang < 0 || gang >= GANG_MAX_GANGS)
 		return -EINVAL;
+	bpf_rcu_read_lock();
 	bpf_for_each(scx_dsq, p, gang_dsq(gang), 0)
 		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, OTHER_DSQ, 0);
+	bpf_rcu_read_unlock();
+	return 0;
+}
+
+/*
+ * Daemon command: start tracing. The current owner and activity of every CPU
+ * open the trace, so its first moments are attributed too.
+ */
+SEC("syscall")
+int trace_start(void *ctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	s32 cpu;
+
+	trace_on = 1;
+	bpf_for(cpu, 0, nr_cpus) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+		emit(EV_OWNER, cpu, cpu_owner(cpu), 0, 0, now);
+		if (cctx)
+			emit(EV_RUN, cpu, cctx->running, cctx->run_flags, 0, now);
+	}
 	return 0;
 }
 

@@ -1,9 +1,16 @@
 //! scx_gang: the per-node half of a gang scheduler for Linux clusters.
 //!
-//! The library holds the logic that does not touch the kernel, so it is
-//! tested on the host: CPU lists, the slot table, knob values, the knob file
-//! system and trace analysis. The daemon (src/main.rs) adds the BPF side.
+//! The library holds what does not touch the kernel, so it is tested on the
+//! host: CPU lists, the slot table, the gang registry, knob values, the knob
+//! file system, the control protocol and trace analysis. The daemon
+//! (src/main.rs, src/scheduler.rs) adds the BPF side.
 
+pub mod bpf_intf;
+pub mod control;
 pub mod cpulist;
+pub mod gangs;
 pub mod knobfs;
+pub mod knobs;
+pub mod preflight;
+pub mod slots;
 pub mod trace;

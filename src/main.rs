@@ -1,3 +1,215 @@
-mod bpf_intf;
+//! scx_gang: the per-node gang scheduler daemon, and its `trace` client.
+
 mod bpf_skel;
-fn main() {}
+mod scheduler;
+mod stats;
+
+use std::fs;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use log::{info, warn};
+
+use scx_gang::control::{self, Request};
+use scx_gang::knobfs::KnobMount;
+use scx_gang::knobs::{NodeKnobs, SharedKnobs};
+use scx_gang::trace;
+
+#[derive(Debug, Parser)]
+#[command(name = "scx_gang", version, about = "Gang scheduler for parallel jobs (sched_ext)")]
+struct Opts {
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    /// Slot length of the standalone rotation, in ms (1-10000).
+    #[arg(long, default_value = "50")]
+    slot_ms: String,
+
+    /// Let idle CPUs run other gangs' tasks (0/1); the owner always preempts them.
+    #[arg(long, default_value = "0")]
+    fill: String,
+
+    /// CPUs never given to a gang (kernel CPU list, e.g. "0" or "0-1").
+    #[arg(long, default_value = "")]
+    housekeeping_cpus: String,
+
+    /// Minimum share of each CPU for waiting tasks of no gang, in % (1-50).
+    #[arg(long, default_value = "5")]
+    min_other_share_pct: String,
+
+    /// The cgroup-v2 mount.
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    cgroup_mount: PathBuf,
+
+    /// The gang root: every cgroup right below it is one gang.
+    #[arg(long, default_value = "/sys/fs/cgroup/scx_gang")]
+    gang_root: PathBuf,
+
+    /// Where the knob files are served.
+    #[arg(long, default_value = "/run/scx_gang")]
+    knob_dir: PathBuf,
+
+    /// The control socket (trace, placement API).
+    #[arg(long, default_value = "/run/scx_gang.sock")]
+    socket: PathBuf,
+
+    /// Print statistics every N seconds while running.
+    #[arg(long)]
+    stats: Option<f64>,
+
+    /// Only print the statistics of a running scx_gang every N seconds.
+    #[arg(long)]
+    monitor: Option<f64>,
+
+    /// Exit debug dump buffer length (0: default).
+    #[arg(long, default_value = "0")]
+    exit_dump_len: u32,
+
+    /// Verbose output, including libbpf's.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Record which gang ran on which CPU, and summarise it.
+    Trace {
+        /// How long to record.
+        #[arg(long, default_value = "5")]
+        seconds: f64,
+        /// Write the timeline and summary as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Draw the timeline as SVG here.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// The daemon's control socket.
+        #[arg(long, default_value = "/run/scx_gang.sock")]
+        socket: PathBuf,
+    },
+}
+
+/// What the Scheduler needs from the command line.
+pub struct Config {
+    pub cgroup_mount: PathBuf,
+    pub gang_root: PathBuf,
+    pub verbose: bool,
+    pub exit_dump_len: u32,
+}
+
+fn main() {
+    let opts = Opts::parse();
+    init_logging(opts.verbose);
+    if let Err(e) = run(opts) {
+        eprintln!("scx_gang: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(opts: Opts) -> Result<()> {
+    match opts.command {
+        Some(Command::Trace { seconds, ref json, ref svg, ref socket }) => {
+            return trace_command(seconds, json.as_ref(), svg.as_ref(), socket)
+        }
+        None => {}
+    }
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+
+    if let Some(interval) = opts.monitor.or(opts.stats) {
+        let flag = shutdown.clone();
+        let monitor = std::thread::spawn(move || {
+            if let Err(e) = stats::monitor(Duration::from_secs_f64(interval), flag) {
+                warn!("stats monitor stopped: {e:#}");
+            }
+        });
+        if opts.monitor.is_some() {
+            let _ = monitor.join();
+            return Ok(());
+        }
+    }
+
+    let nr_cpus = *scx_utils::NR_CPU_IDS as u32;
+    let knobs = initial_knobs(&opts, nr_cpus)?;
+    scx_gang::preflight::check(&opts.cgroup_mount)?;
+    fs::create_dir_all(&opts.gang_root)
+        .with_context(|| format!("creating the gang root {}", opts.gang_root.display()))?;
+
+    // Knob files and the control socket outlive scheduler restarts.
+    let shared = SharedKnobs::new(knobs, nr_cpus);
+    let _knob_mount = KnobMount::mount(&opts.knob_dir, shared.clone())
+        .with_context(|| format!("serving knob files in {}", opts.knob_dir.display()))?;
+    let requests = control::serve(&opts.socket)?;
+    let cfg = Config {
+        cgroup_mount: opts.cgroup_mount.clone(),
+        gang_root: opts.gang_root.clone(),
+        verbose: opts.verbose,
+        exit_dump_len: opts.exit_dump_len,
+    };
+
+    let mut open_object = MaybeUninit::uninit();
+    loop {
+        let mut sched = scheduler::Scheduler::init(&cfg, shared.clone(), &requests, &mut open_object)?;
+        let exit = sched.run(shutdown.clone())?;
+        if !exit.should_restart() {
+            break;
+        }
+        info!("restarting scx_gang");
+    }
+    let _ = fs::remove_file(&opts.socket);
+    Ok(())
+}
+
+/// The knobs given on the command line, checked like knob file writes.
+fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
+    let mut k = NodeKnobs::new();
+    for (name, value) in [
+        ("slot_ms", &opts.slot_ms),
+        ("fill", &opts.fill),
+        ("housekeeping_cpus", &opts.housekeeping_cpus),
+        ("min_other_share_pct", &opts.min_other_share_pct),
+    ] {
+        k.set(name, value, nr_cpus).map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;
+    }
+    Ok(k)
+}
+
+fn trace_command(
+    seconds: f64,
+    json: Option<&PathBuf>,
+    svg: Option<&PathBuf>,
+    socket: &std::path::Path,
+) -> Result<()> {
+    let timeout = Duration::from_secs_f64(seconds + 30.0);
+    let response = control::call(socket, &Request::Trace { seconds }, timeout)?;
+    let raw = response.trace.context("the daemon sent no trace")?;
+    let nr_events = raw.events.len();
+    let t = trace::analyze(raw.meta, raw.events);
+    if let Some(path) = json {
+        fs::write(path, serde_json::to_vec_pretty(&t)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = svg {
+        fs::write(path, trace::render_svg(&t)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{nr_events} events");
+    println!("{}", serde_json::to_string_pretty(&t.summary)?);
+    Ok(())
+}
+
+fn init_logging(verbose: bool) {
+    let level = if verbose { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let cfg = simplelog::ConfigBuilder::new()
+        .set_time_level(simplelog::LevelFilter::Error)
+        .set_target_level(simplelog::LevelFilter::Off)
+        .set_thread_level(simplelog::LevelFilter::Off)
+        .set_location_level(simplelog::LevelFilter::Off)
+        .build();
+    let _ = simplelog::TermLogger::init(level, cfg, simplelog::TerminalMode::Stderr, simplelog::ColorChoice::Never);
+}

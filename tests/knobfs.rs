@@ -323,6 +323,24 @@ fn shell_semantics() {
     cleanup(&dir);
 }
 
+/// busybox cat (the VM's shell tools) copies with sendfile, which stops at
+/// the file size: values must come out whole that way too.
+#[test]
+fn sendfile_reads_whole_values() {
+    let dir = fresh_dir("sendfile");
+    let (m, _knobs) = mount(&dir);
+    let src = fs::File::open(dir.join("slot_ms")).unwrap();
+    let out_path = dir.with_extension("out");
+    let out = fs::File::create(&out_path).unwrap();
+    let n = nix::sys::sendfile::sendfile(&out, &src, None, 4096).unwrap();
+    assert_eq!(n, 3, "sendfile copied {n} bytes");
+    assert_eq!(fs::read_to_string(&out_path).unwrap(), "50\n");
+    drop(src);
+    drop(m);
+    let _ = fs::remove_file(&out_path);
+    cleanup(&dir);
+}
+
 #[test]
 fn concurrent_reads() {
     let dir = fresh_dir("conc");

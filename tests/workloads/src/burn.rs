@@ -1,1 +1,94 @@
-fn main() {}
+//! burn: a CPU-bound test workload.
+//!
+//!   burn --seconds S [--threads T]   spin for S seconds of wall time
+//!   burn --work N [--threads T]      spin N work units (~1 ms each, calibrated
+//!                                    as a fixed loop count) and stop
+//!
+//! Prints one JSON line at the end: work done, wall time and CPU time, so a
+//! test can see how much CPU a task got and a benchmark how long fixed work
+//! took.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Loop iterations of one work unit (about 1 ms on an unloaded native core;
+/// the exact time does not matter, only that it is fixed).
+const UNIT: u64 = 200_000;
+
+fn spin_unit(seed: u64) -> u64 {
+    let mut x = seed | 1;
+    for _ in 0..UNIT {
+        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+    }
+    x
+}
+
+enum Stop {
+    After(Duration),
+    Units(u64),
+}
+
+fn worker(stop: &Stop) -> u64 {
+    let start = Instant::now();
+    let mut units = 0u64;
+    let mut acc = 0u64;
+    loop {
+        match stop {
+            Stop::After(d) if start.elapsed() >= *d => break,
+            Stop::Units(n) if units >= *n => break,
+            _ => {}
+        }
+        acc ^= spin_unit(units);
+        units += 1;
+    }
+    black_box(acc);
+    units
+}
+
+fn cpu_seconds() -> f64 {
+    let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
+    // CLOCK_PROCESS_CPUTIME_ID = 2
+    unsafe { clock_gettime(2, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+#[repr(C)]
+struct libc_timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clk: i32, ts: *mut libc_timespec) -> i32;
+}
+
+fn usage() -> ! {
+    eprintln!("usage: burn (--seconds S | --work N) [--threads T] [--name NAME]");
+    std::process::exit(2);
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut stop, mut threads, mut name) = (None, 1usize, String::from("burn"));
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| usage());
+        match a.as_str() {
+            "--seconds" => stop = Some(Stop::After(Duration::from_secs_f64(val().parse().unwrap_or_else(|_| usage())))),
+            "--work" => stop = Some(Stop::Units(val().parse().unwrap_or_else(|_| usage()))),
+            "--threads" => threads = val().parse().unwrap_or_else(|_| usage()),
+            "--name" => name = val(),
+            _ => usage(),
+        }
+    }
+    let stop = stop.unwrap_or_else(|| usage());
+    let start = Instant::now();
+    let units: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(|| worker(&stop))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    println!(
+        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6}}}",
+        start.elapsed().as_secs_f64(),
+        cpu_seconds()
+    );
+}

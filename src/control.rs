@@ -1,0 +1,191 @@
+//! The daemon's control socket: a local Unix socket speaking one JSON request
+//! per line, one JSON response per line. `scx_gang trace` uses it, and so
+//! does the placement API (explicit slot table + switch commands) that the
+//! cluster coordinator drives.
+//!
+//! The socket thread only parses and forwards: every request is handled by
+//! the scheduler's main loop, which owns the BPF state.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::trace::{TraceEvent, TraceMeta};
+
+/// Longest request line accepted; anything longer drops the connection.
+const MAX_REQUEST: usize = 1 << 20;
+
+/// One gang's CPUs in one slot of an explicit schedule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The gang's directory name below the gang root.
+    pub gang: String,
+    /// CPU list, e.g. "0-1".
+    pub cpus: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Record the trace for `seconds` and return its events.
+    Trace { seconds: f64 },
+    /// Install an explicit slot table (slots[s] = placements of slot s) and
+    /// stop the standalone rotation: switches then come by `Switch`.
+    Schedule { slots: Vec<Vec<Placement>> },
+    /// Switch to `slot` now, tagging the switch with generation `gen`.
+    Switch { slot: u32, gen: u64 },
+    /// Back to standalone: one slot per gang, rotated by the BPF timer.
+    Standalone,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<RawTrace>,
+}
+
+impl Response {
+    pub fn ok() -> Self {
+        Self { ok: true, ..Default::default() }
+    }
+
+    pub fn error(msg: impl Into<String>) -> Self {
+        Self { ok: false, error: Some(msg.into()), trace: None }
+    }
+}
+
+/// Events as recorded, before analysis (the client analyses them).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawTrace {
+    pub meta: TraceMeta,
+    pub events: Vec<TraceEvent>,
+}
+
+/// A request waiting for the main loop, with the way back to its client.
+pub struct Pending {
+    pub request: Request,
+    pub reply: Sender<Response>,
+}
+
+/// Listens on `path` (replacing a stale socket) and forwards requests.
+pub fn serve(path: &Path) -> Result<Receiver<Pending>> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            bail!("{} is in use: is another scx_gang running?", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new().name("control".into()).spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let tx = tx.clone();
+            let _ = thread::Builder::new().name("control-conn".into()).spawn(move || {
+                if let Err(e) = handle(conn, tx) {
+                    log::warn!("control connection dropped: {e:#}");
+                }
+            });
+        }
+    })?;
+    Ok(rx)
+}
+
+fn handle(conn: UnixStream, tx: Sender<Pending>) -> Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut writer = conn;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if (&mut reader).take(MAX_REQUEST as u64).read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        if !line.ends_with('\n') {
+            bail!("request longer than {MAX_REQUEST} bytes or cut short");
+        }
+        let response = match serde_json::from_str::<Request>(&line) {
+            Ok(request) => {
+                let (reply_tx, reply_rx) = mpsc::channel();
+                tx.send(Pending { request, reply: reply_tx }).context("scheduler is gone")?;
+                reply_rx.recv().unwrap_or_else(|_| Response::error("scheduler stopped"))
+            }
+            Err(e) => Response::error(format!("bad request: {e}")),
+        };
+        let mut out = serde_json::to_vec(&response)?;
+        out.push(b'\n');
+        writer.write_all(&out)?;
+    }
+}
+
+/// Client side: sends one request and waits for its response.
+pub fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+    let conn = UnixStream::connect(path).with_context(|| {
+        format!("cannot reach scx_gang at {} (is the daemon running?)", path.display())
+    })?;
+    conn.set_read_timeout(Some(timeout))?;
+    let mut out = serde_json::to_vec(request)?;
+    out.push(b'\n');
+    (&conn).write_all(&out)?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line).context("reading the daemon's response")?;
+    let response: Response = serde_json::from_str(&line).context("malformed response")?;
+    if !response.ok {
+        bail!("{}", response.error.unwrap_or_else(|| "request refused".into()));
+    }
+    Ok(response)
+}
+
+pub fn default_socket() -> PathBuf {
+    PathBuf::from("/run/scx_gang.sock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_a_stable_wire_form() {
+        let r = Request::Switch { slot: 1, gen: 7 };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"op":"switch","slot":1,"gen":7}"#);
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        let sched: Request =
+            serde_json::from_str(r#"{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}"#).unwrap();
+        assert!(matches!(sched, Request::Schedule { .. }));
+    }
+
+    #[test]
+    fn unknown_or_malformed_requests_are_refused() {
+        for bad in [r#"{"op":"reboot"}"#, "garbage", r#"{"op":"switch","slot":"x"}"#] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_request_round_trips_over_a_socket() {
+        let dir = std::env::temp_dir().join(format!("scx-gang-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sock");
+        let rx = serve(&path).unwrap();
+        let server = thread::spawn(move || {
+            let p = rx.recv().unwrap();
+            assert_eq!(p.request, Request::Standalone);
+            p.reply.send(Response::ok()).unwrap();
+            let p = rx.recv().unwrap();
+            p.reply.send(Response::error("slot 9 does not exist")).unwrap();
+        });
+        assert!(call(&path, &Request::Standalone, Duration::from_secs(5)).unwrap().ok);
+        let err = call(&path, &Request::Switch { slot: 9, gen: 1 }, Duration::from_secs(5)).unwrap_err();
+        assert!(err.to_string().contains("slot 9"));
+        server.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

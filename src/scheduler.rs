@@ -1,0 +1,500 @@
+//! The Scheduler: loads and attaches the BPF scheduler, keeps its gangs, slot
+//! table and knobs in line with the gang root and the knob files, answers
+//! the control socket and the stats server, and reports how it exited.
+//!
+//! Everything that writes BPF state happens on this one thread (the main
+//! loop); the knob files and the control socket only hand it work.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput, RingBufferBuilder};
+use log::{info, warn};
+use scx_stats::prelude::*;
+use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
+
+use scx_gang::bpf_intf::*;
+use scx_gang::control::{Pending, Placement, RawTrace, Request, Response};
+use scx_gang::cpulist::CpuList;
+use scx_gang::gangs::{self, GangRegistry};
+use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
+use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
+use scx_gang::trace::{EventKind, TraceEvent, TraceMeta};
+
+use crate::bpf_skel::*;
+use crate::stats::Metrics;
+use crate::Config;
+
+/// How often the main loop wakes: ring buffer, requests, knobs.
+const LOOP_PERIOD: Duration = Duration::from_millis(10);
+/// How often the gang root is scanned for new, emptied or removed gangs.
+const SCAN_PERIOD: Duration = Duration::from_millis(100);
+/// Longest trace a client may ask for, and most events one trace keeps.
+const MAX_TRACE_SECONDS: f64 = 600.0;
+const MAX_TRACE_EVENTS: usize = 4_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// One slot per gang, rotated by the BPF timer every slot_ms.
+    Standalone,
+    /// An explicit slot table; switches come by command.
+    Coordinated,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Standalone => "standalone",
+            Mode::Coordinated => "coordinated",
+        }
+    }
+}
+
+struct TraceSession {
+    deadline: Instant,
+    meta: TraceMeta,
+    events: Vec<TraceEvent>,
+    reply: Sender<Response>,
+}
+
+pub struct Scheduler<'a> {
+    skel: BpfSkel<'a>,
+    struct_ops: Option<libbpf_rs::Link>,
+    cfg: &'a Config,
+    nr_cpus: u32,
+    knobs: Arc<SharedKnobs>,
+    applied: (u64, NodeKnobs),
+    registry: GangRegistry,
+    table: SlotTable,
+    slot_masks: Vec<u32>,
+    mode: Mode,
+    control: &'a Receiver<Pending>,
+    stats_server: StatsServer<(), Metrics>,
+    traces: Vec<TraceSession>,
+}
+
+impl<'a> Scheduler<'a> {
+    pub fn init(
+        cfg: &'a Config,
+        knobs: Arc<SharedKnobs>,
+        control: &'a Receiver<Pending>,
+        open_object: &'a mut MaybeUninit<OpenObject>,
+    ) -> Result<Self> {
+        let nr_cpus = *scx_utils::NR_CPU_IDS as u32;
+        if nr_cpus > gang_limits_GANG_MAX_CPUS {
+            bail!("this node has {nr_cpus} CPUs; scx_gang supports at most {gang_limits_GANG_MAX_CPUS}");
+        }
+        let level = gangs::cgroup_level(&cfg.cgroup_mount, &cfg.gang_root).with_context(|| {
+            format!("the gang root {} is not below {}", cfg.gang_root.display(), cfg.cgroup_mount.display())
+        })?;
+
+        let mut builder = BpfSkelBuilder::default();
+        builder.obj_builder.debug(cfg.verbose);
+        let mut skel = scx_ops_open!(builder, open_object, gang_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
+        skel.struct_ops.gang_ops_mut().exit_dump_len = cfg.exit_dump_len;
+        let rodata = skel.maps.rodata_data.as_mut().unwrap();
+        rodata.nr_cpus = nr_cpus;
+        rodata.gang_root_level = level;
+
+        let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
+        let knob_values = knobs.snapshot();
+        init_bss(&mut skel, &knob_values);
+        let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
+        let stats_server = StatsServer::new(crate::stats::server_data()).launch()?;
+        info!("scx_gang attached: {nr_cpus} CPUs, gang root {}", cfg.gang_root.display());
+
+        let table = SlotTable::new(nr_cpus, knob_values.housekeeping.clone());
+        let mut sched = Self {
+            skel,
+            struct_ops,
+            cfg,
+            nr_cpus,
+            applied: (knobs.generation(), knob_values),
+            knobs,
+            registry: GangRegistry::new(),
+            table,
+            slot_masks: vec![0; MAX_GANGS],
+            mode: Mode::Standalone,
+            control,
+            stats_server,
+            traces: Vec::new(),
+        };
+        sched.scan_gangs()?;
+        sched.publish_status();
+        Ok(sched)
+    }
+
+    pub fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+        let incoming: Rc<RefCell<Vec<TraceEvent>>> = Rc::default();
+        let sink = incoming.clone();
+        let mut rb_builder = RingBufferBuilder::new();
+        rb_builder.add(&self.skel.maps.events, move |data: &[u8]| {
+            if let Some(e) = decode_event(data) {
+                sink.borrow_mut().push(e);
+            }
+            0
+        })?;
+        let events = rb_builder.build()?;
+        let (stats_reply, stats_requests) = self.stats_server.channels();
+        let mut last_scan = Instant::now();
+
+        while !shutdown.load(Ordering::Relaxed) && !uei_exited!(&self.skel, uei) {
+            let _ = events.consume();
+            self.collect_trace(&mut incoming.borrow_mut());
+            while let Ok(pending) = self.control.try_recv() {
+                self.handle(pending);
+            }
+            while stats_requests.try_recv().is_ok() {
+                stats_reply.send(self.metrics())?;
+            }
+            if self.knobs.generation() != self.applied.0 {
+                self.apply_knobs()?;
+            }
+            if last_scan.elapsed() >= SCAN_PERIOD {
+                last_scan = Instant::now();
+                if let Err(e) = self.scan_gangs() {
+                    warn!("scanning {}: {e:#}", self.cfg.gang_root.display());
+                }
+                self.publish_status();
+            }
+            std::thread::sleep(LOOP_PERIOD);
+        }
+
+        for t in self.traces.drain(..) {
+            let _ = t.reply.send(Response::error("scheduler stopped during the trace"));
+        }
+        let _ = self.struct_ops.take();
+        uei_report!(&self.skel, uei)
+    }
+
+    /// Registers new gangs, retires gone ones, and rebuilds the table.
+    fn scan_gangs(&mut self) -> Result<()> {
+        let dirs = gangs::scan(&self.cfg.gang_root)?;
+        let changes = self.registry.update(&dirs);
+        for name in &changes.refused {
+            warn!("gang {name}: all {MAX_GANGS} gang ids are taken; its tasks run as tasks of no gang");
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        for g in &changes.removed {
+            info!("gang {} (id {}) left: its slot is given back", g.name, g.id);
+            let _ = self.skel.maps.gang_cgroups.delete(&g.cgroup_id.to_ne_bytes());
+            self.table.remove_gang(g.id);
+        }
+        for g in &changes.added {
+            info!("gang {} (id {}, cgroup {}) joined", g.name, g.id, g.cgroup_id);
+            self.skel
+                .maps
+                .gang_cgroups
+                .update(&g.cgroup_id.to_ne_bytes(), &(g.id as i32).to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("registering gang {}", g.name))?;
+        }
+        if self.mode == Mode::Standalone {
+            self.table = self.standalone_table();
+        }
+        self.push_table()
+    }
+
+    fn standalone_table(&self) -> SlotTable {
+        let ids: Vec<GangId> = self.registry.by_id().iter().map(|g| g.id).collect();
+        let (table, left_out) = SlotTable::standalone(self.nr_cpus, self.applied.1.housekeeping.clone(), &ids);
+        for id in left_out {
+            warn!("gang {} gets no slot (all slots taken)", self.registry.name_of(id).unwrap_or("?"));
+        }
+        table
+    }
+
+    /// Writes the table into BPF and re-installs the slot in force so every
+    /// CPU follows the new table at once.
+    fn push_table(&mut self) -> Result<()> {
+        let rows = self.table.to_bpf();
+        let masks: Vec<u32> = (0..MAX_GANGS as GangId).map(|g| self.table.slot_mask(g)).collect();
+        let bss = self.skel.maps.bss_data.as_mut().unwrap();
+        for (s, row) in rows.iter().enumerate() {
+            bss.slot_table[s] = *row;
+        }
+        bss.gang_slot_mask.copy_from_slice(&masks);
+        bss.nr_slots = self.table.nr_slots() as u32;
+        let (cur, gen) = (bss.cur_slot, bss.cur_gen);
+
+        // Tasks of a gang that lost its last slot must not wait for one.
+        let lost: Vec<usize> = (0..MAX_GANGS).filter(|&g| self.slot_masks[g] != 0 && masks[g] == 0).collect();
+        self.slot_masks = masks;
+        for g in lost {
+            self.rehome_gang(g as i32)?;
+        }
+
+        let n = self.table.nr_slots() as u32;
+        if n > 0 {
+            self.switch_slot(if cur < n { cur } else { 0 }, gen + 1, gang_switch_cause_SWITCH_COMMAND)?;
+        }
+        Ok(())
+    }
+
+    fn apply_knobs(&mut self) -> Result<()> {
+        let generation = self.knobs.generation();
+        let new = self.knobs.snapshot();
+        write_knobs(&mut self.skel, &new);
+        let housekeeping_changed = new.housekeeping != self.applied.1.housekeeping;
+        self.applied = (generation, new);
+        if housekeeping_changed {
+            self.table = match self.mode {
+                Mode::Standalone => self.standalone_table(),
+                // The coordinator's table must not use housekeeping CPUs either.
+                Mode::Coordinated => SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone()),
+            };
+            self.push_table()?;
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, pending: Pending) {
+        let response = match pending.request {
+            Request::Trace { seconds } => return self.start_trace(seconds, pending.reply),
+            Request::Schedule { slots } => self.schedule(&slots),
+            Request::Switch { slot, gen } => self.command_switch(slot, gen),
+            Request::Standalone => {
+                self.set_mode(Mode::Standalone);
+                self.table = self.standalone_table();
+                self.push_table()
+            }
+        };
+        let _ = pending.reply.send(match response {
+            Ok(()) => Response::ok(),
+            Err(e) => Response::error(format!("{e:#}")),
+        });
+    }
+
+    /// The placement API: an explicit slot table by gang name. All or
+    /// nothing: a refused schedule leaves the old one in force.
+    fn schedule(&mut self, slots: &[Vec<Placement>]) -> Result<()> {
+        let mut table = SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone());
+        for (s, placements) in slots.iter().enumerate() {
+            for p in placements {
+                let gang = self.registry.get(&p.gang).with_context(|| {
+                    format!("gang {:?} is not known (no populated cgroup of that name below the gang root)", p.gang)
+                })?;
+                let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg)?;
+                table.place(gang.id, s, &cpus).with_context(|| format!("placing gang {}", p.gang))?;
+            }
+        }
+        self.set_mode(Mode::Coordinated);
+        self.table = table;
+        self.push_table()
+    }
+
+    fn command_switch(&mut self, slot: u32, gen: u64) -> Result<()> {
+        if self.mode != Mode::Coordinated {
+            bail!("switch commands need an explicit schedule first (node is standalone)");
+        }
+        if slot as usize >= self.table.nr_slots() {
+            bail!("slot {slot} does not exist (the schedule has {} slots)", self.table.nr_slots());
+        }
+        self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)
+    }
+
+    fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+        self.skel.maps.bss_data.as_mut().unwrap().timer_rotation = (mode == Mode::Standalone) as u32;
+    }
+
+    fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {
+        let mut args = switch_args { slot, cause, generation: gen };
+        run_syscall(&self.skel.progs.switch_slot, &mut args).context("switch_slot")
+    }
+
+    fn rehome_gang(&mut self, gang: i32) -> Result<()> {
+        let mut args = rehome_args { gang };
+        run_syscall(&self.skel.progs.rehome_gang, &mut args).context("rehome_gang")
+    }
+
+    fn start_trace(&mut self, seconds: f64, reply: Sender<Response>) {
+        if !(seconds > 0.0 && seconds <= MAX_TRACE_SECONDS) {
+            let _ = reply.send(Response::error(format!("seconds must be in (0, {MAX_TRACE_SECONDS}]")));
+            return;
+        }
+        let meta = TraceMeta {
+            nr_cpus: self.nr_cpus,
+            gang_names: self.registry.by_id().iter().map(|g| (g.id as i32, g.name.clone())).collect(),
+            start_ns: monotonic_ns(),
+            end_ns: 0,
+            node: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        self.traces.push(TraceSession {
+            deadline: Instant::now() + Duration::from_secs_f64(seconds),
+            meta,
+            events: Vec::new(),
+            reply,
+        });
+        // Each session opens with the state of every CPU (harmless for others).
+        let mut none = 0u64;
+        if let Err(e) = run_syscall(&self.skel.progs.trace_start, &mut none) {
+            warn!("trace_start: {e:#}");
+        }
+    }
+
+    fn collect_trace(&mut self, incoming: &mut Vec<TraceEvent>) {
+        if self.traces.is_empty() {
+            incoming.clear();
+            return;
+        }
+        for t in &mut self.traces {
+            let room = MAX_TRACE_EVENTS.saturating_sub(t.events.len());
+            t.events.extend(incoming.iter().filter(|e| e.ts_ns >= t.meta.start_ns).take(room).cloned());
+        }
+        incoming.clear();
+        let now = Instant::now();
+        let (done, open): (Vec<_>, Vec<_>) = self.traces.drain(..).partition(|t| now >= t.deadline);
+        self.traces = open;
+        for mut t in done {
+            t.meta.end_ns = monotonic_ns();
+            // Names of gangs that joined during the trace.
+            for g in self.registry.by_id() {
+                t.meta.gang_names.entry(g.id as i32).or_insert_with(|| g.name.clone());
+            }
+            let trace = RawTrace { meta: t.meta, events: t.events };
+            let _ = t.reply.send(Response { ok: true, error: None, trace: Some(trace) });
+        }
+        if self.traces.is_empty() {
+            self.skel.maps.bss_data.as_mut().unwrap().trace_on = 0;
+        }
+    }
+
+    fn cpu_stats(&self) -> gang_cpu_stats {
+        let mut sum: gang_cpu_stats = unsafe { std::mem::zeroed() };
+        let key = 0u32.to_ne_bytes();
+        if let Ok(Some(per_cpu)) = self.skel.maps.cpu_stats.lookup_percpu(&key, MapFlags::ANY) {
+            for bytes in per_cpu {
+                if bytes.len() < std::mem::size_of::<gang_cpu_stats>() {
+                    continue;
+                }
+                let s: gang_cpu_stats = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+                for (a, b) in sum.counters.iter_mut().zip(s.counters) {
+                    *a += b;
+                }
+                for (a, b) in sum.gang_run_ns.iter_mut().zip(s.gang_run_ns) {
+                    *a += b;
+                }
+                sum.other_run_ns += s.other_run_ns;
+            }
+        }
+        sum
+    }
+
+    fn metrics(&self) -> Metrics {
+        let s = self.cpu_stats();
+        let c = |i: gang_stat| s.counters[i as usize];
+        let bss = self.skel.maps.bss_data.as_ref().unwrap();
+        let gang_ns: u64 = s.gang_run_ns.iter().sum();
+        let total = (gang_ns + s.other_run_ns).max(1) as f64;
+        Metrics {
+            nr_gangs: self.registry.len() as u64,
+            nr_slots: self.table.nr_slots() as u64,
+            current_slot: bss.cur_slot as u64,
+            switches: c(gang_stat_STAT_SWITCHES),
+            kick_preempt: c(gang_stat_STAT_KICK_PREEMPT),
+            kick_idle: c(gang_stat_STAT_KICK_IDLE),
+            gang_dispatch: c(gang_stat_STAT_GANG_DISPATCH),
+            other_dispatch: c(gang_stat_STAT_OTHER_DISPATCH),
+            fill_dispatch: c(gang_stat_STAT_FILL_DISPATCH),
+            min_share_preempt: c(gang_stat_STAT_MIN_SHARE),
+            stale_run: c(gang_stat_STAT_STALE_RUN),
+            kthread_direct: c(gang_stat_STAT_KTHREAD_DIRECT),
+            wake_kick: c(gang_stat_STAT_WAKE_KICK),
+            events_lost: c(gang_stat_STAT_EVENTS_LOST),
+            gang_ns,
+            other_ns: s.other_run_ns,
+            gang_pct: gang_ns as f64 * 100.0 / total,
+            other_pct: s.other_run_ns as f64 * 100.0 / total,
+        }
+    }
+
+    fn publish_status(&self) {
+        let m = self.metrics();
+        let gangs = self
+            .registry
+            .by_id()
+            .iter()
+            .map(|g| format!("{} {} slots={:#x}", g.id, g.name, self.table.slot_mask(g.id)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        self.knobs.set_status(NodeStatus {
+            mode: self.mode.name().into(),
+            current_slot: m.current_slot as u32,
+            switches: m.switches,
+            nr_gangs: m.nr_gangs as u32,
+            nr_slots: m.nr_slots as u32,
+            gangs,
+        });
+    }
+}
+
+impl Drop for Scheduler<'_> {
+    fn drop(&mut self) {
+        info!("detaching scx_gang; the node goes back to the default scheduler");
+    }
+}
+
+fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
+    let bss = skel.maps.bss_data.as_mut().unwrap();
+    bss.slot_ns = k.slot_ms as u64 * 1_000_000;
+    bss.fill = k.fill as u32;
+    bss.min_other_share_pct = k.min_other_share_pct;
+    bss.housekeeping = k.housekeeping.to_words();
+}
+
+/// Before attach: knobs, and the standalone rotation on.
+fn init_bss(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
+    write_knobs(skel, k);
+    skel.maps.bss_data.as_mut().unwrap().timer_rotation = 1;
+}
+
+/// Runs a SEC("syscall") program with `args` as its context.
+fn run_syscall<T>(prog: &libbpf_rs::ProgramMut<'_>, args: &mut T) -> Result<()> {
+    let input = ProgramInput {
+        context_in: Some(unsafe {
+            std::slice::from_raw_parts_mut((args as *mut T).cast::<u8>(), std::mem::size_of::<T>())
+        }),
+        ..Default::default()
+    };
+    let out = prog.test_run(input)?;
+    if out.return_value != 0 {
+        bail!("returned {}", out.return_value as i32);
+    }
+    Ok(())
+}
+
+fn decode_event(data: &[u8]) -> Option<TraceEvent> {
+    if data.len() < std::mem::size_of::<gang_event>() {
+        return None;
+    }
+    let e: gang_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
+    let kind = match e.kind {
+        k if k == gang_event_kind_EV_SWITCH => EventKind::Switch,
+        k if k == gang_event_kind_EV_OWNER => EventKind::Owner,
+        k if k == gang_event_kind_EV_RUN => EventKind::Run,
+        _ => return None,
+    };
+    Some(TraceEvent {
+        ts_ns: e.ts,
+        gen: e.generation,
+        kind,
+        cpu: e.cpu,
+        gang: e.gang,
+        slot: e.slot,
+        cause: e.cause,
+        flags: e.flags,
+    })
+}
+
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}

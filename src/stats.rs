@@ -1,0 +1,130 @@
+//! `--stats N` / `--monitor N`: counters served through scx_stats, like the
+//! scx schedulers, so the usual tooling reads them.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use scx_stats::prelude::*;
+use scx_stats_derive::{stat_doc, Stats};
+use serde::{Deserialize, Serialize};
+
+#[stat_doc]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, Stats)]
+#[stat(top)]
+pub struct Metrics {
+    #[stat(desc = "Gangs known (cgroups with tasks below the gang root)")]
+    pub nr_gangs: u64,
+    #[stat(desc = "Slots in the slot table")]
+    pub nr_slots: u64,
+    #[stat(desc = "Slot in force")]
+    pub current_slot: u64,
+    #[stat(desc = "Slot switches")]
+    pub switches: u64,
+    #[stat(desc = "CPUs preempted by a switch")]
+    pub kick_preempt: u64,
+    #[stat(desc = "Idle CPUs woken by a switch")]
+    pub kick_idle: u64,
+    #[stat(desc = "Slot owner's tasks dispatched")]
+    pub gang_dispatch: u64,
+    #[stat(desc = "Tasks of no gang dispatched")]
+    pub other_dispatch: u64,
+    #[stat(desc = "Other gangs' tasks run on idle CPUs (fill)")]
+    pub fill_dispatch: u64,
+    #[stat(desc = "Gang tasks preempted to give tasks of no gang their minimum share")]
+    pub min_share_preempt: u64,
+    #[stat(desc = "Tasks caught starting after their slot ended (preempted at once)")]
+    pub stale_run: u64,
+    #[stat(desc = "Per-CPU kthreads dispatched straight to their CPU")]
+    pub kthread_direct: u64,
+    #[stat(desc = "Owner CPUs kicked when a gang task woke")]
+    pub wake_kick: u64,
+    #[stat(desc = "Trace events lost (ring buffer full)")]
+    pub events_lost: u64,
+    #[stat(desc = "Share of CPU time run by gangs (%)")]
+    pub gang_pct: f64,
+    #[stat(desc = "Share of CPU time run by tasks of no gang (%)")]
+    pub other_pct: f64,
+    #[stat(desc = "CPU time run by gangs (ns)")]
+    pub gang_ns: u64,
+    #[stat(desc = "CPU time run by tasks of no gang (ns)")]
+    pub other_ns: u64,
+}
+
+impl Metrics {
+    fn format<W: Write>(&self, w: &mut W) -> Result<()> {
+        writeln!(
+            w,
+            "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
+             dispatch gang {} other {} fill {} | min-share {} stale {} kthread {} | \
+             cpu gang {:.1}% other {:.1}% | lost {}",
+            self.nr_gangs,
+            self.nr_slots,
+            self.current_slot,
+            self.switches,
+            self.kick_preempt,
+            self.kick_idle,
+            self.gang_dispatch,
+            self.other_dispatch,
+            self.fill_dispatch,
+            self.min_share_preempt,
+            self.stale_run,
+            self.kthread_direct,
+            self.gang_pct,
+            self.other_pct,
+            self.events_lost,
+        )?;
+        Ok(())
+    }
+
+    /// Counters over an interval: `self` minus the earlier `rhs`.
+    fn delta(&self, rhs: &Self) -> Self {
+        let interval_ns = (self.gang_ns - rhs.gang_ns) + (self.other_ns - rhs.other_ns);
+        let pct = |ns: u64| if interval_ns == 0 { 0.0 } else { ns as f64 * 100.0 / interval_ns as f64 };
+        Self {
+            switches: self.switches - rhs.switches,
+            kick_preempt: self.kick_preempt - rhs.kick_preempt,
+            kick_idle: self.kick_idle - rhs.kick_idle,
+            gang_dispatch: self.gang_dispatch - rhs.gang_dispatch,
+            other_dispatch: self.other_dispatch - rhs.other_dispatch,
+            fill_dispatch: self.fill_dispatch - rhs.fill_dispatch,
+            min_share_preempt: self.min_share_preempt - rhs.min_share_preempt,
+            stale_run: self.stale_run - rhs.stale_run,
+            kthread_direct: self.kthread_direct - rhs.kthread_direct,
+            wake_kick: self.wake_kick - rhs.wake_kick,
+            events_lost: self.events_lost - rhs.events_lost,
+            gang_ns: self.gang_ns - rhs.gang_ns,
+            other_ns: self.other_ns - rhs.other_ns,
+            gang_pct: pct(self.gang_ns - rhs.gang_ns),
+            other_pct: pct(self.other_ns - rhs.other_ns),
+            ..self.clone()
+        }
+    }
+}
+
+pub fn server_data() -> StatsServerData<(), Metrics> {
+    let open: Box<dyn StatsOpener<(), Metrics>> = Box::new(move |(req_ch, res_ch)| {
+        req_ch.send(())?;
+        let mut prev = res_ch.recv()?;
+        let read: Box<dyn StatsReader<(), Metrics>> = Box::new(move |_args, (req_ch, res_ch)| {
+            req_ch.send(())?;
+            let cur = res_ch.recv()?;
+            let delta = cur.delta(&prev);
+            prev = cur;
+            delta.to_json()
+        });
+        Ok(read)
+    });
+    StatsServerData::new().add_meta(Metrics::meta()).add_ops("top", StatsOps { open, close: None })
+}
+
+pub fn monitor(interval: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
+    scx_utils::monitor_stats::<Metrics>(
+        &[],
+        interval,
+        || shutdown.load(Ordering::Relaxed),
+        |metrics| metrics.format(&mut std::io::stdout()),
+    )
+}

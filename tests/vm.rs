@@ -1,0 +1,192 @@
+//! Acceptance tests of the node scheduler, run in the VM test bed: a qemu VM
+//! booting a Debian sched_ext kernel (the host kernel has no sched_ext).
+//!
+//! Each test boots one node with a scenario from tests/vm/scenarios/ and
+//! checks what the scenario wrote back. They need the VM test bed
+//! (scripts/setup.sh) and boot VMs, so they are ignored by a plain
+//! `cargo test`; scripts/test.sh runs them with `--include-ignored`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::Value;
+
+const NEEDS_VM: &str = "boots a VM: run by scripts/test.sh";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The project's binaries for the image: the daemon and the workloads,
+/// built into the same directory by `cargo build --workspace`.
+fn binaries() -> Vec<PathBuf> {
+    let daemon = PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"));
+    let dir = daemon.parent().unwrap().to_path_buf();
+    let mut bins = vec![daemon];
+    for name in ["burn", "sigswitch"] {
+        let p = dir.join(name);
+        assert!(p.exists(), "{} is missing: build the workspace first (cargo build --workspace)", p.display());
+        bins.push(p);
+    }
+    bins
+}
+
+/// Builds the initramfs once per test run.
+fn image() -> &'static Path {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let out = repo().join("target/vm/scx_gang.cpio.gz");
+        fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let mut cmd = Command::new(repo().join("scripts/image.sh"));
+        cmd.arg(&out);
+        for b in binaries() {
+            cmd.arg("--bin").arg(b);
+        }
+        cmd.arg("--scenarios").arg(repo().join("tests/vm/scenarios"));
+        let status = cmd.status().expect("running scripts/image.sh");
+        assert!(status.success(), "scripts/image.sh failed");
+        out
+    })
+}
+
+/// Boots `nodes` VMs running `scenario` and returns node 0's results.
+/// VM tests run one at a time: two VMs on two host cores blur every timing.
+fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = repo().join("target/vm/results").join(scenario);
+    let _ = fs::remove_dir_all(&out);
+    let status = Command::new(repo().join("scripts/cluster.sh"))
+        .arg("--image")
+        .arg(image())
+        .args(["--scenario", scenario, "--nodes", "1", "--vcpus", &vcpus.to_string()])
+        .args(["--timeout", &timeout_s.to_string()])
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("running scripts/cluster.sh");
+    let node = out.join("node0");
+    if !status.success() {
+        let failure = fs::read_to_string(node.join("failure")).unwrap_or_default();
+        let log = fs::read_to_string(node.join("scx_gang.log")).unwrap_or_default();
+        panic!("scenario {scenario} failed: {failure}\n--- scx_gang.log ---\n{log}");
+    }
+    node
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    fs::read_to_string(dir.join(name))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
+        .trim()
+        .to_string()
+}
+
+fn json(dir: &Path, name: &str) -> Value {
+    serde_json::from_str(&read(dir, name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for key in path {
+        cur = &cur[*key];
+    }
+    cur.as_f64().unwrap_or_else(|| panic!("{path:?} missing in {v}"))
+}
+
+fn summary(dir: &Path) -> Value {
+    json(dir, "trace.json")["summary"].clone()
+}
+
+/// Share of all gang run time that `gang` got.
+fn gang_share(summary: &Value, gang: &str) -> f64 {
+    f(summary, &["gangs", gang, "share_of_gang_time"])
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn loads_attaches_and_detaches_cleanly() {
+    let r = run_scenario("attach", 2, 180);
+    assert_eq!(read(&r, "state_before"), "disabled");
+    assert!(read(&r, "ops").starts_with("gang"), "the attached scheduler is ours: {}", read(&r, "ops"));
+    let knobs = read(&r, "knobs");
+    for k in ["slot_ms", "fill", "housekeeping_cpus", "min_other_share_pct", "mode", "current_slot", "switches", "nr_gangs"] {
+        assert!(knobs.lines().any(|l| l == k), "knob file {k} missing: {knobs}");
+    }
+    assert_ne!(read(&r, "second.rc"), "0", "a second scheduler must be refused");
+    assert!(read(&r, "second.out").contains("another sched_ext scheduler is attached"), "{}", read(&r, "second.out"));
+    assert_ne!(read(&r, "badflag.rc"), "0");
+    assert!(read(&r, "badflag.out").contains("slot_ms must be in"), "{}", read(&r, "badflag.out"));
+    assert_eq!(read(&r, "scx_gang.rc"), "0", "Ctrl-C is a clean exit");
+    assert_eq!(read(&r, "state_after"), "disabled", "back on the default scheduler");
+    let dmesg = read(&r, "dmesg.txt");
+    assert!(dmesg.contains("sched_ext: BPF scheduler \"gang"), "{dmesg}");
+    assert!(dmesg.contains("disabled (unregistered from user space)"), "{dmesg}");
+    assert!(!dmesg.contains("watchdog"), "the watchdog fired: {dmesg}");
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn two_gangs_alternate_without_overlap_and_others_progress() {
+    let r = run_scenario("two_gangs", 2, 240);
+    let s = summary(&r);
+    for g in ["a", "b"] {
+        let share = gang_share(&s, g);
+        assert!((0.40..=0.60).contains(&share), "gang {g} got {share:.3} of gang time: {s}");
+        let of_cpu = f(&s, &["gangs", g, "share_of_cpu"]);
+        assert!(of_cpu >= 0.35, "gang {g} got {of_cpu:.3} of all CPU time: {s}");
+    }
+    let overlap = f(&s, &["overlap_fraction"]);
+    assert!(overlap < 0.01, "overlap {overlap:.4}: {s}");
+    assert!(f(&s, &["switches"]) >= 100.0, "10 s at 50 ms slots: {s}");
+    let other = json(&r, "other.json");
+    assert!(f(&other, &["units"]) > 0.0, "the task of no gang made no progress: {other}");
+    assert!(f(&other, &["cpu_s"]) >= 0.05, "the task of no gang got almost no CPU: {other}");
+    assert!(f(&s, &["other_ns"]) > 0.0);
+    assert_eq!(read(&r, "scx_gang.rc"), "0");
+    let _ = NEEDS_VM;
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn slot_ms_knob_changes_the_slot_and_refuses_bad_values() {
+    let r = run_scenario("slot_knob", 2, 240);
+    assert_eq!(read(&r, "write20.rc"), "0");
+    assert_eq!(read(&r, "after20"), "20");
+    for bad in ["write0", "writeabc"] {
+        assert_ne!(read(&r, &format!("{bad}.rc")), "0", "{bad} was accepted");
+        let err = read(&r, &format!("{bad}.err"));
+        assert!(err.contains("Invalid argument"), "{bad}: {err}");
+    }
+    assert_ne!(read(&r, "writero.rc"), "0", "a read-only knob accepted a write");
+    assert_eq!(read(&r, "after_bad"), "20", "a refused write changed the value");
+    let s = summary(&r);
+    let slot = f(&s, &["slot_len_ms", "p50"]);
+    assert!((16.0..=24.0).contains(&slot), "observed slot length {slot} ms, expected 20 ± 20 %: {s}");
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn kill_9_returns_the_node_to_the_default_scheduler() {
+    let r = run_scenario("kill9", 2, 180);
+    let ms: u64 = read(&r, "detach_ms").parse().unwrap();
+    assert!(ms <= 1000, "detached after {ms} ms");
+    assert_eq!(read(&r, "state_after"), "disabled");
+    assert_eq!(read(&r, "workloads_after_kill"), "alive");
+    for g in ["a", "b"] {
+        assert_eq!(read(&r, &format!("{g}.rc")), "0");
+        assert!(f(&json(&r, &format!("{g}.json")), &["units"]) > 0.0);
+    }
+    assert_eq!(read(&r, "scx_gang.rc"), "0", "a new instance starts and stops cleanly after kill -9");
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn a_gang_that_exits_gives_its_slot_back() {
+    let r = run_scenario("gang_exit", 2, 180);
+    assert_eq!(read(&r, "nr_slots_after"), "1");
+    let s = summary(&r);
+    let long = f(&s, &["gangs", "long", "share_of_cpu"]);
+    assert!(long >= 0.90, "the remaining gang got {long:.3} of the CPUs: {s}");
+}
