@@ -573,10 +573,21 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(gang_stopping, struct task_struct *p, bool runnable)
 {
-	struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+	s32 cpu = scx_bpf_task_cpu(p), gang = task_class(p);
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	u64 now;
 
-	if (cctx)
-		account(cctx, bpf_ktime_get_ns());
+	if (!cctx)
+		return;
+	now = bpf_ktime_get_ns();
+	account(cctx, now);
+	/*
+	 * A gang task leaving a CPU it no longer owns (preempted by a switch):
+	 * the gang stops running here now, not when the next task starts, so
+	 * the trace does not charge the context switch to the old gang.
+	 */
+	if (gang >= 0 && gang != cpu_owner(cpu) && !(cctx->run_flags & RUN_FILL))
+		set_running(cctx, cpu, GANG_IDLE, 0, now);
 }
 
 void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)

@@ -4,12 +4,14 @@
 
 start_scx_gang --slot-ms 50
 in_gang short burn --seconds 3 --threads 2 --name short > "$RESULTS/short.json"
+S=$!
 in_gang long burn --seconds 14 --threads 2 --name long > "$RESULTS/long.json"
+L=$!
 wait_gangs 2
 wait_for 20 sh -c "[ \"\$(cat $KNOBS/nr_gangs)\" = 1 ]" || fail "the short gang was never retired"
 cat $KNOBS/nr_slots > "$RESULTS/nr_slots_after"
 sleep 1
 scx_gang trace --seconds 5 --json "$RESULTS/trace.json" > "$RESULTS/trace.out" 2>&1 || fail "trace failed"
-wait
+wait $S $L
 stop_scx_gang
 exit 0

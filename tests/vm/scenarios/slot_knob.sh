@@ -4,7 +4,9 @@
 
 start_scx_gang --slot-ms 50
 in_gang a burn --seconds 12 --threads 2 --name a > /dev/null
+A=$!
 in_gang b burn --seconds 12 --threads 2 --name b > /dev/null
+B=$!
 wait_gangs 2
 
 echo 20 > $KNOBS/slot_ms; echo $? > "$RESULTS/write20.rc"
@@ -17,6 +19,6 @@ for k in $(ls $KNOBS); do echo "$k=$(cat $KNOBS/$k | head -1)"; done > "$RESULTS
 
 sleep 0.5
 scx_gang trace --seconds 3 --json "$RESULTS/trace.json" > "$RESULTS/trace.out" 2>&1 || fail "trace failed"
-wait_for 30 sh -c "[ \"\$(cat $KNOBS/nr_gangs)\" = 0 ]"
+wait $A $B
 stop_scx_gang
 exit 0

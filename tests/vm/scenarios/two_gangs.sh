@@ -4,14 +4,15 @@
 
 start_scx_gang --slot-ms 50
 in_gang a burn --seconds 16 --threads 2 --name a > "$RESULTS/a.json"
+A=$!
 in_gang b burn --seconds 16 --threads 2 --name b > "$RESULTS/b.json"
+B=$!
 burn --seconds 14 --name other > "$RESULTS/other.json" &
 OTHER=$!
 wait_gangs 2
 sleep 1
 scx_gang trace --seconds 10 --json "$RESULTS/trace.json" --svg "$RESULTS/trace.svg" > "$RESULTS/trace.out" 2>&1 \
 	|| fail "trace failed: $(cat $RESULTS/trace.out)"
-wait $OTHER
-wait
+wait $OTHER $A $B
 stop_scx_gang
 exit 0

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need (Debian packages, the
+# sched_ext kernel), builds everything, runs the host tests and then the
+# acceptance tests inside VMs booting the sched_ext kernel.
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --host     host tests only (no VM)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+
+export BPF_CLANG=${BPF_CLANG:-clang-19}
+
+step "setting up the test bed (packages, sched_ext kernel)"
+"$SCRIPTS_DIR/setup.sh"
+
+step "building the workspace (a cold build of the BPF toolchain crates takes minutes)"
+cargo build --release --workspace --all-targets
+
+if [[ ${1:-} == --host ]]; then
+    step "host tests"
+    exec cargo test --release --workspace
+fi
+
+# Host tests and VM tests in one cargo run, so its summary covers both. The
+# VM tests are #[ignore]d for plain `cargo test`; they run one at a time.
+step "host tests, then VM acceptance tests (each boots a VM)"
+cargo test --release --workspace -- --include-ignored --test-threads=1
