@@ -92,6 +92,16 @@ enum Command {
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
     },
+    /// Send one request of the placement API to the daemon and print the
+    /// answer, e.g. '{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}',
+    /// '{"op":"switch","slot":0,"gen":1}' or '{"op":"standalone"}'.
+    Ctl {
+        /// The request, as JSON.
+        request: String,
+        /// The daemon's control socket.
+        #[arg(long, default_value = "/run/scx_gang.sock")]
+        socket: PathBuf,
+    },
 }
 
 /// What the Scheduler needs from the command line.
@@ -115,6 +125,13 @@ fn run(opts: Opts) -> Result<()> {
     match opts.command {
         Some(Command::Trace { seconds, ref json, ref svg, ref socket }) => {
             return trace_command(seconds, json.as_ref(), svg.as_ref(), socket)
+        }
+        Some(Command::Ctl { ref request, ref socket }) => {
+            let request: Request = serde_json::from_str(request)
+                .map_err(|e| anyhow::anyhow!("not a valid request: {e}"))?;
+            let response = control::call(socket, &request, Duration::from_secs(30))?;
+            println!("{}", serde_json::to_string(&response)?);
+            return Ok(());
         }
         None => {}
     }

@@ -76,6 +76,7 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
             .status()
             .expect("running scripts/cluster.sh");
         if status.success() {
+            assert_scheduler_never_failed(&node);
             return node;
         }
         let console = fs::read_to_string(out.join("node0.console.log")).unwrap_or_default();
@@ -88,6 +89,18 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
         panic!("scenario {scenario} failed: {failure}\n--- scx_gang.log ---\n{log}");
     }
     unreachable!()
+}
+
+/// Whatever the scenario, sched_ext must only ever have been detached on
+/// purpose: no watchdog stall, no error exit of the BPF scheduler.
+fn assert_scheduler_never_failed(node: &Path) {
+    let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
+    for line in dmesg.lines().filter(|l| l.contains("sched_ext")) {
+        assert!(!line.contains("stall") && !line.contains("error"), "sched_ext failed: {line}");
+        if line.contains("disabled (") {
+            assert!(line.contains("disabled (unregistered from user space)"), "sched_ext failed: {line}");
+        }
+    }
 }
 
 fn read(dir: &Path, name: &str) -> String {
@@ -133,11 +146,12 @@ fn loads_attaches_and_detaches_cleanly() {
     assert_ne!(read(&r, "badflag.rc"), "0");
     assert!(read(&r, "badflag.out").contains("slot_ms must be in"), "{}", read(&r, "badflag.out"));
     assert_eq!(read(&r, "scx_gang.rc"), "0", "Ctrl-C is a clean exit");
+    assert_ne!(read(&r, "nocgroup.rc"), "0");
+    assert!(read(&r, "nocgroup.out").contains("cgroup v2 is not mounted at /tmp"), "{}", read(&r, "nocgroup.out"));
     assert_eq!(read(&r, "state_after"), "disabled", "back on the default scheduler");
     let dmesg = read(&r, "dmesg.txt");
     assert!(dmesg.contains("sched_ext: BPF scheduler \"gang"), "{dmesg}");
     assert!(dmesg.contains("disabled (unregistered from user space)"), "{dmesg}");
-    assert!(!dmesg.contains("watchdog"), "the watchdog fired: {dmesg}");
 }
 
 #[test]
@@ -202,4 +216,90 @@ fn a_gang_that_exits_gives_its_slot_back() {
     let s = summary(&r);
     let long = f(&s, &["gangs", "long", "share_of_cpu"]);
     assert!(long >= 0.90, "the remaining gang got {long:.3} of the CPUs: {s}");
+}
+
+/// Run time of gang `name` on `cpu` in a trace's timeline.
+fn run_on_cpu(trace: &Value, cpu: usize, name: &str) -> f64 {
+    let id: i64 = trace["meta"]["gang_names"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, v)| v.as_str() == Some(name))
+        .map(|(k, _)| k.parse().unwrap())
+        .unwrap_or_else(|| panic!("gang {name} not in the trace"));
+    trace["cpus"][cpu]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["gang"].as_i64() == Some(id))
+        .map(|i| (i["end_ns"].as_u64().unwrap() - i["start_ns"].as_u64().unwrap()) as f64)
+        .sum()
+}
+
+fn all_gang_run_on_cpu(trace: &Value, cpu: usize) -> f64 {
+    trace["cpus"][cpu]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["gang"].as_i64().unwrap() >= 0)
+        .map(|i| (i["end_ns"].as_u64().unwrap() - i["start_ns"].as_u64().unwrap()) as f64)
+        .sum()
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
+    let r = run_scenario("placement", 2, 240);
+    assert_eq!(read(&r, "mode_coordinated"), "coordinated");
+
+    // One slot, a on CPU 0 and b on CPU 1: each stays on its CPU.
+    let space = json(&r, "space.json");
+    assert!(run_on_cpu(&space, 0, "a") > 0.8 * f(&space, &["summary", "duration_ns"]));
+    assert!(run_on_cpu(&space, 1, "b") > 0.8 * f(&space, &["summary", "duration_ns"]));
+    assert_eq!(run_on_cpu(&space, 0, "b"), 0.0, "b ran on a's CPU");
+    assert_eq!(run_on_cpu(&space, 1, "a"), 0.0, "a ran on b's CPU");
+
+    for (case, msg) in [
+        ("double", "already belongs to gang"),
+        ("nocpu", "CPU 7 does not exist"),
+        ("nogang", "gang \"zzz\" is not known"),
+        ("noslot", "slot 5 does not exist"),
+        ("garbage", "not a valid request"),
+    ] {
+        assert_ne!(read(&r, &format!("{case}.rc")), "0", "{case} accepted");
+        let err = read(&r, &format!("{case}.err"));
+        assert!(err.contains(msg), "{case}: {err}");
+    }
+    assert_eq!(read(&r, "nr_slots_after_refusals"), "1", "a refused schedule changed the table");
+
+    // Switches by command: tagged as commands, with the generations sent.
+    let cmd = json(&r, "command.json");
+    let switches = cmd["switches"].as_array().unwrap();
+    let by_command: Vec<&Value> = switches.iter().filter(|s| s["cause"] == 2).collect();
+    assert!(by_command.len() >= 15, "{} command switches", by_command.len());
+    assert!(by_command.iter().all(|s| s["gen"].as_u64().unwrap() > 1000));
+    assert!(switches.iter().all(|s| s["cause"] == 2), "the timer switched in coordinated mode");
+    let overlap = f(&cmd, &["summary", "overlap_fraction"]);
+    assert!(overlap < 0.01, "overlap {overlap}");
+
+    // Standalone again, CPU 0 kept for housekeeping: no gang runs there.
+    assert_eq!(read(&r, "mode_standalone"), "standalone");
+    let hk = json(&r, "housekeeping.json");
+    assert_eq!(all_gang_run_on_cpu(&hk, 0), 0.0, "a gang ran on the housekeeping CPU");
+    assert!(all_gang_run_on_cpu(&hk, 1) > 0.8 * f(&hk, &["summary", "duration_ns"]));
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn fill_uses_idle_cpus_without_delaying_the_owner() {
+    let r = run_scenario("fill", 2, 240);
+    let nofill = json(&r, "nofill.json")["summary"].clone();
+    let fill = json(&r, "fill.json")["summary"].clone();
+    assert_eq!(f(&nofill, &["fill_ns"]), 0.0, "fill off, yet fill time");
+    assert!(f(&nofill, &["overlap_fraction"]) < 0.01);
+    assert!(f(&fill, &["fill_ns"]) > 0.1 * f(&fill, &["duration_ns"]), "fill on, but idle CPUs stayed idle: {fill}");
+    assert!(f(&fill, &["overlap_fraction"]) < 0.01, "{fill}");
+    let a_before = f(&nofill, &["gangs", "a", "run_ns"]) / f(&nofill, &["duration_ns"]);
+    let a_after = f(&fill, &["gangs", "a", "run_ns"]) / f(&fill, &["duration_ns"]);
+    assert!(a_after >= 0.9 * a_before, "the owner lost time to fill: {a_before:.3} -> {a_after:.3}");
 }

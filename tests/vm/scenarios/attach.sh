@@ -4,6 +4,7 @@
 
 cat $SCX_STATE > "$RESULTS/state_before"
 start_scx_gang --stats 1
+sleep 2
 cat /sys/kernel/sched_ext/root/ops > "$RESULTS/ops"
 ls $KNOBS > "$RESULTS/knobs"
 
@@ -12,7 +13,8 @@ echo $? > "$RESULTS/second.rc"
 scx_gang --slot-ms 0 > "$RESULTS/badflag.out" 2>&1
 echo $? > "$RESULTS/badflag.rc"
 
-sleep 2
 stop_scx_gang
+scx_gang --cgroup-mount /tmp --gang-root /tmp/g > "$RESULTS/nocgroup.out" 2>&1
+echo $? > "$RESULTS/nocgroup.rc"
 cat $SCX_STATE > "$RESULTS/state_after"
 exit 0

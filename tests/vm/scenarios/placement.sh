@@ -1,0 +1,52 @@
+# The placement API (what the coordinator drives): an explicit slot table by
+# gang name, switches by command, refusals that change nothing; then the
+# housekeeping_cpus knob in standalone mode.
+. /scenarios/lib.sh
+
+ctl() { scx_gang ctl "$1"; }
+start_scx_gang --slot-ms 50
+in_gang a burn --seconds 40 --threads 2 --name a > /dev/null; A=$!
+in_gang b burn --seconds 40 --threads 2 --name b > /dev/null; B=$!
+burn --seconds 40 --name other > /dev/null & O=$!
+wait_gangs 2
+
+log "space sharing: one slot, a on CPU 0, b on CPU 1"
+ctl '{"op":"schedule","slots":[[{"gang":"a","cpus":"0"},{"gang":"b","cpus":"1"}]]}' > "$RESULTS/schedule.out" \
+	|| fail "schedule refused"
+cat $KNOBS/mode > "$RESULTS/mode_coordinated"
+scx_gang trace --seconds 3 --json "$RESULTS/space.json" > /dev/null || fail "trace failed"
+
+log "refusals"
+for case in \
+	'double {"op":"schedule","slots":[[{"gang":"a","cpus":"0-1"},{"gang":"b","cpus":"1"}]]}' \
+	'nocpu {"op":"schedule","slots":[[{"gang":"a","cpus":"7"}]]}' \
+	'nogang {"op":"schedule","slots":[[{"gang":"zzz","cpus":"0"}]]}' \
+	'noslot {"op":"switch","slot":5,"gen":100}' \
+	'garbage {"op":"reboot"}'; do
+	name=${case%% *}
+	ctl "${case#* }" > /dev/null 2> "$RESULTS/$name.err"; echo $? > "$RESULTS/$name.rc"
+done
+cat $KNOBS/nr_slots > "$RESULTS/nr_slots_after_refusals"
+
+log "time sharing by command: two slots, switched every 100 ms"
+ctl '{"op":"schedule","slots":[[{"gang":"a","cpus":"0-1"}],[{"gang":"b","cpus":"0-1"}]]}' > /dev/null || fail "schedule refused"
+scx_gang trace --seconds 3 --json "$RESULTS/command.json" > /dev/null & T=$!
+i=0
+while [ $i -lt 24 ]; do
+	i=$((i + 1))
+	ctl "{\"op\":\"switch\",\"slot\":$((i % 2)),\"gen\":$((1000 + i))}" > /dev/null || fail "switch $i refused"
+	usleep 100000
+done
+wait $T || fail "trace failed"
+
+log "back to standalone, CPU 0 for housekeeping"
+ctl '{"op":"standalone"}' > /dev/null || fail "standalone refused"
+cat $KNOBS/mode > "$RESULTS/mode_standalone"
+echo 0 > $KNOBS/housekeeping_cpus || fail "housekeeping_cpus refused"
+sleep 0.5
+scx_gang trace --seconds 3 --json "$RESULTS/housekeeping.json" > /dev/null || fail "trace failed"
+
+kill $A $B $O
+wait $A $B $O
+stop_scx_gang
+exit 0
