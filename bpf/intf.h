@@ -89,7 +89,7 @@ enum gang_stat {
 	STAT_FILL_DISPATCH,	/* another gang's task filled an idle CPU */
 	STAT_MIN_SHARE,		/* gang task preempted to give others their share */
 	STAT_STALE_RUN,		/* a task started after its slot ended: preempted */
-	STAT_KTHREAD_DIRECT,	/* per-CPU kthread dispatched straight to its CPU */
+	STAT_PRIORITY_DIRECT,	/* per-CPU kthread or scx_gang itself run at once */
 	STAT_EVENTS_LOST,	/* trace events dropped: ring buffer full */
 	STAT_WAKE_KICK,		/* owner CPU kicked when its gang's task woke */
 	NR_GANG_STATS,

@@ -32,8 +32,9 @@
  * queue. They run on CPUs nobody owns (housekeeping CPUs), on CPUs whose owner
  * has nothing runnable, and, while they wait, each CPU gives them at least
  * min_other_share_pct of its time: ops.tick() accrues that credit and
- * preempts the gang task when it is due. Per-CPU kthreads go straight to
- * their CPU. Nothing starves, so the sched_ext watchdog never fires; gangs
+ * preempts the gang task when it is due. Per-CPU kthreads and the scx_gang
+ * daemon (the node's control plane: switch commands, knobs) run at once on
+ * the CPU they wake on; both only ever run briefly. Nothing starves, so the sched_ext watchdog never fires; gangs
  * with no slot run as tasks of no gang for the same reason, and one rotation
  * never lasts longer than ROTATION_MAX_NS.
  *
@@ -61,6 +62,7 @@ UEI_DEFINE(uei);
 /* Set before load by the daemon. */
 const volatile u32 nr_cpus = 1;
 const volatile u32 gang_root_level = 1;	/* cgroup level of the gang root */
+const volatile u32 daemon_tgid;		/* scx_gang itself: the node's control plane */
 
 /*
  * Knobs: written by the daemon before attach and at any time after, read at
@@ -467,11 +469,15 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	if (gang < 0) {
-		/* Per-CPU kthreads (workqueues, softirqs) cannot wait for a slot. */
-		if ((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1) {
+		/*
+		 * Per-CPU kthreads (workqueues, softirqs) cannot wait for a slot,
+		 * and the daemon's commands must not wait for a minimum share.
+		 */
+		if (((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1) ||
+		    (daemon_tgid && p->tgid == daemon_tgid)) {
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, OTHER_SLICE_NS,
 					   enq_flags | SCX_ENQ_PREEMPT);
-			stat_inc(STAT_KTHREAD_DIRECT);
+			stat_inc(STAT_PRIORITY_DIRECT);
 			return;
 		}
 		scx_bpf_dsq_insert(p, OTHER_DSQ, OTHER_SLICE_NS, enq_flags);

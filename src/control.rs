@@ -125,22 +125,41 @@ fn handle(conn: UnixStream, tx: Sender<Pending>) -> Result<()> {
     }
 }
 
-/// Client side: sends one request and waits for its response.
-pub fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
-    let conn = UnixStream::connect(path).with_context(|| {
-        format!("cannot reach scx_gang at {} (is the daemon running?)", path.display())
-    })?;
-    conn.set_read_timeout(Some(timeout))?;
-    let mut out = serde_json::to_vec(request)?;
-    out.push(b'\n');
-    (&conn).write_all(&out)?;
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line).context("reading the daemon's response")?;
-    let response: Response = serde_json::from_str(&line).context("malformed response")?;
-    if !response.ok {
-        bail!("{}", response.error.unwrap_or_else(|| "request refused".into()));
+/// Client side: one connection, any number of requests in turn.
+pub struct Client {
+    conn: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Result<Self> {
+        let conn = UnixStream::connect(path).with_context(|| {
+            format!("cannot reach scx_gang at {} (is the daemon running?)", path.display())
+        })?;
+        let reader = BufReader::new(conn.try_clone()?);
+        Ok(Self { conn, reader })
     }
-    Ok(response)
+
+    /// Sends `request` and waits up to `timeout` for its response; a refusal
+    /// becomes an error carrying the daemon's reason.
+    pub fn call(&mut self, request: &Request, timeout: Duration) -> Result<Response> {
+        self.conn.set_read_timeout(Some(timeout))?;
+        let mut out = serde_json::to_vec(request)?;
+        out.push(b'\n');
+        self.conn.write_all(&out)?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line).context("reading the daemon's response")?;
+        let response: Response = serde_json::from_str(&line).context("malformed response")?;
+        if !response.ok {
+            bail!("{}", response.error.unwrap_or_else(|| "request refused".into()));
+        }
+        Ok(response)
+    }
+}
+
+/// Sends one request on a connection of its own.
+pub fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Response> {
+    Client::connect(path)?.call(request, timeout)
 }
 
 pub fn default_socket() -> PathBuf {

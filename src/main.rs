@@ -96,8 +96,12 @@ enum Command {
     /// answer, e.g. '{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}',
     /// '{"op":"switch","slot":0,"gen":1}' or '{"op":"standalone"}'.
     Ctl {
-        /// The request, as JSON.
-        request: String,
+        /// The requests, as JSON, sent in turn on one connection.
+        #[arg(required = true)]
+        requests: Vec<String>,
+        /// Pause between two requests, in ms.
+        #[arg(long, default_value = "0")]
+        interval_ms: u64,
         /// The daemon's control socket.
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
@@ -126,11 +130,20 @@ fn run(opts: Opts) -> Result<()> {
         Some(Command::Trace { seconds, ref json, ref svg, ref socket }) => {
             return trace_command(seconds, json.as_ref(), svg.as_ref(), socket)
         }
-        Some(Command::Ctl { ref request, ref socket }) => {
-            let request: Request = serde_json::from_str(request)
-                .map_err(|e| anyhow::anyhow!("not a valid request: {e}"))?;
-            let response = control::call(socket, &request, Duration::from_secs(30))?;
-            println!("{}", serde_json::to_string(&response)?);
+        Some(Command::Ctl { ref requests, interval_ms, ref socket }) => {
+            // All are checked before the first is sent.
+            let requests = requests
+                .iter()
+                .map(|r| serde_json::from_str::<Request>(r).map_err(|e| anyhow::anyhow!("not a valid request {r:?}: {e}")))
+                .collect::<Result<Vec<_>>>()?;
+            let mut client = control::Client::connect(socket)?;
+            for (i, request) in requests.iter().enumerate() {
+                if i > 0 {
+                    std::thread::sleep(Duration::from_millis(interval_ms));
+                }
+                let response = client.call(request, Duration::from_secs(30))?;
+                println!("{}", serde_json::to_string(&response)?);
+            }
             return Ok(());
         }
         None => {}

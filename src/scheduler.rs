@@ -31,8 +31,11 @@ use crate::bpf_skel::*;
 use crate::stats::Metrics;
 use crate::Config;
 
-/// How often the main loop wakes: ring buffer, requests, knobs.
-const LOOP_PERIOD: Duration = Duration::from_millis(10);
+/// How often the main loop wakes while idle (knob changes, stats) and while
+/// tracing (ring buffer). Control requests wake it at once. Every wake-up
+/// preempts a gang task somewhere, so it stays rare when nothing is traced.
+const IDLE_PERIOD: Duration = Duration::from_millis(50);
+const TRACE_PERIOD: Duration = Duration::from_millis(10);
 /// How often the gang root is scanned for new, emptied or removed gangs.
 const SCAN_PERIOD: Duration = Duration::from_millis(100);
 /// Longest trace a client may ask for, and most events one trace keeps.
@@ -101,6 +104,7 @@ impl<'a> Scheduler<'a> {
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.nr_cpus = nr_cpus;
         rodata.gang_root_level = level;
+        rodata.daemon_tgid = std::process::id();
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
         let knob_values = knobs.snapshot();
@@ -147,6 +151,10 @@ impl<'a> Scheduler<'a> {
         while !shutdown.load(Ordering::Relaxed) && !uei_exited!(&self.skel, uei) {
             let _ = events.consume();
             self.collect_trace(&mut incoming.borrow_mut());
+            let period = if self.traces.is_empty() { IDLE_PERIOD } else { TRACE_PERIOD };
+            if let Ok(pending) = self.control.recv_timeout(period) {
+                self.handle(pending);
+            }
             while let Ok(pending) = self.control.try_recv() {
                 self.handle(pending);
             }
@@ -163,7 +171,6 @@ impl<'a> Scheduler<'a> {
                 }
                 self.publish_status();
             }
-            std::thread::sleep(LOOP_PERIOD);
         }
 
         for t in self.traces.drain(..) {
@@ -406,7 +413,7 @@ impl<'a> Scheduler<'a> {
             fill_dispatch: c(gang_stat_STAT_FILL_DISPATCH),
             min_share_preempt: c(gang_stat_STAT_MIN_SHARE),
             stale_run: c(gang_stat_STAT_STALE_RUN),
-            kthread_direct: c(gang_stat_STAT_KTHREAD_DIRECT),
+            priority_direct: c(gang_stat_STAT_PRIORITY_DIRECT),
             wake_kick: c(gang_stat_STAT_WAKE_KICK),
             events_lost: c(gang_stat_STAT_EVENTS_LOST),
             gang_ns,

@@ -37,8 +37,8 @@ pub struct Metrics {
     pub min_share_preempt: u64,
     #[stat(desc = "Tasks caught starting after their slot ended (preempted at once)")]
     pub stale_run: u64,
-    #[stat(desc = "Per-CPU kthreads dispatched straight to their CPU")]
-    pub kthread_direct: u64,
+    #[stat(desc = "Per-CPU kthreads and scx_gang itself run at once on their CPU")]
+    pub priority_direct: u64,
     #[stat(desc = "Owner CPUs kicked when a gang task woke")]
     pub wake_kick: u64,
     #[stat(desc = "Trace events lost (ring buffer full)")]
@@ -58,7 +58,7 @@ impl Metrics {
         writeln!(
             w,
             "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
-             dispatch gang {} other {} fill {} | min-share {} stale {} kthread {} | \
+             dispatch gang {} other {} fill {} | min-share {} stale {} priority {} | \
              cpu gang {:.1}% other {:.1}% | lost {}",
             self.nr_gangs,
             self.nr_slots,
@@ -71,7 +71,7 @@ impl Metrics {
             self.fill_dispatch,
             self.min_share_preempt,
             self.stale_run,
-            self.kthread_direct,
+            self.priority_direct,
             self.gang_pct,
             self.other_pct,
             self.events_lost,
@@ -92,7 +92,7 @@ impl Metrics {
             fill_dispatch: self.fill_dispatch - rhs.fill_dispatch,
             min_share_preempt: self.min_share_preempt - rhs.min_share_preempt,
             stale_run: self.stale_run - rhs.stale_run,
-            kthread_direct: self.kthread_direct - rhs.kthread_direct,
+            priority_direct: self.priority_direct - rhs.priority_direct,
             wake_kick: self.wake_kick - rhs.wake_kick,
             events_lost: self.events_lost - rhs.events_lost,
             gang_ns: self.gang_ns - rhs.gang_ns,
