@@ -337,9 +337,8 @@ static void set_running(struct cpu_ctx *cctx, s32 cpu, s32 what, u32 flags, u64 
  * longer allowed there (preempting it) and wake idle CPUs the new owner has
  * work for.
  */
-static void do_switch(u32 slot, u64 gen, u32 cause)
+static void do_switch(u32 slot, u64 gen, u32 cause, u64 now)
 {
-	u64 now = bpf_ktime_get_ns();
 	s32 cpu;
 
 	cur_slot = slot;
@@ -382,16 +381,36 @@ static u64 next_slot_len(void)
 	return len ? len : NSEC_PER_MSEC;
 }
 
+/*
+ * A switch commanded by the daemon. The switch_slot syscall program only
+ * records it and fires the timer at once: kicks issued from the timer reach
+ * the other CPUs promptly, while from a syscall program they waited for a
+ * tick. The switch keeps the command's time, so latency counts from it.
+ */
+struct pending_switch {
+	u64 ts;
+	u64 gen;
+	u32 slot;
+	u32 cause;
+	u32 armed;
+};
+
+/* Not static: clang would split a static struct into scalars BTF rejects. */
+struct pending_switch pending;
+
 static int rotation_timerfn(void *map, int *key, struct bpf_timer *timer)
 {
 	u32 n = nr_slots, next;
 
-	if (timer_rotation && n > 0) {
+	if (pending.armed) {
+		pending.armed = 0;
+		do_switch(pending.slot, pending.gen, pending.cause, pending.ts);
+	} else if (timer_rotation && n > 0) {
 		next = cur_slot + 1;
 		if (next >= n)
 			next = 0;
 		if (next != cur_slot)
-			do_switch(next, cur_gen + 1, SWITCH_TIMER);
+			do_switch(next, cur_gen + 1, SWITCH_TIMER, bpf_ktime_get_ns());
 	}
 	bpf_timer_start(timer, next_slot_len(), 0);
 	return 0;
@@ -682,10 +701,21 @@ void BPF_STRUCT_OPS(gang_exit, struct scx_exit_info *ei)
 SEC("syscall")
 int switch_slot(struct switch_args *args)
 {
+	struct rotation_timer *rt;
+	u32 zero = 0;
+
 	if (args->slot >= GANG_MAX_SLOTS)
 		return -EINVAL;
-	do_switch(args->slot, args->generation, args->cause ? args->cause : SWITCH_COMMAND);
-	return 0;
+	rt = bpf_map_lookup_elem(&rotation, &zero);
+	if (!rt)
+		return -ENOENT;
+	pending.ts = bpf_ktime_get_ns();
+	pending.gen = args->generation;
+	pending.slot = args->slot;
+	pending.cause = args->cause ? args->cause : SWITCH_COMMAND;
+	barrier();
+	pending.armed = 1;
+	return bpf_timer_start(&rt->timer, 0, 0);
 }
 
 /*
