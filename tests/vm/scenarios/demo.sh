@@ -3,8 +3,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang jobA burn --seconds 8 --threads 2 --name jobA > /dev/null; A=$!
-in_gang jobB burn --seconds 8 --threads 2 --name jobB > /dev/null; B=$!
+busy_gang jobA 8; A=$LAST_GANG_PID
+busy_gang jobB 8; B=$LAST_GANG_PID
 wait_gangs 2
 sleep 1
 scx_gang trace --seconds 2 --json "$RESULTS/timeline.json" --svg "$RESULTS/timeline.svg" | tee "$RESULTS/summary.txt"

@@ -4,8 +4,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang a burn --seconds 30 --threads 1 --name a > /dev/null; A=$!
-in_gang b burn --seconds 30 --threads 2 --name b > /dev/null; B=$!
+busy_gang a 30 1; A=$LAST_GANG_PID
+busy_gang b 30; B=$LAST_GANG_PID
 wait_gangs 2
 sleep 0.5
 scx_gang trace --seconds 4 --json "$RESULTS/nofill.json" > /dev/null || fail "trace failed"

@@ -3,10 +3,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang short burn --seconds 3 --threads 2 --name short > "$RESULTS/short.json"
-S=$!
-in_gang long burn --seconds 14 --threads 2 --name long > "$RESULTS/long.json"
-L=$!
+busy_gang short 3; S=$LAST_GANG_PID
+busy_gang long 14; L=$LAST_GANG_PID
 wait_gangs 2
 wait_for 20 sh -c "[ \"\$(cat $KNOBS/nr_gangs)\" = 1 ]" || fail "the short gang was never retired"
 cat $KNOBS/nr_slots > "$RESULTS/nr_slots_after"

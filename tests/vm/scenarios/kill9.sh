@@ -3,10 +3,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang a burn --seconds 8 --threads 2 --name a > "$RESULTS/a.json"
-A=$!
-in_gang b burn --seconds 8 --threads 2 --name b > "$RESULTS/b.json"
-B=$!
+busy_gang a 8; A=$LAST_GANG_PID
+busy_gang b 8; B=$LAST_GANG_PID
 wait_gangs 2
 sleep 2
 

@@ -58,3 +58,10 @@ wait_gangs() {
 
 # Attached, or the daemon is gone (no point waiting longer).
 attached_or_dead() { state_is enabled || ! kill -0 "$SCX_PID"; }
+
+# busy_gang GANG SECONDS [THREADS]: a CPU-bound gang in the background; its
+# report goes to $RESULTS/GANG.json and its PID to LAST_GANG_PID.
+busy_gang() {
+	in_gang "$1" burn --seconds "$2" --threads "${3:-2}" --name "$1" > "$RESULTS/$1.json"
+	LAST_GANG_PID=$!
+}

@@ -5,8 +5,8 @@
 
 ctl() { scx_gang ctl "$1"; }
 start_scx_gang --slot-ms 50
-in_gang a burn --seconds 40 --threads 2 --name a > /dev/null; A=$!
-in_gang b burn --seconds 40 --threads 2 --name b > /dev/null; B=$!
+busy_gang a 40; A=$LAST_GANG_PID
+busy_gang b 40; B=$LAST_GANG_PID
 burn --seconds 40 --name other > /dev/null & O=$!
 wait_gangs 2
 

@@ -3,10 +3,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang a burn --seconds 12 --threads 2 --name a > /dev/null
-A=$!
-in_gang b burn --seconds 12 --threads 2 --name b > /dev/null
-B=$!
+busy_gang a 12; A=$LAST_GANG_PID
+busy_gang b 12; B=$LAST_GANG_PID
 wait_gangs 2
 
 echo 20 > $KNOBS/slot_ms; echo $? > "$RESULTS/write20.rc"

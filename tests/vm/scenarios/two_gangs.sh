@@ -3,10 +3,8 @@
 . /scenarios/lib.sh
 
 start_scx_gang --slot-ms 50
-in_gang a burn --seconds 16 --threads 2 --name a > "$RESULTS/a.json"
-A=$!
-in_gang b burn --seconds 16 --threads 2 --name b > "$RESULTS/b.json"
-B=$!
+busy_gang a 16; A=$LAST_GANG_PID
+busy_gang b 16; B=$LAST_GANG_PID
 burn --seconds 14 --name other > "$RESULTS/other.json" &
 OTHER=$!
 wait_gangs 2
