@@ -12,6 +12,8 @@ usage: $0 --image IMG.cpio.gz --scenario NAME --out DIR [--nodes N] [--vcpus V]
   --pin       pin node i's qemu to host core i % nproc
   --append    extra kernel args, e.g. scenario_timeout=100 (guest default: timeout-60)
   --mttcg     multi-threaded TCG (faster SMP, but kernel text patching can oops)
+  --icount S  guest time counts instructions (qemu -icount shift=S): timings
+              independent of host load, for benchmarks (not with --mttcg)
 Writes DIR/node<i>.console.log and DIR/node<i>/ (the guest's /results).
 Exit 0 only if every node powered off by itself with rc 0.
 USAGE
@@ -32,6 +34,7 @@ while (($#)); do
     --results-mb) DISK_MB=${2:?}; shift 2 ;;
     --pin) PIN=1; shift ;;
     --mttcg) TCG=multi; shift ;;
+    --icount) ICOUNT=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
     esac
@@ -116,6 +119,7 @@ for ((i = 0; i < NODES; i++)); do
         -append "console=ttyS0 quiet panic=-1 nodeid=$i nnodes=$NODES scenario=$SCENARIO${APPEND:+ $APPEND}"
         -netdev "vde,id=n0,sock=$SW" -device "virtio-net-pci,netdev=n0,mac=$(printf '52:54:00:00:00:%02x' $((i + 1))),romfile="
         -drive "file=$WORK/node$i.disk,format=raw,if=virtio")
+    [[ -z ${ICOUNT:-} ]] || cmd+=(-icount "shift=$ICOUNT,sleep=off")
     ((PIN == 0)) || cmd=(taskset -c $((i % NCPU)) "${cmd[@]}")
     step "booting node $i.."
     "${cmd[@]}" </dev/null >"$OUT/node$i.console.log" 2>&1 &

@@ -1,19 +1,23 @@
 //! burn: a CPU-bound test workload.
 //!
 //!   burn --seconds S [--threads T]   spin for S seconds of wall time
-//!   burn --work N [--threads T]      spin N work units (~1 ms each, calibrated
-//!                                    as a fixed loop count) and stop
+//!   burn --work N [--threads T]      spin N work units (a fixed loop count,
+//!                                    ~0.1 ms each) and stop
+//!   burn --window S E [--threads T]  sleep until CLOCK_MONOTONIC S, spin until
+//!                                    E: several processes given the same
+//!                                    window compete over exactly that time
 //!
-//! Prints one JSON line at the end: work done, wall time and CPU time, so a
-//! test can see how much CPU a task got and a benchmark how long fixed work
-//! took.
+//! Prints one JSON line at the end: work done, wall time, CPU time and the
+//! start and end on CLOCK_MONOTONIC, so a test can see how much CPU a task
+//! got and a benchmark how long fixed work took (or the makespan of several).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// Loop iterations of one work unit (about 1 ms on an unloaded native core;
-/// the exact time does not matter, only that it is fixed).
-const UNIT: u64 = 200_000;
+/// Loop iterations of one work unit (about 0.1 ms on an unloaded native
+/// core; the exact time does not matter, only that it is fixed and small
+/// enough for a fine count).
+const UNIT: u64 = 20_000;
 
 fn spin_unit(seed: u64) -> u64 {
     let mut x = seed | 1;
@@ -26,6 +30,7 @@ fn spin_unit(seed: u64) -> u64 {
 enum Stop {
     After(Duration),
     Units(u64),
+    Until(f64),
 }
 
 fn worker(stop: &Stop) -> u64 {
@@ -36,6 +41,7 @@ fn worker(stop: &Stop) -> u64 {
         match stop {
             Stop::After(d) if start.elapsed() >= *d => break,
             Stop::Units(n) if units >= *n => break,
+            Stop::Until(end) if clock_seconds(CLOCK_MONOTONIC) >= *end => break,
             _ => {}
         }
         acc ^= spin_unit(units);
@@ -45,10 +51,12 @@ fn worker(stop: &Stop) -> u64 {
     units
 }
 
-fn cpu_seconds() -> f64 {
+const CLOCK_MONOTONIC: i32 = 1;
+const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+
+fn clock_seconds(clock: i32) -> f64 {
     let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
-    // CLOCK_PROCESS_CPUTIME_ID = 2
-    unsafe { clock_gettime(2, &mut ts) };
+    unsafe { clock_gettime(clock, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
@@ -63,7 +71,7 @@ extern "C" {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: burn (--seconds S | --work N) [--threads T] [--name NAME]");
+    eprintln!("usage: burn (--seconds S | --work N | --window FROM UNTIL) [--threads T] [--name NAME]");
     std::process::exit(2);
 }
 
@@ -75,6 +83,15 @@ fn main() {
         match a.as_str() {
             "--seconds" => stop = Some(Stop::After(Duration::from_secs_f64(val().parse().unwrap_or_else(|_| usage())))),
             "--work" => stop = Some(Stop::Units(val().parse().unwrap_or_else(|_| usage()))),
+            "--window" => {
+                let from: f64 = val().parse().unwrap_or_else(|_| usage());
+                let until: f64 = val().parse().unwrap_or_else(|_| usage());
+                let wait = from - clock_seconds(CLOCK_MONOTONIC);
+                if wait > 0.0 {
+                    std::thread::sleep(Duration::from_secs_f64(wait));
+                }
+                stop = Some(Stop::Until(until));
+            }
             "--threads" => threads = val().parse().unwrap_or_else(|_| usage()),
             "--name" => name = val(),
             _ => usage(),
@@ -82,13 +99,17 @@ fn main() {
     }
     let stop = stop.unwrap_or_else(|| usage());
     let start = Instant::now();
+    let start_mono = clock_seconds(CLOCK_MONOTONIC);
     let units: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(|| worker(&stop))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
+    // start_s/end_s are CLOCK_MONOTONIC, comparable between processes.
     println!(
-        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6}}}",
+        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6},\"start_s\":{:.6},\"end_s\":{:.6}}}",
         start.elapsed().as_secs_f64(),
-        cpu_seconds()
+        clock_seconds(CLOCK_PROCESS_CPUTIME_ID),
+        start_mono,
+        clock_seconds(CLOCK_MONOTONIC)
     );
 }
