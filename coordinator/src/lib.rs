@@ -1,0 +1,6 @@
+//! The cluster half of scx_gang: places parallel jobs in space (nodes and
+//! CPUs) and time (slots of the Ousterhout matrix), drives every node
+//! through each slot switch, and serves the users' front end.
+//!
+//! Pure logic lives here and is tested on the host: the matrix and its
+//! allocation policies (matrix, alloc), the wire format (proto).
