@@ -8,6 +8,7 @@
 pub mod bpf_intf;
 pub mod control;
 pub mod cpulist;
+pub mod drain;
 pub mod gangs;
 pub mod knobfs;
 pub mod knobs;
