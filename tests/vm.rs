@@ -146,6 +146,7 @@ fn loads_attaches_and_detaches_cleanly() {
     assert_ne!(read(&r, "badflag.rc"), "0");
     assert!(read(&r, "badflag.out").contains("slot_ms must be in"), "{}", read(&r, "badflag.out"));
     assert_eq!(read(&r, "scx_gang.rc"), "0", "Ctrl-C is a clean exit");
+    assert!(read(&r, "scx_gang.log").contains("[scx_gang] gangs 0 slots 0"), "--stats printed nothing");
     assert_ne!(read(&r, "nocgroup.rc"), "0");
     assert!(read(&r, "nocgroup.out").contains("cgroup v2 is not mounted at /tmp"), "{}", read(&r, "nocgroup.out"));
     assert_eq!(read(&r, "state_after"), "disabled", "back on the default scheduler");
