@@ -4,3 +4,5 @@
 //!
 //! Pure logic lives here and is tested on the host: the matrix and its
 //! allocation policies (matrix, alloc), the wire format (proto).
+
+pub mod proto;

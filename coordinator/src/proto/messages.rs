@@ -1,0 +1,434 @@
+//! The messages, one enum per direction of each link. Each is a JSON object
+//! tagged by `type` (snake_case of the variant), e.g.
+//! `{"type":"switch","gen":42,"slot":1}`.
+
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::frame::{Channel, Message};
+
+/// Largest output chunk an agent sends in one RankOutput. Output shares the
+/// connection with the switch protocol, so a Freeze waits behind at most one
+/// chunk: 64 KiB (one pipe's worth) is ~0.5 ms at 1 Gb/s. Base64 of it is
+/// well inside MAX_PAYLOAD.
+pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
+
+/// A job, as numbered by gangd (unique for gangd's lifetime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+/// A node, as numbered by gangd when it welcomed the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+/// Generation of a slot switch: increases with every switch gangd starts,
+/// so that a late Frozen or Running of an earlier switch is recognised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Gen(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for Gen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Arbitrary bytes (program output, nonces, proofs), carried as a base64
+/// string: JSON strings must be UTF-8, and an array of numbers would
+/// triple the size of every output chunk.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Bytes(pub Vec<u8>);
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Bytes({} bytes: \"{}\")", self.0.len(), self.0.escape_ascii())
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Self {
+        Self(v)
+    }
+}
+
+impl From<&[u8]> for Bytes {
+    fn from(v: &[u8]) -> Self {
+        Self(v.to_vec())
+    }
+}
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&BASE64.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        BASE64.decode(text).map(Bytes).map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// How a rank's process ended, as waitpid tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// One job's CPUs on this node in one slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// By id, not by name: two users may both call their job "test". The
+    /// agent names the job's gang (cgroup directory) after the id.
+    pub job: JobId,
+    /// CPU list, e.g. "0-3,8".
+    pub cpus: String,
+}
+
+/// Whether a slot switch waits for the network to drain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Barrier {
+    /// Freeze waits until the outgoing gangs' traffic is in steady state,
+    /// and gangd sends Switch only when every node is Frozen.
+    Strict,
+    /// No drain wait: nodes answer Frozen once the outgoing gangs are
+    /// stopped, and gangd does not wait for all of them.
+    Off,
+}
+
+/// Agent → gangd.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromAgent {
+    /// First message, in answer to Challenge.
+    Hello {
+        node: String,
+        nr_cpus: u32,
+        /// CPU list the node keeps for itself, never given to a job.
+        housekeeping_cpus: String,
+        agent_version: String,
+        /// HMAC of the challenge under the cluster key (auth::prove).
+        proof: Bytes,
+    },
+    /// The gangs of the slot being left are stopped and (with the strict
+    /// barrier) their traffic has drained.
+    Frozen {
+        gen: Gen,
+        /// The slot being left (Freeze's from_slot).
+        slot: u32,
+        /// Bytes that were still in flight when the gangs stopped.
+        drained_bytes: u64,
+        /// Time spent waiting for steady state.
+        drain_us: u64,
+        /// Steady state was not reached within drain_timeout_ms.
+        timed_out: bool,
+        /// Time from receiving Freeze to sending Frozen.
+        freeze_us: u64,
+    },
+    /// The node runs `slot` now.
+    Running {
+        gen: Gen,
+        slot: u32,
+        switch_us: u64,
+    },
+    RankStarted {
+        job: JobId,
+        rank: u32,
+        pid: u32,
+    },
+    /// At most MAX_OUTPUT_CHUNK bytes of one rank's output.
+    RankOutput {
+        job: JobId,
+        rank: u32,
+        stream: Stream,
+        data: Bytes,
+    },
+    RankExited {
+        job: JobId,
+        rank: u32,
+        status: ExitStatus,
+    },
+    /// Answer to gangd's Heartbeat, same seq.
+    Heartbeat {
+        seq: u64,
+    },
+    /// Something gangd asked failed on this node.
+    Error {
+        message: String,
+    },
+}
+
+/// gangd → agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToAgent {
+    /// First message on a new connection: 32 random bytes to prove against.
+    Challenge {
+        nonce: Bytes,
+    },
+    /// The proof was good; the node is in the cluster.
+    Welcome {
+        node_id: NodeId,
+    },
+    /// The node is not admitted; gangd closes the connection.
+    Refused {
+        reason: String,
+    },
+    /// This node's column of the matrix: `slots[s]` are the jobs that run
+    /// here in slot s. Slot numbers in Freeze/Switch index this table.
+    Schedule {
+        slots: Vec<Vec<Placement>>,
+    },
+    /// Stop the gangs of `from_slot`, wait at most `drain_timeout_ms` for
+    /// their traffic to reach steady state, answer Frozen.
+    Freeze {
+        gen: Gen,
+        from_slot: u32,
+        to_slot: u32,
+        drain_timeout_ms: u32,
+    },
+    /// Every node is frozen: run `slot`, answer Running.
+    Switch {
+        gen: Gen,
+        slot: u32,
+    },
+    /// Start one rank of a job on this node.
+    SpawnRank {
+        job: JobId,
+        /// The user's name for the job.
+        name: String,
+        rank: u32,
+        /// Number of ranks in the job.
+        size: u32,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        uid: u32,
+        gid: u32,
+        /// "host:port" of every rank, indexed by rank.
+        peers: Vec<String>,
+    },
+    KillJob {
+        job: JobId,
+        signal: i32,
+    },
+    SuspendJob {
+        job: JobId,
+    },
+    ResumeJob {
+        job: JobId,
+    },
+    Knobs {
+        slot_ms: u32,
+        drain_timeout_ms: u32,
+        barrier: Barrier,
+        fill: bool,
+    },
+    /// Liveness probe; the agent echoes seq.
+    Heartbeat {
+        seq: u64,
+    },
+}
+
+/// Front end → gangd. The user is not in any message: gangd takes it from
+/// the Unix socket's peer credentials, which the client cannot forge.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromClient {
+    /// Run a job; answered by Accepted or Refused, then Output until JobEnded.
+    Submit {
+        name: String,
+        ranks: u32,
+        /// Ranks per node; None lets gangd choose.
+        per_node: Option<u32>,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        /// Prefix each output line with its rank.
+        label_output: bool,
+        /// Reserved: copy the executable to the nodes. Not supported yet
+        /// (gangd refuses it); absent means false.
+        #[serde(default)]
+        ship_executable: bool,
+    },
+    /// Send `signal` to every rank of the job.
+    Signal {
+        job: JobId,
+        signal: i32,
+    },
+    Kill {
+        job: JobId,
+    },
+    /// List the jobs.
+    Ps,
+    /// Show the space-time matrix.
+    Matrix,
+}
+
+/// gangd → front end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToClient {
+    Accepted {
+        job: JobId,
+    },
+    Refused {
+        reason: String,
+    },
+    /// Signal or Kill was carried out.
+    Done,
+    Output {
+        job: JobId,
+        rank: u32,
+        stream: Stream,
+        data: Bytes,
+    },
+    /// Last message about a job.
+    JobEnded {
+        job: JobId,
+        /// What the front end should exit with.
+        exit_code: i32,
+        /// One line for the user, e.g. "4 ranks exited 0".
+        summary: String,
+        /// The first rank that failed, if any did.
+        failure: Option<RankFailure>,
+    },
+    PsReply {
+        jobs: Vec<JobInfo>,
+    },
+    /// The matrix drawn as text.
+    MatrixReply {
+        text: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankFailure {
+    pub rank: u32,
+    pub node: String,
+    pub status: ExitStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for room in the matrix.
+    Queued,
+    Running,
+    Suspended,
+}
+
+/// One line of `gang ps`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub job: JobId,
+    pub name: String,
+    pub uid: u32,
+    pub ranks: u32,
+    pub state: JobState,
+    /// Slot of the matrix the job runs in, once placed.
+    pub slot: Option<u32>,
+    pub nodes: Vec<String>,
+    pub elapsed_ms: u64,
+}
+
+impl Message for FromAgent {
+    const CHANNEL: Channel = Channel::FromAgent;
+    const TYPES: &'static [&'static str] =
+        &["hello", "frozen", "running", "rank_started", "rank_output", "rank_exited", "heartbeat", "error"];
+}
+
+impl Message for ToAgent {
+    const CHANNEL: Channel = Channel::ToAgent;
+    const TYPES: &'static [&'static str] = &[
+        "challenge",
+        "welcome",
+        "refused",
+        "schedule",
+        "freeze",
+        "switch",
+        "spawn_rank",
+        "kill_job",
+        "suspend_job",
+        "resume_job",
+        "knobs",
+        "heartbeat",
+    ];
+}
+
+impl Message for FromClient {
+    const CHANNEL: Channel = Channel::FromClient;
+    const TYPES: &'static [&'static str] = &["submit", "signal", "kill", "ps", "matrix"];
+}
+
+impl Message for ToClient {
+    const CHANNEL: Channel = Channel::ToClient;
+    const TYPES: &'static [&'static str] =
+        &["accepted", "refused", "done", "output", "job_ended", "ps_reply", "matrix_reply"];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_form_is_stable() {
+        let m = ToAgent::Switch { gen: Gen(42), slot: 1 };
+        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"type":"switch","gen":42,"slot":1}"#);
+        let m =
+            FromAgent::RankOutput { job: JobId(3), rank: 0, stream: Stream::Stderr, data: b"hi\n".as_slice().into() };
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"type":"rank_output","job":3,"rank":0,"stream":"stderr","data":"aGkK"}"#
+        );
+        let m = FromAgent::RankExited { job: JobId(3), rank: 1, status: ExitStatus::Signaled(9) };
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"type":"rank_exited","job":3,"rank":1,"status":{"signaled":9}}"#
+        );
+        assert_eq!(serde_json::to_string(&FromClient::Ps).unwrap(), r#"{"type":"ps"}"#);
+    }
+
+    #[test]
+    fn ship_executable_may_be_absent() {
+        let json = r#"{"type":"submit","name":"a","ranks":2,"per_node":null,"argv":["x"],"env":[],"cwd":"/","label_output":false}"#;
+        match serde_json::from_str::<FromClient>(json).unwrap() {
+            FromClient::Submit { ship_executable, .. } => assert!(!ship_executable),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_base64_is_an_error() {
+        let json = r#"{"type":"rank_output","job":3,"rank":0,"stream":"stdout","data":"not base64!"}"#;
+        assert!(serde_json::from_str::<FromAgent>(json).is_err());
+    }
+}

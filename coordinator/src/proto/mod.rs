@@ -1,0 +1,53 @@
+//! The wire protocol of gangd: with the node agents over TCP, and with the
+//! users' front end `gang` over a local Unix socket. Both links carry the
+//! same frames (frame.rs); each direction has its own message enum
+//! (messages.rs); agents are admitted by a challenge on a shared key
+//! (auth.rs).
+//!
+//! # Agent link
+//!
+//! ```text
+//! gangd                                  agent
+//!   Challenge{nonce}                 →
+//!                                    ←   Hello{node, ..., proof}
+//!   Welcome{node_id} | Refused       →   (Refused: gangd closes)
+//!   Knobs, Schedule, SpawnRank, ...  →
+//!                                    ←   RankStarted, RankOutput, RankExited
+//! slot switch, generation g:
+//!   Freeze{g, from, to}  to every node of the switch
+//!                                    ←   Frozen{g, from}   (gangs stopped, traffic drained)
+//!   Switch{g, to}  once all are Frozen
+//!                                    ←   Running{g, to}
+//!   Heartbeat{seq}                   →   ←   Heartbeat{seq}
+//! ```
+//!
+//! The switch follows SCore-D's network preemption: a gang's traffic must
+//! be at rest before another gang takes the CPUs, so nothing in flight is
+//! delivered to a stopped gang's peers mid-switch. SCore-D also had nodes
+//! save and restore the channel context of its user-level network interface
+//! (four more messages); here the kernel keeps socket state across a
+//! switch, so Frozen and Running are the only barriers. A message of an
+//! older generation is stale and is ignored by both sides.
+//!
+//! # Front end link
+//!
+//! Submit → Accepted | Refused, then Output... until JobEnded. Ps → PsReply,
+//! Matrix → MatrixReply, Signal | Kill → Done | Refused. The user is the
+//! socket's peer (SO_PEERCRED), never a field a client could forge.
+//!
+//! # Errors
+//!
+//! Any FrameError ends the connection: log it and drop the peer.
+
+pub mod auth;
+pub mod frame;
+pub mod messages;
+
+pub use frame::{
+    encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC, MAX_PAYLOAD,
+    PROTOCOL_VERSION,
+};
+pub use messages::{
+    Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobState, NodeId, Placement, RankFailure,
+    Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
+};

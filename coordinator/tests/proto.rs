@@ -1,0 +1,575 @@
+//! The wire protocol from outside: every message through a frame and back,
+//! the incremental decoder against the blocking reader, and every way a
+//! peer can send garbage.
+
+use std::collections::BTreeSet;
+use std::io::{self, Cursor, Read};
+
+use gang_coordinator::proto::*;
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+// --- strategies: arbitrary values of every field of every message ---
+
+fn text() -> impl Strategy<Value = String> {
+    any::<String>()
+}
+
+fn bytes() -> impl Strategy<Value = Bytes> {
+    prop::collection::vec(any::<u8>(), 0..512).prop_map(Bytes)
+}
+
+fn strings() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(text(), 0..4)
+}
+
+fn env() -> impl Strategy<Value = Vec<(String, String)>> {
+    prop::collection::vec((text(), text()), 0..4)
+}
+
+fn job() -> impl Strategy<Value = JobId> {
+    any::<u64>().prop_map(JobId)
+}
+
+fn gen() -> impl Strategy<Value = Gen> {
+    any::<u64>().prop_map(Gen)
+}
+
+fn stream() -> impl Strategy<Value = Stream> {
+    prop_oneof![Just(Stream::Stdout), Just(Stream::Stderr)]
+}
+
+fn exit_status() -> impl Strategy<Value = ExitStatus> {
+    prop_oneof![any::<i32>().prop_map(ExitStatus::Exited), any::<i32>().prop_map(ExitStatus::Signaled)]
+}
+
+fn placement() -> impl Strategy<Value = Placement> {
+    (job(), text()).prop_map(|(job, cpus)| Placement { job, cpus })
+}
+
+fn from_agent() -> impl Strategy<Value = FromAgent> {
+    prop_oneof![
+        (text(), any::<u32>(), text(), text(), bytes()).prop_map(
+            |(node, nr_cpus, housekeeping_cpus, agent_version, proof)| FromAgent::Hello {
+                node,
+                nr_cpus,
+                housekeeping_cpus,
+                agent_version,
+                proof
+            }
+        ),
+        (gen(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
+            |(gen, slot, drained_bytes, drain_us, timed_out, freeze_us)| FromAgent::Frozen {
+                gen,
+                slot,
+                drained_bytes,
+                drain_us,
+                timed_out,
+                freeze_us
+            }
+        ),
+        (gen(), any::<u32>(), any::<u64>()).prop_map(|(gen, slot, switch_us)| FromAgent::Running {
+            gen,
+            slot,
+            switch_us
+        }),
+        (job(), any::<u32>(), any::<u32>()).prop_map(|(job, rank, pid)| FromAgent::RankStarted { job, rank, pid }),
+        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| FromAgent::RankOutput {
+            job,
+            rank,
+            stream,
+            data
+        }),
+        (job(), any::<u32>(), exit_status()).prop_map(|(job, rank, status)| FromAgent::RankExited {
+            job,
+            rank,
+            status
+        }),
+        any::<u64>().prop_map(|seq| FromAgent::Heartbeat { seq }),
+        text().prop_map(|message| FromAgent::Error { message }),
+    ]
+}
+
+fn to_agent() -> impl Strategy<Value = ToAgent> {
+    let spawn =
+        (job(), text(), any::<u32>(), any::<u32>(), strings(), env(), text(), any::<u32>(), any::<u32>(), strings())
+            .prop_map(|(job, name, rank, size, argv, env, cwd, uid, gid, peers)| ToAgent::SpawnRank {
+                job,
+                name,
+                rank,
+                size,
+                argv,
+                env,
+                cwd,
+                uid,
+                gid,
+                peers,
+            });
+    let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
+    prop_oneof![
+        bytes().prop_map(|nonce| ToAgent::Challenge { nonce }),
+        any::<u32>().prop_map(|n| ToAgent::Welcome { node_id: NodeId(n) }),
+        text().prop_map(|reason| ToAgent::Refused { reason }),
+        prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..4)
+            .prop_map(|slots| ToAgent::Schedule { slots }),
+        (gen(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(gen, from_slot, to_slot, drain_timeout_ms)| {
+            ToAgent::Freeze { gen, from_slot, to_slot, drain_timeout_ms }
+        }),
+        (gen(), any::<u32>()).prop_map(|(gen, slot)| ToAgent::Switch { gen, slot }),
+        spawn,
+        (job(), any::<i32>()).prop_map(|(job, signal)| ToAgent::KillJob { job, signal }),
+        job().prop_map(|job| ToAgent::SuspendJob { job }),
+        job().prop_map(|job| ToAgent::ResumeJob { job }),
+        (any::<u32>(), any::<u32>(), barrier, any::<bool>()).prop_map(|(slot_ms, drain_timeout_ms, barrier, fill)| {
+            ToAgent::Knobs { slot_ms, drain_timeout_ms, barrier, fill }
+        }),
+        any::<u64>().prop_map(|seq| ToAgent::Heartbeat { seq }),
+    ]
+}
+
+fn from_client() -> impl Strategy<Value = FromClient> {
+    prop_oneof![
+        (text(), any::<u32>(), any::<Option<u32>>(), strings(), env(), text(), any::<bool>(), any::<bool>()).prop_map(
+            |(name, ranks, per_node, argv, env, cwd, label_output, ship_executable)| FromClient::Submit {
+                name,
+                ranks,
+                per_node,
+                argv,
+                env,
+                cwd,
+                label_output,
+                ship_executable
+            }
+        ),
+        (job(), any::<i32>()).prop_map(|(job, signal)| FromClient::Signal { job, signal }),
+        job().prop_map(|job| FromClient::Kill { job }),
+        Just(FromClient::Ps),
+        Just(FromClient::Matrix),
+    ]
+}
+
+fn job_info() -> impl Strategy<Value = JobInfo> {
+    let state = prop_oneof![Just(JobState::Queued), Just(JobState::Running), Just(JobState::Suspended)];
+    (job(), text(), any::<u32>(), any::<u32>(), state, any::<Option<u32>>(), strings(), any::<u64>()).prop_map(
+        |(job, name, uid, ranks, state, slot, nodes, elapsed_ms)| JobInfo {
+            job,
+            name,
+            uid,
+            ranks,
+            state,
+            slot,
+            nodes,
+            elapsed_ms,
+        },
+    )
+}
+
+fn to_client() -> impl Strategy<Value = ToClient> {
+    let failure =
+        (any::<u32>(), text(), exit_status()).prop_map(|(rank, node, status)| RankFailure { rank, node, status });
+    prop_oneof![
+        job().prop_map(|job| ToClient::Accepted { job }),
+        text().prop_map(|reason| ToClient::Refused { reason }),
+        Just(ToClient::Done),
+        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| ToClient::Output {
+            job,
+            rank,
+            stream,
+            data
+        }),
+        (job(), any::<i32>(), text(), proptest::option::of(failure))
+            .prop_map(|(job, exit_code, summary, failure)| ToClient::JobEnded { job, exit_code, summary, failure }),
+        prop::collection::vec(job_info(), 0..3).prop_map(|jobs| ToClient::PsReply { jobs }),
+        text().prop_map(|text| ToClient::MatrixReply { text }),
+    ]
+}
+
+// --- helpers ---
+
+fn round_trip<M: Message + PartialEq + std::fmt::Debug>(msg: &M) {
+    let frame = encode(msg).unwrap();
+    let mut reader = Cursor::new(&frame);
+    assert_eq!(read_frame::<M>(&mut reader).unwrap().as_ref(), Some(msg));
+    assert_eq!(read_frame::<M>(&mut reader).unwrap(), None, "clean end after the frame");
+    let mut decoder = FrameDecoder::<M>::new();
+    assert_eq!(&decoder.feed(&frame).unwrap(), std::slice::from_ref(msg));
+    assert_eq!(decoder.buffered(), 0);
+    decoder.finish().unwrap();
+}
+
+/// Splits `bytes` at the given cut points and feeds the pieces one by one.
+fn feed_in_chunks<M: Message>(bytes: &[u8], cuts: &[Index]) -> Result<Vec<M>, FrameError> {
+    let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+    at.push(0);
+    at.push(bytes.len());
+    at.sort_unstable();
+    let mut decoder = FrameDecoder::<M>::new();
+    let mut out = Vec::new();
+    for w in at.windows(2) {
+        out.extend(decoder.feed(&bytes[w[0]..w[1]])?);
+        assert!(decoder.buffered() <= HEADER_LEN + MAX_PAYLOAD);
+    }
+    decoder.finish()?;
+    Ok(out)
+}
+
+fn header(version: u16, channel: u8, len: u32) -> Vec<u8> {
+    let mut h = MAGIC.to_vec();
+    h.extend_from_slice(&version.to_be_bytes());
+    h.push(channel);
+    h.extend_from_slice(&len.to_be_bytes());
+    h
+}
+
+fn frame_of(channel: Channel, payload: &[u8]) -> Vec<u8> {
+    let mut f = header(PROTOCOL_VERSION, channel as u8, payload.len() as u32);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Both decoders must give the same error for the same bytes.
+fn both_fail<M: Message + std::fmt::Debug>(bytes: &[u8]) -> FrameError {
+    let blocking = read_frame::<M>(&mut Cursor::new(bytes)).unwrap_err();
+    let mut decoder = FrameDecoder::<M>::new();
+    let incremental = match decoder.feed(bytes) {
+        Err(e) => e,
+        Ok(msgs) => {
+            assert!(msgs.is_empty(), "{msgs:?}");
+            decoder.finish().unwrap_err()
+        }
+    };
+    assert_eq!(blocking, incremental);
+    blocking
+}
+
+/// A reader that counts what was taken from it and never ends: a decoder
+/// that trusted a length field would read (and store) on and on.
+struct Endless {
+    prefix: Vec<u8>,
+    read: usize,
+}
+
+impl Read for Endless {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        for b in buf.iter_mut() {
+            *b = self.prefix.get(self.read).copied().unwrap_or(b'x');
+            self.read += 1;
+        }
+        Ok(buf.len())
+    }
+}
+
+// --- examples ---
+
+#[test]
+fn every_message_type_has_a_sample_and_round_trips() {
+    fn check<M: Message + PartialEq + std::fmt::Debug>(samples: &[M]) {
+        let mut seen = BTreeSet::new();
+        for m in samples {
+            round_trip(m);
+            let json: serde_json::Value = serde_json::to_value(m).unwrap();
+            seen.insert(json["type"].as_str().unwrap().to_string());
+        }
+        let declared: BTreeSet<String> = M::TYPES.iter().map(|s| s.to_string()).collect();
+        assert_eq!(seen, declared, "TYPES must list exactly the variants");
+    }
+    let job = JobId(7);
+    let gen = Gen(9);
+    check(&[
+        FromAgent::Hello {
+            node: "n1".into(),
+            nr_cpus: 64,
+            housekeeping_cpus: "0".into(),
+            agent_version: "0.1.0".into(),
+            proof: vec![1; 32].into(),
+        },
+        FromAgent::Frozen { gen, slot: 0, drained_bytes: 4096, drain_us: 120, timed_out: false, freeze_us: 300 },
+        FromAgent::Running { gen, slot: 1, switch_us: 40 },
+        FromAgent::RankStarted { job, rank: 3, pid: 4242 },
+        FromAgent::RankOutput { job, rank: 3, stream: Stream::Stdout, data: b"\x00\xff\n".as_slice().into() },
+        FromAgent::RankExited { job, rank: 3, status: ExitStatus::Exited(0) },
+        FromAgent::Heartbeat { seq: 1 },
+        FromAgent::Error { message: "no such gang".into() },
+    ]);
+    check(&[
+        ToAgent::Challenge { nonce: vec![7; 32].into() },
+        ToAgent::Welcome { node_id: NodeId(2) },
+        ToAgent::Refused { reason: "bad proof".into() },
+        ToAgent::Schedule { slots: vec![vec![Placement { job, cpus: "0-3".into() }], vec![]] },
+        ToAgent::Freeze { gen, from_slot: 0, to_slot: 1, drain_timeout_ms: 50 },
+        ToAgent::Switch { gen, slot: 1 },
+        ToAgent::SpawnRank {
+            job,
+            name: "lu".into(),
+            rank: 0,
+            size: 4,
+            argv: vec!["./lu".into(), "-n".into()],
+            env: vec![("OMP_NUM_THREADS".into(), "1".into())],
+            cwd: "/home/u".into(),
+            uid: 1000,
+            gid: 1000,
+            peers: vec!["n1:7000".into(), "n2:7000".into()],
+        },
+        ToAgent::KillJob { job, signal: 9 },
+        ToAgent::SuspendJob { job },
+        ToAgent::ResumeJob { job },
+        ToAgent::Knobs { slot_ms: 100, drain_timeout_ms: 50, barrier: Barrier::Strict, fill: true },
+        ToAgent::Heartbeat { seq: 2 },
+    ]);
+    check(&[
+        FromClient::Submit {
+            name: "lu".into(),
+            ranks: 4,
+            per_node: Some(2),
+            argv: vec!["./lu".into()],
+            env: vec![],
+            cwd: "/".into(),
+            label_output: true,
+            ship_executable: false,
+        },
+        FromClient::Signal { job, signal: 2 },
+        FromClient::Kill { job },
+        FromClient::Ps,
+        FromClient::Matrix,
+    ]);
+    check(&[
+        ToClient::Accepted { job },
+        ToClient::Refused { reason: "no room".into() },
+        ToClient::Done,
+        ToClient::Output { job, rank: 0, stream: Stream::Stderr, data: b"oops\n".as_slice().into() },
+        ToClient::JobEnded {
+            job,
+            exit_code: 137,
+            summary: "rank 2 killed by signal 9".into(),
+            failure: Some(RankFailure { rank: 2, node: "n2".into(), status: ExitStatus::Signaled(9) }),
+        },
+        ToClient::PsReply {
+            jobs: vec![JobInfo {
+                job,
+                name: "lu".into(),
+                uid: 1000,
+                ranks: 4,
+                state: JobState::Running,
+                slot: Some(0),
+                nodes: vec!["n1".into(), "n2".into()],
+                elapsed_ms: 1500,
+            }],
+        },
+        ToClient::MatrixReply { text: "slot 0: lu lu\n".into() },
+    ]);
+}
+
+#[test]
+fn a_full_output_chunk_of_any_bytes_fits_in_a_frame() {
+    // Every byte value, repeated: base64 does not depend on content, but a
+    // regression to escaped strings would.
+    let data: Vec<u8> = (0..MAX_OUTPUT_CHUNK).map(|i| i as u8).collect();
+    let msg = FromAgent::RankOutput { job: JobId(u64::MAX), rank: u32::MAX, stream: Stream::Stderr, data: Bytes(data) };
+    round_trip(&msg);
+    let to_user = ToClient::Output {
+        job: JobId(u64::MAX),
+        rank: u32::MAX,
+        stream: Stream::Stderr,
+        data: Bytes(vec![0xff; MAX_OUTPUT_CHUNK]),
+    };
+    round_trip(&to_user);
+}
+
+#[test]
+fn a_message_too_large_for_a_frame_is_refused_when_sent() {
+    let msg = ToClient::MatrixReply { text: "x".repeat(MAX_PAYLOAD) };
+    match encode(&msg) {
+        Err(FrameError::Oversized { len, limit }) => {
+            assert!(len > MAX_PAYLOAD);
+            assert_eq!(limit, MAX_PAYLOAD);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut sink = Vec::new();
+    assert!(write_frame(&mut sink, &msg).is_err());
+    assert!(sink.is_empty(), "nothing half-written");
+}
+
+// --- every error, from both decoders ---
+
+#[test]
+fn bad_magic() {
+    let mut f = encode(&FromClient::Ps).unwrap();
+    f[0..4].copy_from_slice(b"GET ");
+    assert_eq!(both_fail::<FromClient>(&f), FrameError::BadMagic(*b"GET "));
+}
+
+#[test]
+fn unsupported_version() {
+    let mut f = header(PROTOCOL_VERSION + 1, Channel::FromClient as u8, 2);
+    f.extend_from_slice(b"{}");
+    assert_eq!(
+        both_fail::<FromClient>(&f),
+        FrameError::UnsupportedVersion { got: PROTOCOL_VERSION + 1, supported: PROTOCOL_VERSION }
+    );
+}
+
+#[test]
+fn wrong_channel() {
+    let f = encode(&FromClient::Ps).unwrap();
+    assert_eq!(
+        both_fail::<FromAgent>(&f),
+        FrameError::WrongChannel { got: Channel::FromClient as u8, expected: Channel::FromAgent as u8 }
+    );
+}
+
+#[test]
+fn oversized_length_is_refused_before_reading_the_payload() {
+    for len in [MAX_PAYLOAD as u32 + 1, u32::MAX] {
+        let h = header(PROTOCOL_VERSION, Channel::FromAgent as u8, len);
+        let expected = FrameError::Oversized { len: len as usize, limit: MAX_PAYLOAD };
+        let mut endless = Endless { prefix: h.clone(), read: 0 };
+        assert_eq!(read_frame::<FromAgent>(&mut endless).unwrap_err(), expected);
+        assert_eq!(endless.read, HEADER_LEN, "not one payload byte read");
+
+        let mut decoder = FrameDecoder::<FromAgent>::new();
+        let mut stream = h.clone();
+        stream.extend(std::iter::repeat_n(b'x', 4096));
+        assert_eq!(decoder.feed(&stream).unwrap_err(), expected);
+        assert_eq!(decoder.buffered(), HEADER_LEN, "the payload is not stored");
+    }
+}
+
+#[test]
+fn the_largest_allowed_payload_is_accepted() {
+    let mut payload = br#"{"type":"error","message":""#.to_vec();
+    let pad = MAX_PAYLOAD - payload.len() - 2;
+    payload.extend(std::iter::repeat_n(b'e', pad));
+    payload.extend_from_slice(br#""}"#);
+    assert_eq!(payload.len(), MAX_PAYLOAD);
+    let f = frame_of(Channel::FromAgent, &payload);
+    let msg = read_frame::<FromAgent>(&mut Cursor::new(&f)).unwrap().unwrap();
+    assert!(matches!(msg, FromAgent::Error { message } if message.len() == pad));
+}
+
+#[test]
+fn truncated_header_and_payload() {
+    let f = encode(&FromAgent::Heartbeat { seq: 5 }).unwrap();
+    for cut in 1..f.len() {
+        let err = both_fail::<FromAgent>(&f[..cut]);
+        let needed = if cut < HEADER_LEN { HEADER_LEN } else { f.len() };
+        assert_eq!(err, FrameError::Truncated { needed, got: cut }, "cut at {cut}");
+    }
+}
+
+#[test]
+fn garbage_json_is_malformed() {
+    for payload in
+        [&b"{not json"[..], b"", b"[1,2]", b"\xff\xfe", br#"{"type":"heartbeat","seq":"x"}"#, br#"{"seq":1}"#]
+    {
+        let err = both_fail::<FromAgent>(&frame_of(Channel::FromAgent, payload));
+        assert!(matches!(err, FrameError::Malformed(_)), "{payload:?}: {err:?}");
+    }
+}
+
+#[test]
+fn unknown_tag_is_an_unknown_message_type() {
+    let f = frame_of(Channel::FromAgent, br#"{"type":"reboot","now":true}"#);
+    assert_eq!(both_fail::<FromAgent>(&f), FrameError::UnknownMessageType("reboot".into()));
+    // A tag of another direction is unknown on this one.
+    let f = frame_of(Channel::FromAgent, br#"{"type":"switch","gen":1,"slot":0}"#);
+    assert_eq!(both_fail::<FromAgent>(&f), FrameError::UnknownMessageType("switch".into()));
+}
+
+#[test]
+fn io_errors_keep_their_kind() {
+    struct TimesOut;
+    impl Read for TimesOut {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out"))
+        }
+    }
+    match read_frame::<FromAgent>(&mut TimesOut) {
+        Err(FrameError::Io { kind: io::ErrorKind::TimedOut, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+// --- properties ---
+
+proptest! {
+    #[test]
+    fn from_agent_round_trips(msg in from_agent()) { round_trip(&msg); }
+
+    #[test]
+    fn to_agent_round_trips(msg in to_agent()) { round_trip(&msg); }
+
+    #[test]
+    fn from_client_round_trips(msg in from_client()) { round_trip(&msg); }
+
+    #[test]
+    fn to_client_round_trips(msg in to_client()) { round_trip(&msg); }
+
+    /// Any split of a stream of frames decodes to the same messages as the
+    /// blocking reader does.
+    #[test]
+    fn chunking_does_not_matter(
+        msgs in prop::collection::vec(from_agent(), 0..8),
+        cuts in prop::collection::vec(any::<Index>(), 0..40),
+    ) {
+        let stream: Vec<u8> = msgs.iter().flat_map(|m| encode(m).unwrap()).collect();
+        prop_assert_eq!(&feed_in_chunks::<FromAgent>(&stream, &cuts).unwrap(), &msgs);
+        let mut reader = Cursor::new(&stream);
+        let mut read = Vec::new();
+        while let Some(m) = read_frame::<FromAgent>(&mut reader).unwrap() {
+            read.push(m);
+        }
+        prop_assert_eq!(read, msgs);
+    }
+
+    /// Arbitrary bytes, alone or behind a valid header with any length:
+    /// an error or messages, never a panic, never more than one frame held.
+    #[test]
+    fn the_decoder_survives_arbitrary_bytes(
+        garbage in prop::collection::vec(any::<u8>(), 0..2048),
+        len in any::<u32>(),
+        with_header in any::<bool>(),
+        cuts in prop::collection::vec(any::<Index>(), 0..16),
+    ) {
+        let mut stream = if with_header { header(PROTOCOL_VERSION, Channel::ToAgent as u8, len) } else { vec![] };
+        stream.extend_from_slice(&garbage);
+        let _ = feed_in_chunks::<ToAgent>(&stream, &cuts);
+        let _ = read_frame::<ToAgent>(&mut Cursor::new(&stream));
+    }
+
+    /// A valid frame with corrupted bytes: the error is one of the framing
+    /// errors and the decoders agree on it.
+    #[test]
+    fn corrupted_frames_are_refused_cleanly(msg in to_client(), at in any::<Index>(), byte in any::<u8>()) {
+        let mut f = encode(&msg).unwrap();
+        let i = at.index(f.len());
+        f[i] = byte;
+        let blocking = read_frame::<ToClient>(&mut Cursor::new(&f));
+        let incremental = feed_in_chunks::<ToClient>(&f, &[]);
+        match (blocking, incremental) {
+            (Ok(Some(a)), Ok(b)) => prop_assert_eq!(vec![a], b),
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            // A shortened length field leaves bytes after the frame: the
+            // blocking reader stops after one frame, the decoder reads on.
+            (Ok(Some(_)), Err(_)) if (7..HEADER_LEN).contains(&i) => {}
+            (a, b) => prop_assert!(false, "disagree: {a:?} vs {b:?}"),
+        }
+    }
+}
+
+#[test]
+fn only_the_frame_in_progress_is_held() {
+    // One big call carrying a whole frame and most of the next: the first is
+    // decoded at once, and only the second's bytes stay.
+    let big = FromAgent::Error { message: "m".repeat(900_000) };
+    let mut stream = encode(&big).unwrap();
+    stream.extend(header(PROTOCOL_VERSION, Channel::FromAgent as u8, MAX_PAYLOAD as u32));
+    stream.extend(std::iter::repeat_n(b' ', 500_000));
+    let mut decoder = FrameDecoder::<FromAgent>::new();
+    assert_eq!(decoder.feed(&stream).unwrap(), vec![big]);
+    assert_eq!(decoder.buffered(), HEADER_LEN + 500_000);
+    assert_eq!(
+        decoder.finish().unwrap_err(),
+        FrameError::Truncated { needed: HEADER_LEN + MAX_PAYLOAD, got: HEADER_LEN + 500_000 }
+    );
+}
