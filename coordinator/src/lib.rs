@@ -5,4 +5,6 @@
 //! Pure logic lives here and is tested on the host: the matrix and its
 //! allocation policies (matrix, alloc), the wire format (proto).
 
+pub mod alloc;
+pub mod matrix;
 pub mod proto;

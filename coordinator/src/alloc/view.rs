@@ -1,0 +1,210 @@
+//! What the allocator shows: each job's placement, and each node's slot
+//! table with the ranks it runs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{scs, Allocator, Job, JobState, Policy};
+use crate::matrix::{format_cpus, Cell, JobId, NodeId};
+
+/// One job as the front end shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub name: String,
+    pub ranks: u32,
+    pub per_node: Option<u32>,
+    pub state: JobState,
+    /// Its home slot; None while queued.
+    pub slot: Option<usize>,
+    /// Every slot it holds cells in: home and fill, ascending.
+    pub slots: Vec<usize>,
+    /// Its home cells in (node, cpu) order; the same cells in every slot it
+    /// holds. Under buddy this is the whole block, idle cells included.
+    pub cells: Vec<Cell>,
+    /// The initial allocation (scs shrinks back to it); `cells` otherwise.
+    pub initial: Vec<Cell>,
+    /// `rank_cells[r]`: where rank r runs. Several ranks share a cell under
+    /// scs.
+    pub rank_cells: Vec<Cell>,
+    /// Place in the queue, 0 first; None unless queued.
+    pub queue_position: Option<usize>,
+}
+
+/// A gang's CPUs in one slot of a node's table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotPlacement {
+    /// The job's name, which is its gang's name on the node.
+    pub gang: String,
+    /// Ascending.
+    pub cpus: Vec<u32>,
+}
+
+impl SlotPlacement {
+    /// The CPUs in the kernel's list form, as the node's placement API
+    /// takes them.
+    pub fn cpulist(&self) -> String {
+        format_cpus(&self.cpus)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankCpu {
+    pub rank: u32,
+    pub cpu: u32,
+}
+
+/// A job that runs ranks on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeJob {
+    pub job: JobId,
+    pub name: String,
+    /// Its ranks on this node, ascending, with the CPU of each.
+    pub ranks: Vec<RankCpu>,
+}
+
+/// What one node installs: its columns of the matrix, by gang name.
+///
+/// Only running jobs are listed, and only on the CPUs where they have
+/// ranks. A suspended job's reserved cells and a buddy block's idle cells
+/// are left unowned, so the node gives them to tasks of no gang; and a node
+/// is never told of a gang that has no process there (a node refuses a
+/// table naming a gang it does not know).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSchedule {
+    pub node: NodeId,
+    pub name: String,
+    /// One entry per slot of the matrix, empty ones included, so that slot
+    /// numbers are the same on every node; within a slot by job id.
+    pub slots: Vec<Vec<SlotPlacement>>,
+    /// By job id.
+    pub jobs: Vec<NodeJob>,
+}
+
+impl Allocator {
+    pub fn job(&self, id: JobId) -> Option<JobView> {
+        self.jobs.get(&id).map(|j| self.view(j))
+    }
+
+    /// Every live job, by id.
+    pub fn jobs(&self) -> Vec<JobView> {
+        self.jobs.values().map(|j| self.view(j)).collect()
+    }
+
+    /// The matrix in the text form of `gang matrix`.
+    pub fn render(&self) -> String {
+        self.matrix.render()
+    }
+
+    /// The slots the rotation visits: those where some job runs. A slot
+    /// whose jobs are all suspended is skipped rather than left idle.
+    pub fn rotation(&self) -> Vec<usize> {
+        (0..self.matrix.nr_slots())
+            .filter(|&s| self.matrix.rows()[s].iter().flatten().any(|e| self.jobs[&e.job].state == JobState::Running))
+            .collect()
+    }
+
+    /// Every node's table, by node id.
+    pub fn node_schedules(&self) -> Vec<NodeSchedule> {
+        let ranked = self.ranked_columns();
+        (0..self.cluster().nodes().len()).map(|n| self.node_schedule_at(n, &ranked)).collect()
+    }
+
+    pub fn node_schedule(&self, node: NodeId) -> Option<NodeSchedule> {
+        let n = self.cluster().nodes().iter().position(|x| x.id == node)?;
+        Some(self.node_schedule_at(n, &self.ranked_columns()))
+    }
+
+    fn view(&self, job: &Job) -> JobView {
+        let cluster = self.cluster();
+        let cells = |cols: &[usize]| cols.iter().map(|&c| cluster.cell(c)).collect();
+        let placed = job.state != JobState::Queued;
+        JobView {
+            id: job.id,
+            name: job.spec.name.clone(),
+            ranks: job.spec.ranks,
+            per_node: job.spec.per_node,
+            state: job.state,
+            slot: placed.then_some(job.slot),
+            slots: self.slots_of(job),
+            cells: cells(&job.cells),
+            initial: cells(&job.initial),
+            rank_cells: cells(&self.rank_columns(job)),
+            queue_position: self.queue.iter().position(|&q| q == job.id),
+        }
+    }
+
+    /// The slots holding the job. A placement always covers all of the
+    /// job's cells, so looking at its first cell in each slot is enough.
+    fn slots_of(&self, job: &Job) -> Vec<usize> {
+        match job.cells.first() {
+            Some(&col) if job.state != JobState::Queued => (0..self.matrix.nr_slots())
+                .filter(|&s| self.matrix.get(s, col).is_some_and(|e| e.job == job.id))
+                .collect(),
+            _ => vec![],
+        }
+    }
+
+    /// rank_columns[r]: the column rank r runs on; empty while queued.
+    /// Outside scs rank i takes the i-th cell in (node, cpu) order.
+    fn rank_columns(&self, job: &Job) -> Vec<usize> {
+        match (job.state, self.settings.policy) {
+            (JobState::Queued, _) => vec![],
+            (_, Policy::Scs) => scs::rank_columns(self.cluster(), &job.shares, &job.cells),
+            _ => job.cells[..job.spec.ranks as usize].to_vec(),
+        }
+    }
+
+    /// For every running job: (rank, column) of each rank.
+    fn ranked_columns(&self) -> BTreeMap<JobId, Vec<(u32, usize)>> {
+        self.jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| (j.id, self.rank_columns(j).into_iter().enumerate().map(|(r, c)| (r as u32, c)).collect()))
+            .collect()
+    }
+
+    fn node_schedule_at(&self, n: usize, ranked: &BTreeMap<JobId, Vec<(u32, usize)>>) -> NodeSchedule {
+        let cluster = self.cluster();
+        let node = &cluster.nodes()[n];
+        let range = cluster.node_columns(n);
+        let here: BTreeMap<JobId, BTreeSet<usize>> = ranked
+            .iter()
+            .map(|(&id, rc)| (id, rc.iter().map(|&(_, c)| c).filter(|c| range.contains(c)).collect::<BTreeSet<_>>()))
+            .filter(|(_, cols)| !cols.is_empty())
+            .collect();
+        let slots = self
+            .matrix
+            .rows()
+            .iter()
+            .map(|row| {
+                let mut by_job: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
+                for col in range.clone() {
+                    if let Some(e) = row[col] {
+                        if here.get(&e.job).is_some_and(|cols| cols.contains(&col)) {
+                            by_job.entry(e.job).or_default().push(cluster.cell(col).cpu);
+                        }
+                    }
+                }
+                by_job
+                    .into_iter()
+                    .map(|(id, cpus)| SlotPlacement { gang: self.jobs[&id].spec.name.clone(), cpus })
+                    .collect()
+            })
+            .collect();
+        let jobs = here
+            .keys()
+            .map(|id| NodeJob {
+                job: *id,
+                name: self.jobs[id].spec.name.clone(),
+                ranks: ranked[id]
+                    .iter()
+                    .filter(|(_, c)| range.contains(c))
+                    .map(|&(rank, c)| RankCpu { rank, cpu: cluster.cell(c).cpu })
+                    .collect(),
+            })
+            .collect();
+        NodeSchedule { node: node.id, name: node.name.clone(), slots, jobs }
+    }
+}
