@@ -49,6 +49,66 @@ mirror_uri() {
     printf '%s\n' "${uri%/}"
 }
 
+# ---- the guest's modules, decompressed, with their dependencies, in load order ---------
+# Drivers and features the guest needs, as CONFIG symbol:module; the ones this
+# config builds as modules are extracted (built-in ones need nothing): virtio
+# for disk and network, inet_diag/tcp_diag for the drain barrier (sock_diag).
+GUEST_MODULES="VIRTIO_PCI:virtio_pci VIRTIO_NET:virtio_net VIRTIO_BLK:virtio_blk INET_DIAG:inet_diag INET_TCP_DIAG:tcp_diag"
+
+decompress() { # FILE -> stdout
+    case $1 in
+    *.ko.xz) xz -dc "$1" ;;
+    *.ko.zst) zstd -qdc "$1" ;;
+    *.ko.gz) gzip -dc "$1" ;;
+    *.ko) cat "$1" ;;
+    *) die "unknown module file $1" ;;
+    esac
+}
+
+# extract_modules CONFIG TREE OUT: the wanted modules of TREE (a module
+# directory, e.g. lib/modules/<ver>) into OUT, dependencies first (the
+# package has no modules.dep: each module's "depends=" is read from its
+# .modinfo), with OUT/order and OUT/.wanted (the list it was made for).
+extract_modules() {
+    local config=$1 tree=$2 out=$3 pair sym mod want=()
+    for pair in $GUEST_MODULES; do
+        sym=${pair%%:*} mod=${pair#*:}
+        case $(sed -n "s/^CONFIG_$sym=//p" "$config") in
+        y) ;;
+        m) want+=("$mod") ;;
+        *) die "kernel config has CONFIG_$sym neither =y nor =m" ;;
+        esac
+    done
+    rm -rf "$out"
+    mkdir -p "$out"
+    declare -A seen=()
+    : >"$out/order"
+    visit() {
+        local name=$1 file deps d
+        [[ -n ${seen[$name]:-} ]] && return 0
+        seen[$name]=1
+        file=$(find "$tree/kernel" \( -name "$name.ko*" -o -name "${name//_/-}.ko*" \) | head -n1)
+        [[ -n $file ]] || die "module $name not found in $tree"
+        decompress "$file" >"$out/$name.ko"
+        deps=$(tr '\0' '\n' <"$out/$name.ko" | sed -n 's/^depends=//p' | head -n1)
+        for d in ${deps//,/ }; do visit "$d"; done
+        echo "$name" >>"$out/order"
+    }
+    for mod in "${want[@]}"; do visit "$mod"; done
+    echo "$GUEST_MODULES" >"$out/.wanted"
+    step "guest modules (load order): $(tr '\n' ' ' <"$out/order")"
+}
+
+# refresh_modules VDIR: a cached kernel made for another module list gets its
+# modules extracted again from the module tree it kept.
+refresh_modules() {
+    local vdir=$1
+    if [[ "$(cat "$vdir/modules/.wanted" 2>/dev/null)" != "$GUEST_MODULES" ]]; then
+        step "guest module list changed: extracting again from the kept module tree"
+        extract_modules "$vdir/config" "$vdir/lib/$(cat "$vdir/version")" "$vdir/modules"
+    fi
+}
+
 have_cached_kernel() { [[ -L $KERNEL_DIR && -f $KERNEL_DIR/.complete ]]; }
 
 # ---- private apt state (never touches the system's apt configuration) ------------------
@@ -64,6 +124,7 @@ if ! apt-get "${O[@]}" -q update >"$A/update.log" 2>&1 ||
     grep -qE '^(W|E): (Failed|Some index)' "$A/update.log"; then
     if have_cached_kernel; then
         warn "could not refresh $SUITE (offline?); keeping cached kernel $(cat "$KERNEL_DIR/version")"
+        refresh_modules "$(readlink -f "$KERNEL_DIR")"
         exit 0
     fi
     cat "$A/update.log" >&2
@@ -78,6 +139,7 @@ step "$META in $SUITE -> $VER"
 VDIR=$CACHE/kernel/$VER
 if [[ -f $VDIR/.complete ]]; then
     ln -sfn "$VER" "$CACHE/kernel/current"
+    refresh_modules "$VDIR"
     step "kernel $VER already in $VDIR; nothing to do"
     exit 0
 fi
@@ -121,42 +183,7 @@ if ! grep -qx 'CONFIG_SCHED_CLASS_EXT=y' "$TMP/config"; then
 fi
 grep -qx 'CONFIG_DEBUG_INFO_BTF=y' "$TMP/config" || warn "kernel $VER lacks CONFIG_DEBUG_INFO_BTF=y"
 
-# ---- the guest's modules, decompressed, with their dependencies, in load order ---------
-# Drivers the guest needs that this config builds as modules (built-in ones need nothing).
-want=()
-for sym in VIRTIO_PCI VIRTIO_NET VIRTIO_BLK; do
-    case $(sed -n "s/^CONFIG_$sym=//p" "$TMP/config") in
-    y) ;;
-    m) want+=("$(echo "$sym" | tr 'A-Z' 'a-z')") ;;
-    *) die "kernel $VER has CONFIG_$sym neither =y nor =m" ;;
-    esac
-done
-# The package has no modules.dep (depmod runs at install time): read each module's
-# "depends=" from its .modinfo and visit dependencies first.
-decompress() { # FILE -> stdout
-    case $1 in
-    *.ko.xz) xz -dc "$1" ;;
-    *.ko.zst) zstd -qdc "$1" ;;
-    *.ko.gz) gzip -dc "$1" ;;
-    *.ko) cat "$1" ;;
-    *) die "unknown module file $1" ;;
-    esac
-}
-declare -A seen=()
-: >"$TMP/modules/order"
-visit() {
-    local name=$1 file deps d
-    [[ -n ${seen[$name]:-} ]] && return 0
-    seen[$name]=1
-    file=$(find "$MODDIR/kernel" \( -name "$name.ko*" -o -name "${name//_/-}.ko*" \) | head -n1)
-    [[ -n $file ]] || die "module $name not found in linux-modules-$VER"
-    decompress "$file" >"$TMP/modules/$name.ko"
-    deps=$(tr '\0' '\n' <"$TMP/modules/$name.ko" | sed -n 's/^depends=//p' | head -n1)
-    for d in ${deps//,/ }; do visit "$d"; done
-    echo "$name" >>"$TMP/modules/order"
-}
-for m in "${want[@]}"; do visit "$m"; done
-step "guest modules (load order): $(tr '\n' ' ' <"$TMP/modules/order")"
+extract_modules "$TMP/config" "$MODDIR" "$TMP/modules"
 
 # Keep the full module tree (compressed) for later needs; drop the rest of the packages.
 mkdir -p "$TMP/lib"
