@@ -42,6 +42,34 @@ pub enum Request {
     Switch { slot: u32, gen: u64 },
     /// Back to standalone: one slot per gang, rotated by the BPF timer.
     Standalone,
+    /// First half of a coordinated switch: park the tasks of the slot's
+    /// gangs (cgroup freezer), then wait up to `drain_timeout_ms` for their
+    /// TCP traffic to reach steady state. Answered with a `frozen` report;
+    /// the next `Switch` thaws them.
+    Freeze { gen: u64, drain_timeout_ms: u64 },
+}
+
+/// What a freeze found: how long parking and draining took, and what was
+/// still in flight when the gangs were parked.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FrozenReport {
+    pub gen: u64,
+    /// Gangs parked (cgroup names).
+    pub gangs: Vec<String>,
+    /// Every task of those gangs reached the freezer before the timeout.
+    pub parked: bool,
+    /// From the command to every task parked.
+    pub freeze_us: u64,
+    /// Steady state reached; false: the drain timeout fired first.
+    pub drained: bool,
+    /// From the command to steady state (or to the timeout).
+    pub drain_us: u64,
+    /// TCP sockets of the parked gangs.
+    pub sockets: u32,
+    /// When parked: sockets with data in flight or queued, and how much.
+    pub busy_sockets: u32,
+    pub unacked_segs: u64,
+    pub queued_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -51,6 +79,8 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<RawTrace>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<FrozenReport>,
 }
 
 impl Response {
@@ -59,7 +89,7 @@ impl Response {
     }
 
     pub fn error(msg: impl Into<String>) -> Self {
-        Self { ok: false, error: Some(msg.into()), trace: None }
+        Self { ok: false, error: Some(msg.into()), ..Default::default() }
     }
 }
 

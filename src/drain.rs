@@ -25,6 +25,14 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const INET_DIAG_INFO: u16 = 2;
 const INET_DIAG_CGROUP_ID: u16 = 21;
+const INET_DIAG_REQ_BYTECODE: u16 = 1;
+const INET_DIAG_BC_JMP: u8 = 1;
+const INET_DIAG_BC_CGROUP_COND: u8 = 13;
+/// A cgroup condition (inet_diag_bc_op + u64 id) and an unconditional jump.
+const COND_LEN: usize = 12;
+const JMP_LEN: usize = 4;
+/// The filter's "no" offsets are u16: at most this many cgroups per dump.
+pub const MAX_FILTER_CGROUPS: usize = 1000;
 /// Every TCP state but LISTEN (listeners carry no data).
 const STATES_BUT_LISTEN: u32 = !(1 << 10);
 
@@ -97,7 +105,59 @@ impl TcpSocket {
 }
 
 /// Every TCP socket of the host (IPv4 and IPv6), but listeners.
+///
+/// Reading a socket's tcp_info takes the socket's lock, so this waits for
+/// any task that holds one: use `tcp_sockets_of` for a gang's sockets while
+/// other gangs' tasks are held off the CPUs.
 pub fn tcp_sockets() -> io::Result<Vec<TcpSocket>> {
+    dump(&[])
+}
+
+/// The TCP sockets owned by any of `cgroups` (at most MAX_FILTER_CGROUPS).
+/// The kernel filters before it reads tcp_info, so sockets of other
+/// cgroups, whose owners may be descheduled holding the socket's lock, are
+/// never locked.
+pub fn tcp_sockets_of(cgroups: &[u64]) -> io::Result<Vec<TcpSocket>> {
+    if cgroups.is_empty() {
+        return Ok(Vec::new());
+    }
+    if cgroups.len() > MAX_FILTER_CGROUPS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} cgroups; a socket filter takes at most {MAX_FILTER_CGROUPS}", cgroups.len()),
+        ));
+    }
+    dump(&cgroup_filter(cgroups))
+}
+
+/// inet_diag bytecode accepting a socket owned by any of `cgroups`. The
+/// kernel's checker walks the "yes" branches op after op, so an OR is built
+/// as: COND_i (yes: its JMP_i; no: COND_i+1) JMP_i (to the end: accept);
+/// the last COND's yes is the end, its no jumps past it (reject).
+fn cgroup_filter(cgroups: &[u64]) -> Vec<u8> {
+    let total = cgroups.len() * (COND_LEN + JMP_LEN) - JMP_LEN;
+    let mut bc = Vec::with_capacity(total);
+    let op = |bc: &mut Vec<u8>, code: u8, yes: usize, no: usize| {
+        bc.push(code);
+        bc.push(yes as u8);
+        bc.extend_from_slice(&(no as u16).to_ne_bytes());
+    };
+    for (i, id) in cgroups.iter().enumerate() {
+        if i + 1 < cgroups.len() {
+            op(&mut bc, INET_DIAG_BC_CGROUP_COND, COND_LEN, COND_LEN + JMP_LEN);
+            bc.extend_from_slice(&id.to_ne_bytes());
+            let after_jmp = total - bc.len();
+            op(&mut bc, INET_DIAG_BC_JMP, JMP_LEN, after_jmp);
+        } else {
+            let left = total - bc.len();
+            op(&mut bc, INET_DIAG_BC_CGROUP_COND, COND_LEN, left + 4);
+            bc.extend_from_slice(&id.to_ne_bytes());
+        }
+    }
+    bc
+}
+
+fn dump(filter: &[u8]) -> io::Result<Vec<TcpSocket>> {
     let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, NETLINK_SOCK_DIAG) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -105,36 +165,37 @@ pub fn tcp_sockets() -> io::Result<Vec<TcpSocket>> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut all = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        dump_family(&fd, family, &mut all)?;
+        dump_family(&fd, family, filter, &mut all)?;
     }
     Ok(all)
 }
 
-fn dump_family(fd: &OwnedFd, family: u8, out: &mut Vec<TcpSocket>) -> io::Result<()> {
-    #[repr(C)]
-    struct Request {
-        hdr: NlMsgHdr,
-        req: InetDiagReqV2,
+fn dump_family(fd: &OwnedFd, family: u8, filter: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<()> {
+    let hdr_len = size_of::<NlMsgHdr>() + size_of::<InetDiagReqV2>();
+    let attr_len = if filter.is_empty() { 0 } else { 4 + filter.len() };
+    let req = InetDiagReqV2 {
+        family,
+        protocol: libc::IPPROTO_TCP as u8,
+        ext: 1 << (INET_DIAG_INFO - 1),
+        states: STATES_BUT_LISTEN,
+        ..Default::default()
+    };
+    let hdr = NlMsgHdr {
+        len: (hdr_len + attr_len) as u32,
+        kind: SOCK_DIAG_BY_FAMILY,
+        flags: NLM_F_REQUEST | NLM_F_DUMP,
+        seq: 1,
+        pid: 0,
+    };
+    let mut request = Vec::with_capacity(hdr_len + attr_len);
+    request.extend_from_slice(as_bytes(&hdr));
+    request.extend_from_slice(as_bytes(&req));
+    if !filter.is_empty() {
+        request.extend_from_slice(&(attr_len as u16).to_ne_bytes());
+        request.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
+        request.extend_from_slice(filter);
     }
-    let request = Request {
-        hdr: NlMsgHdr {
-            len: size_of::<Request>() as u32,
-            kind: SOCK_DIAG_BY_FAMILY,
-            flags: NLM_F_REQUEST | NLM_F_DUMP,
-            seq: 1,
-            pid: 0,
-        },
-        req: InetDiagReqV2 {
-            family,
-            protocol: libc::IPPROTO_TCP as u8,
-            ext: 1 << (INET_DIAG_INFO - 1),
-            states: STATES_BUT_LISTEN,
-            ..Default::default()
-        },
-    };
-    let sent = unsafe {
-        libc::send(fd.as_raw_fd(), (&request as *const Request).cast(), size_of::<Request>(), 0)
-    };
+    let sent = unsafe { libc::send(fd.as_raw_fd(), request.as_ptr().cast(), request.len(), 0) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -198,6 +259,10 @@ fn parse_socket(body: &[u8]) -> TcpSocket {
         attrs = &attrs[align4(len).min(attrs.len())..];
     }
     sock
+}
+
+fn as_bytes<T: Copy>(value: &T) -> &[u8] {
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
 /// Reads a plain C struct from the front of `bytes`; missing trailing bytes
@@ -264,18 +329,15 @@ pub struct DrainReport {
     pub last: Backlog,
 }
 
-/// Waits until every TCP socket that `selects` picks is quiet, polling every
+/// Waits until every TCP socket `sockets` returns is quiet, polling every
 /// `poll`, for at most `timeout`.
 pub fn wait_steady(
-    selects: impl Fn(&TcpSocket) -> bool,
+    sockets: impl Fn() -> io::Result<Vec<TcpSocket>>,
     timeout: Duration,
     poll: Duration,
 ) -> io::Result<DrainReport> {
     let start = Instant::now();
-    let backlog = || -> io::Result<Backlog> {
-        let all = tcp_sockets()?;
-        Ok(Backlog::of(all.iter().filter(|s| selects(s))))
-    };
+    let backlog = || -> io::Result<Backlog> { Ok(Backlog::of(sockets()?.iter())) };
     let initial = backlog()?;
     let mut last = initial.clone();
     loop {
@@ -328,7 +390,8 @@ mod tests {
         assert!(!busy.is_steady(), "{written} bytes written, none read, yet steady: {busy:?}");
         assert!(busy.queued_bytes > 0);
 
-        let report = wait_steady(ours, Duration::from_millis(50), Duration::from_millis(10)).unwrap();
+        let ours_only = || Ok(tcp_sockets()?.into_iter().filter(|s| s.inode == ino).collect());
+        let report = wait_steady(ours_only, Duration::from_millis(50), Duration::from_millis(10)).unwrap();
         assert!(!report.drained, "the peer reads nothing, so it cannot drain");
 
         let reader = std::thread::spawn(move || {
@@ -339,7 +402,7 @@ mod tests {
             }
             server
         });
-        let report = wait_steady(ours, Duration::from_secs(10), Duration::from_millis(5)).unwrap();
+        let report = wait_steady(ours_only, Duration::from_secs(10), Duration::from_millis(5)).unwrap();
         assert!(report.drained, "{report:?}");
         assert!(report.initial.queued_bytes > 0);
         assert!(report.last.is_steady());
@@ -348,9 +411,27 @@ mod tests {
 
     #[test]
     fn a_selection_with_no_socket_is_steady_at_once() {
-        let r = wait_steady(|s| s.cgroup_id == u64::MAX, Duration::from_secs(1), Duration::from_millis(10)).unwrap();
+        let r = wait_steady(|| tcp_sockets_of(&[u64::MAX]), Duration::from_secs(1), Duration::from_millis(10)).unwrap();
         assert!(r.drained);
         assert_eq!(r.initial.sockets, 0);
+    }
+
+    #[test]
+    fn the_kernel_filters_sockets_by_owning_cgroup() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let _server = listener.accept().unwrap();
+        let ino = inode_of(&client);
+        let mine = tcp_sockets().unwrap().into_iter().find(|s| s.inode == ino).unwrap().cgroup_id;
+        let filtered = tcp_sockets_of(&[u64::MAX - 1, mine]).unwrap();
+        assert!(filtered.iter().any(|s| s.inode == ino), "our socket passes the filter");
+        assert!(filtered.iter().all(|s| s.cgroup_id == mine), "only sockets of the cgroups asked for");
+        for ids in [vec![mine, u64::MAX - 1, u64::MAX - 2], vec![u64::MAX - 1, mine, u64::MAX - 2]] {
+            assert!(tcp_sockets_of(&ids).unwrap().iter().any(|s| s.inode == ino), "{ids:?}");
+        }
+        assert!(tcp_sockets_of(&[u64::MAX]).unwrap().is_empty());
+        assert!(tcp_sockets_of(&[u64::MAX, u64::MAX - 1]).unwrap().is_empty());
+        assert!(tcp_sockets_of(&vec![1; MAX_FILTER_CGROUPS + 1]).is_err());
     }
 
     #[test]

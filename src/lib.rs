@@ -9,6 +9,7 @@ pub mod bpf_intf;
 pub mod control;
 pub mod cpulist;
 pub mod drain;
+pub mod freezer;
 pub mod gangs;
 pub mod knobfs;
 pub mod knobs;

@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -21,6 +22,7 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use scx_gang::bpf_intf::*;
 use scx_gang::control::{Pending, Placement, RawTrace, Request, Response};
+use scx_gang::freezer;
 use scx_gang::cpulist::CpuList;
 use scx_gang::gangs::{self, GangRegistry};
 use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
@@ -77,6 +79,8 @@ pub struct Scheduler<'a> {
     table: SlotTable,
     slot_masks: Vec<u32>,
     mode: Mode,
+    /// Gang directories parked by the last freeze, thawed at the next switch.
+    frozen: Vec<PathBuf>,
     control: &'a Receiver<Pending>,
     stats_server: StatsServer<(), Metrics>,
     traces: Vec<TraceSession>,
@@ -125,10 +129,15 @@ impl<'a> Scheduler<'a> {
             table,
             slot_masks: vec![0; MAX_GANGS],
             mode: Mode::Standalone,
+            frozen: Vec::new(),
             control,
             stats_server,
             traces: Vec::new(),
         };
+        // A daemon killed between a freeze and its switch left gangs parked.
+        for dir in gangs::scan(&cfg.gang_root)?.iter().map(|d| gangs::gang_path(&cfg.gang_root, &d.name)) {
+            let _ = freezer::set_frozen(&dir, false);
+        }
         sched.scan_gangs()?;
         sched.publish_status();
         Ok(sched)
@@ -265,9 +274,11 @@ impl<'a> Scheduler<'a> {
     fn handle(&mut self, pending: Pending) {
         let response = match pending.request {
             Request::Trace { seconds } => return self.start_trace(seconds, pending.reply),
+            Request::Freeze { gen, drain_timeout_ms } => return self.freeze(gen, drain_timeout_ms, pending.reply),
             Request::Schedule { slots } => self.schedule(&slots),
             Request::Switch { slot, gen } => self.command_switch(slot, gen),
             Request::Standalone => {
+                self.thaw();
                 self.set_mode(Mode::Standalone);
                 self.table = self.standalone_table();
                 self.push_table()
@@ -294,7 +305,9 @@ impl<'a> Scheduler<'a> {
         }
         self.set_mode(Mode::Coordinated);
         self.table = table;
-        self.push_table()
+        self.push_table()?;
+        self.thaw();
+        Ok(())
     }
 
     fn command_switch(&mut self, slot: u32, gen: u64) -> Result<()> {
@@ -304,7 +317,47 @@ impl<'a> Scheduler<'a> {
         if slot as usize >= self.table.nr_slots() {
             bail!("slot {slot} does not exist (the schedule has {} slots)", self.table.nr_slots());
         }
-        self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)
+        self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)?;
+        self.thaw();
+        Ok(())
+    }
+
+    /// Freezes the gangs of the slot in force; a thread of its own waits
+    /// for them to park and drain (the main loop goes on) and answers.
+    fn freeze(&mut self, gen: u64, drain_timeout_ms: u64, reply: Sender<Response>) {
+        if self.mode != Mode::Coordinated {
+            let _ = reply.send(Response::error("freeze needs an explicit schedule first (node is standalone)"));
+            return;
+        }
+        let slot = self.skel.maps.bss_data.as_ref().unwrap().cur_slot as usize;
+        let gangs: Vec<(String, PathBuf)> = self
+            .table
+            .placements()
+            .get(slot)
+            .into_iter()
+            .flat_map(|p| p.keys())
+            .filter_map(|&id| self.registry.name_of(id))
+            .map(|name| (name.to_string(), gangs::gang_path(&self.cfg.gang_root, name)))
+            .collect();
+        self.frozen.extend(gangs.iter().map(|(_, dir)| dir.clone()));
+        let timeout = Duration::from_millis(drain_timeout_ms);
+        std::thread::spawn(move || {
+            let response = match freezer::park_and_drain(gen, &gangs, timeout) {
+                Ok(report) => Response { ok: true, frozen: Some(report), ..Default::default() },
+                Err(e) => Response::error(format!("freeze: {e}")),
+            };
+            let _ = reply.send(response);
+        });
+    }
+
+    /// Thaws the gangs of the last freeze (BPF keeps them off CPUs they do
+    /// not own in the slot now in force).
+    fn thaw(&mut self) {
+        for dir in self.frozen.drain(..) {
+            if let Err(e) = freezer::set_frozen(&dir, false) {
+                warn!("thawing {}: {e}", dir.display());
+            }
+        }
     }
 
     fn set_mode(&mut self, mode: Mode) {
@@ -367,7 +420,7 @@ impl<'a> Scheduler<'a> {
                 t.meta.gang_names.entry(g.id as i32).or_insert_with(|| g.name.clone());
             }
             let trace = RawTrace { meta: t.meta, events: t.events };
-            let _ = t.reply.send(Response { ok: true, error: None, trace: Some(trace) });
+            let _ = t.reply.send(Response { ok: true, trace: Some(trace), ..Default::default() });
         }
         if self.traces.is_empty() {
             self.skel.maps.bss_data.as_mut().unwrap().trace_on = 0;
@@ -445,6 +498,7 @@ impl<'a> Scheduler<'a> {
 
 impl Drop for Scheduler<'_> {
     fn drop(&mut self) {
+        self.thaw();
         info!("detaching scx_gang; the node goes back to the default scheduler");
     }
 }

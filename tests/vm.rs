@@ -304,3 +304,35 @@ fn fill_uses_idle_cpus_without_delaying_the_owner() {
     let a_after = f(&fill, &["gangs", "a", "run_ns"]) / f(&fill, &["duration_ns"]);
     assert!(a_after >= 0.9 * a_before, "the owner lost time to fill: {a_before:.3} -> {a_after:.3}");
 }
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn freeze_parks_the_slot_and_reports_the_drain() {
+    let r = run_scenario("freeze", 2, 240);
+    let freezes: Vec<Value> = read(&r, "freezes.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|v| v.get("frozen").cloned())
+        .collect();
+    assert_eq!(freezes.len(), 10, "one report per freeze");
+    for f in &freezes {
+        assert_eq!(f["parked"], true, "{f}");
+        assert_eq!(f["drained"], true, "a reading sink always drains: {f}");
+        assert_eq!(f["gangs"].as_array().unwrap().len(), 1, "{f}");
+    }
+    let streaming: Vec<&Value> = freezes.iter().filter(|f| f["gangs"][0] == "a").collect();
+    assert!(streaming.iter().all(|f| f["sockets"].as_u64().unwrap() >= 1), "{streaming:?}");
+    let trace = json(&r, "trace.json");
+    let overlap = f(&trace, &["summary", "overlap_fraction"]);
+    assert!(overlap < 0.01, "overlap {overlap}");
+
+    let timeout = json(&r, "timeout.json")["frozen"].clone();
+    assert_eq!(timeout["parked"], true, "{timeout}");
+    assert_eq!(timeout["drained"], false, "a sink that does not read cannot drain: {timeout}");
+    assert!(timeout["drain_us"].as_u64().unwrap() >= 300_000, "{timeout}");
+    assert!(timeout["queued_bytes"].as_u64().unwrap() > 0, "{timeout}");
+
+    assert_ne!(read(&r, "standalone.rc"), "0");
+    assert!(read(&r, "standalone.err").contains("freeze needs an explicit schedule"));
+    assert_eq!(read(&r, "thawed"), "frozen 0", "the switch after a freeze thaws the gang");
+}
