@@ -111,6 +111,18 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Nodes n0, n1, ... with `shape[i]` CPUs each and no housekeeping CPU
+    /// (simulations and tests).
+    pub fn from_shape(shape: &[u32]) -> Result<Self, ClusterError> {
+        Self::new(
+            shape
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| NodeSpec { id: i as u32, name: format!("n{i}"), nr_cpus: n, housekeeping: vec![] })
+                .collect(),
+        )
+    }
+
     /// Checks the description and orders the nodes by id. A node whose CPUs
     /// are all housekeeping is kept; it just has no columns.
     pub fn new(specs: Vec<NodeSpec>) -> Result<Self, ClusterError> {

@@ -130,18 +130,9 @@ pub(crate) fn buddy(cluster: &Cluster, free: &[bool], ranks: usize, cap: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::NodeSpec;
 
-    /// `shape[i]` CPUs on node i, none housekeeping.
     fn cluster(shape: &[u32]) -> Cluster {
-        Cluster::new(
-            shape
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| NodeSpec { id: i as u32, name: format!("n{i}"), nr_cpus: n, housekeeping: vec![] })
-                .collect(),
-        )
-        .unwrap()
+        Cluster::from_shape(shape).unwrap()
     }
 
     /// A free mask from a picture: '.' free, anything else taken.

@@ -101,17 +101,9 @@ pub(crate) fn growth_cell(cluster: &Cluster, free: &[bool], shares: &[NodeRanks]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matrix::NodeSpec;
 
     fn cluster(shape: &[u32]) -> Cluster {
-        Cluster::new(
-            shape
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| NodeSpec { id: i as u32, name: format!("n{i}"), nr_cpus: n, housekeeping: vec![] })
-                .collect(),
-        )
-        .unwrap()
+        Cluster::from_shape(shape).unwrap()
     }
 
     #[test]
