@@ -80,6 +80,8 @@ volatile u32 nr_slots;
 volatile s32 slot_table[GANG_MAX_SLOTS][GANG_MAX_CPUS];
 /* Bit s set: the gang owns CPUs in slot s. Zero: the gang has no slot. */
 volatile u32 gang_slot_mask[GANG_MAX_GANGS];
+/* The CPUs each gang owns in some slot. */
+volatile u64 gang_cpus[GANG_MAX_GANGS][GANG_CPU_WORDS];
 
 /* The slot in force. */
 volatile u32 cur_slot;
@@ -222,9 +224,34 @@ static u64 gang_dsq(s32 gang)
 }
 
 /*
+ * May @p run on some CPU that @gang owns in some slot? Not if its affinity
+ * (taskset, a pinned MPI rank) leaves out every such CPU: it would wait for
+ * a CPU that never comes.
+ */
+static bool gang_cpus_allowed(struct task_struct *p, s32 gang)
+{
+	s32 cpu;
+
+	if (p->nr_cpus_allowed >= nr_cpus)
+		return true;
+	bpf_for(cpu, 0, nr_cpus) {
+		volatile u64 *word;
+
+		if (gang < 0 || gang >= GANG_MAX_GANGS)
+			return false;
+		word = MEMBER_VPTR(gang_cpus, [gang][cpu / 64]);
+		if (word && (*word & (1ULL << (cpu % 64))) &&
+		    bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			return true;
+	}
+	return false;
+}
+
+/*
  * The gang of @p: the gang directory is the ancestor of the task's cgroup one
  * level below the gang root. A gang with no slot is treated as no gang, so
- * its tasks are never held back waiting for a slot that will not come.
+ * its tasks are never held back waiting for a slot that will not come; so is
+ * a task whose affinity excludes every CPU of its gang.
  */
 static s32 task_gang(struct task_struct *p)
 {
@@ -240,7 +267,7 @@ static s32 task_gang(struct task_struct *p)
 		return GANG_OTHER;
 	cgid = BPF_CORE_READ(anc, kn, id);
 	gang = bpf_map_lookup_elem(&gang_cgroups, &cgid);
-	if (!gang || !gang_has_slot(*gang))
+	if (!gang || !gang_has_slot(*gang) || !gang_cpus_allowed(p, *gang))
 		return GANG_OTHER;
 	return *gang;
 }

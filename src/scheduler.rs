@@ -232,7 +232,18 @@ impl<'a> Scheduler<'a> {
     fn push_table(&mut self) -> Result<()> {
         let rows = self.table.to_bpf();
         let masks: Vec<u32> = (0..MAX_GANGS as GangId).map(|g| self.table.slot_mask(g)).collect();
+        let mut cpus = vec![CpuList::new(); MAX_GANGS];
+        for slot in self.table.placements() {
+            for (gang, list) in slot {
+                for cpu in list.iter() {
+                    cpus[gang as usize].insert(cpu);
+                }
+            }
+        }
         let bss = self.skel.maps.bss_data.as_mut().unwrap();
+        for (g, list) in cpus.iter().enumerate() {
+            bss.gang_cpus[g] = list.to_words();
+        }
         for (s, row) in rows.iter().enumerate() {
             bss.slot_table[s] = *row;
         }

@@ -288,6 +288,11 @@ fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
     let hk = json(&r, "housekeeping.json");
     assert_eq!(all_gang_run_on_cpu(&hk, 0), 0.0, "a gang ran on the housekeeping CPU");
     assert!(all_gang_run_on_cpu(&hk, 1) > 0.8 * f(&hk, &["summary", "duration_ns"]));
+
+    // A task pinned to the housekeeping CPU cannot run where its gang runs:
+    // it runs as a task of no gang instead of waiting forever.
+    assert_eq!(read(&r, "pinned.rc"), "0");
+    assert!(f(&json(&r, "pinned.json"), &["cpu_s"]) > 0.5, "{}", read(&r, "pinned.json"));
 }
 
 #[test]

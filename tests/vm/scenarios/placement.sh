@@ -46,6 +46,10 @@ echo 0 > $KNOBS/housekeeping_cpus || fail "housekeeping_cpus refused"
 sleep 0.5
 scx_gang trace --seconds 3 --json "$RESULTS/housekeeping.json" > /dev/null || fail "trace failed"
 
+log "a gang task pinned off its gang's CPUs runs as a task of no gang"
+in_gang c taskset -c 0 burn --seconds 3 --name pinned > "$RESULTS/pinned.json"
+wait $!; echo $? > "$RESULTS/pinned.rc"
+
 kill $A $B $O
 wait $A $B $O
 stop_scx_gang
