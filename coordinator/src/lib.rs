@@ -6,5 +6,6 @@
 //! allocation policies (matrix, alloc), the wire format (proto).
 
 pub mod alloc;
+pub mod barrier;
 pub mod matrix;
 pub mod proto;
