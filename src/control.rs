@@ -106,8 +106,16 @@ pub struct Pending {
     pub reply: Sender<Response>,
 }
 
-/// Listens on `path` (replacing a stale socket) and forwards requests.
-pub fn serve(path: &Path) -> Result<Receiver<Pending>> {
+/// What wakes the daemon's main loop: a client's request, or a knob file
+/// write (so a new value reaches BPF at once, before the next slot).
+pub enum Inbox {
+    Request(Pending),
+    KnobsChanged,
+}
+
+/// Listens on `path` (replacing a stale socket) and forwards requests into
+/// the main loop's inbox; the returned sender lets others wake it too.
+pub fn serve(path: &Path) -> Result<(Sender<Inbox>, Receiver<Inbox>)> {
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             bail!("{} is in use: is another scx_gang running?", path.display());
@@ -116,6 +124,7 @@ pub fn serve(path: &Path) -> Result<Receiver<Pending>> {
     }
     let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     let (tx, rx) = mpsc::channel();
+    let inbox = tx.clone();
     thread::Builder::new().name("control".into()).spawn(move || {
         for conn in listener.incoming().flatten() {
             let tx = tx.clone();
@@ -126,10 +135,10 @@ pub fn serve(path: &Path) -> Result<Receiver<Pending>> {
             });
         }
     })?;
-    Ok(rx)
+    Ok((inbox, rx))
 }
 
-fn handle(conn: UnixStream, tx: Sender<Pending>) -> Result<()> {
+fn handle(conn: UnixStream, tx: Sender<Inbox>) -> Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut writer = conn;
     let mut line = String::new();
@@ -144,7 +153,7 @@ fn handle(conn: UnixStream, tx: Sender<Pending>) -> Result<()> {
         let response = match serde_json::from_str::<Request>(&line) {
             Ok(request) => {
                 let (reply_tx, reply_rx) = mpsc::channel();
-                tx.send(Pending { request, reply: reply_tx }).context("scheduler is gone")?;
+                tx.send(Inbox::Request(Pending { request, reply: reply_tx })).context("scheduler is gone")?;
                 reply_rx.recv().unwrap_or_else(|_| Response::error("scheduler stopped"))
             }
             Err(e) => Response::error(format!("bad request: {e}")),
@@ -223,12 +232,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("scx-gang-ctl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("sock");
-        let rx = serve(&path).unwrap();
+        let (_, rx) = serve(&path).unwrap();
+        let next = move || match rx.recv().unwrap() {
+            Inbox::Request(p) => p,
+            Inbox::KnobsChanged => panic!("no knob was written"),
+        };
         let server = thread::spawn(move || {
-            let p = rx.recv().unwrap();
+            let p = next();
             assert_eq!(p.request, Request::Standalone);
             p.reply.send(Response::ok()).unwrap();
-            let p = rx.recv().unwrap();
+            let p = next();
             p.reply.send(Response::error("slot 9 does not exist")).unwrap();
         });
         assert!(call(&path, &Request::Standalone, Duration::from_secs(5)).unwrap().ok);

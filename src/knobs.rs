@@ -119,6 +119,8 @@ pub struct SharedKnobs {
     pub status: Mutex<NodeStatus>,
     generation: AtomicU64,
     nr_cpus: u32,
+    /// Called after every accepted write (wakes the main loop).
+    on_change: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 impl SharedKnobs {
@@ -128,7 +130,13 @@ impl SharedKnobs {
             status: Mutex::new(NodeStatus::default()),
             generation: AtomicU64::new(0),
             nr_cpus,
+            on_change: Mutex::new(None),
         })
+    }
+
+    /// `notify` runs after every accepted write.
+    pub fn on_change(&self, notify: impl Fn() + Send + 'static) {
+        *self.on_change.lock().unwrap() = Some(Box::new(notify));
     }
 
     pub fn generation(&self) -> u64 {
@@ -163,6 +171,9 @@ impl KnobSet for SharedKnobs {
     fn write(&self, name: &str, value: &str) -> Result<(), KnobError> {
         self.knobs.lock().unwrap().set(name, value, self.nr_cpus)?;
         self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(notify) = self.on_change.lock().unwrap().as_ref() {
+            notify();
+        }
         Ok(())
     }
 }
@@ -219,8 +230,13 @@ mod tests {
         assert!(matches!(shared.write("switches", "5"), Err(KnobError::ReadOnly)));
         assert!(matches!(shared.write("nope", "5"), Err(KnobError::NotFound)));
         assert_eq!(shared.generation(), 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        shared.on_change(move || tx.send(()).unwrap());
         shared.write("slot_ms", "30").unwrap();
         assert_eq!(shared.generation(), 1);
+        assert!(rx.try_recv().is_ok(), "an accepted write notifies");
+        assert!(shared.write("slot_ms", "0").is_err());
+        assert!(rx.try_recv().is_err(), "a refused write does not");
         assert_eq!(shared.read("slot_ms").unwrap(), "30");
     }
 }

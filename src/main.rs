@@ -176,7 +176,10 @@ fn run(opts: Opts) -> Result<()> {
     let shared = SharedKnobs::new(knobs, nr_cpus);
     let _knob_mount = KnobMount::mount(&opts.knob_dir, shared.clone())
         .with_context(|| format!("serving knob files in {}", opts.knob_dir.display()))?;
-    let requests = control::serve(&opts.socket)?;
+    let (inbox, requests) = control::serve(&opts.socket)?;
+    shared.on_change(move || {
+        let _ = inbox.send(control::Inbox::KnobsChanged);
+    });
     let cfg = Config {
         cgroup_mount: opts.cgroup_mount.clone(),
         gang_root: opts.gang_root.clone(),

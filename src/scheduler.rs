@@ -21,7 +21,7 @@ use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
 
 use scx_gang::bpf_intf::*;
-use scx_gang::control::{Pending, Placement, RawTrace, Request, Response};
+use scx_gang::control::{Inbox, Pending, Placement, RawTrace, Request, Response};
 use scx_gang::freezer;
 use scx_gang::cpulist::CpuList;
 use scx_gang::gangs::{self, GangRegistry};
@@ -33,8 +33,8 @@ use crate::bpf_skel::*;
 use crate::stats::Metrics;
 use crate::Config;
 
-/// How often the main loop wakes while idle (knob changes, stats) and while
-/// tracing (ring buffer). Control requests wake it at once. Every wake-up
+/// How often the main loop wakes while idle (gang scan, stats) and while
+/// tracing (ring buffer). Control requests and knob writes wake it at once. Every wake-up
 /// preempts a gang task somewhere, so it stays rare when nothing is traced.
 const IDLE_PERIOD: Duration = Duration::from_millis(50);
 const TRACE_PERIOD: Duration = Duration::from_millis(10);
@@ -81,7 +81,7 @@ pub struct Scheduler<'a> {
     mode: Mode,
     /// Gang directories parked by the last freeze, thawed at the next switch.
     frozen: Vec<PathBuf>,
-    control: &'a Receiver<Pending>,
+    control: &'a Receiver<Inbox>,
     stats_server: StatsServer<(), Metrics>,
     traces: Vec<TraceSession>,
 }
@@ -90,7 +90,7 @@ impl<'a> Scheduler<'a> {
     pub fn init(
         cfg: &'a Config,
         knobs: Arc<SharedKnobs>,
-        control: &'a Receiver<Pending>,
+        control: &'a Receiver<Inbox>,
         open_object: &'a mut MaybeUninit<OpenObject>,
     ) -> Result<Self> {
         let nr_cpus = *scx_utils::NR_CPU_IDS as u32;
@@ -161,11 +161,15 @@ impl<'a> Scheduler<'a> {
             let _ = events.consume();
             self.collect_trace(&mut incoming.borrow_mut());
             let period = if self.traces.is_empty() { IDLE_PERIOD } else { TRACE_PERIOD };
-            if let Ok(pending) = self.control.recv_timeout(period) {
+            // Knob writes only wake the loop; the generation check below
+            // applies them.
+            if let Ok(Inbox::Request(pending)) = self.control.recv_timeout(period) {
                 self.handle(pending);
             }
-            while let Ok(pending) = self.control.try_recv() {
-                self.handle(pending);
+            while let Ok(inbox) = self.control.try_recv() {
+                if let Inbox::Request(pending) = inbox {
+                    self.handle(pending);
+                }
             }
             while stats_requests.try_recv().is_ok() {
                 stats_reply.send(self.metrics())?;

@@ -119,8 +119,8 @@ pub enum Barrier {
     /// Freeze waits until the outgoing gangs' traffic is in steady state,
     /// and gangd sends Switch only when every node is Frozen.
     Strict,
-    /// No drain wait: nodes answer Frozen once the outgoing gangs are
-    /// stopped, and gangd does not wait for all of them.
+    /// A timed switch, for comparison: no Freeze and no drain wait; gangd
+    /// sends Switch to every node at once (see barrier.rs).
     Off,
 }
 
