@@ -25,6 +25,13 @@ enum gang_limits {
 	GANG_MAX_GANGS = 64,
 	/* u64 words of a CPU bitmap. */
 	GANG_CPU_WORDS = GANG_MAX_CPUS / 64,
+	/*
+	 * Longest rotation through all slots: slots are shortened to fit. A
+	 * gang then waits at most this long, well inside the kernel's RCU stall
+	 * timeout (21 s: a task preempted in an RCU read-side section must run
+	 * by then) and the sched_ext watchdog (30 s).
+	 */
+	GANG_ROTATION_MAX_MS = 15000,
 };
 
 /*

@@ -36,7 +36,7 @@
  * daemon (the node's control plane: switch commands, knobs) run at once on
  * the CPU they wake on; both only ever run briefly. Nothing starves, so the sched_ext watchdog never fires; gangs
  * with no slot run as tasks of no gang for the same reason, and one rotation
- * never lasts longer than ROTATION_MAX_NS.
+ * never lasts longer than GANG_ROTATION_MAX_MS.
  *
  * Trace. While trace_on is set, every switch, every slot owner after it and
  * every change of what a CPU runs go to the `events` ring buffer, for the
@@ -54,8 +54,7 @@ char _license[] SEC("license") = "GPL";
 #define OTHER_SLICE_NS		(2 * NSEC_PER_MSEC)
 /* Upper bound of the credit of time owed to tasks of no gang per CPU. */
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
-/* One rotation through all slots stays well below the 30 s watchdog. */
-#define ROTATION_MAX_NS		(20000ULL * NSEC_PER_MSEC)
+#define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
 
 UEI_DEFINE(uei);
 

@@ -262,6 +262,7 @@ impl<'a> Scheduler<'a> {
             self.rehome_gang(g as i32)?;
         }
 
+        self.warn_if_slots_shortened();
         let n = self.table.nr_slots() as u32;
         if n > 0 {
             self.switch_slot(if cur < n { cur } else { 0 }, gen + 1, gang_switch_cause_SWITCH_COMMAND)?;
@@ -275,6 +276,7 @@ impl<'a> Scheduler<'a> {
         write_knobs(&mut self.skel, &new);
         let housekeeping_changed = new.housekeeping != self.applied.1.housekeeping;
         self.applied = (generation, new);
+        self.warn_if_slots_shortened();
         if housekeeping_changed {
             self.table = match self.mode {
                 Mode::Standalone => self.standalone_table(),
@@ -284,6 +286,19 @@ impl<'a> Scheduler<'a> {
             self.push_table()?;
         }
         Ok(())
+    }
+
+    /// The BPF timer shortens slots so one rotation stays within
+    /// GANG_ROTATION_MAX_MS; say so when that changes what the operator set.
+    fn warn_if_slots_shortened(&self) {
+        let (n, slot_ms) = (self.table.nr_slots() as u32, self.applied.1.slot_ms);
+        if self.mode == Mode::Standalone && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS {
+            warn!(
+                "{n} slots of {slot_ms} ms exceed the {gang_limits_GANG_ROTATION_MAX_MS} ms rotation limit: \
+                 slots run {} ms",
+                gang_limits_GANG_ROTATION_MAX_MS / n
+            );
+        }
     }
 
     fn handle(&mut self, pending: Pending) {
