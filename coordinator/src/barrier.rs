@@ -256,6 +256,40 @@ impl SlotSwitch {
         }
     }
 
+    /// The checks every answer goes through, in order: its generation, its
+    /// node, a repeat, whether it is `expected` now. A dropped node's late
+    /// answer stays dropped: gangd has already given up on it, and
+    /// un-failing it would race with that. Counts what it ignores; else
+    /// returns the time since the switch began and the node's state.
+    fn answer(
+        &mut self,
+        node: NodeId,
+        gen: Gen,
+        now_us: u64,
+        answered: fn(&NodeRecord) -> bool,
+        expected: bool,
+    ) -> Option<(u64, &mut NodeState)> {
+        let now = self.clock(now_us);
+        if gen != self.spec.gen {
+            self.stale += 1;
+            return None;
+        }
+        let at = now - self.start_us;
+        let Some(st) = self.nodes.get_mut(&node) else {
+            self.unexpected += 1;
+            return None;
+        };
+        if answered(&st.rec) {
+            self.duplicates += 1;
+            return None;
+        }
+        if !expected || st.failed.is_some() {
+            self.unexpected += 1;
+            return None;
+        }
+        Some((at, st))
+    }
+
     /// `node` answered Frozen{gen, slot, ..}.
     pub fn on_frozen(
         &mut self,
@@ -265,27 +299,10 @@ impl SlotSwitch {
         report: FrozenReport,
         now_us: u64,
     ) -> Outbox {
-        let now = self.clock(now_us);
-        if gen != self.spec.gen {
-            self.stale += 1;
-            return Outbox::new();
-        }
-        let at = now - self.start_us;
-        let (strict, from_slot) = (self.spec.barrier == Barrier::Strict, self.spec.from_slot);
-        let Some(st) = self.nodes.get_mut(&node) else {
-            self.unexpected += 1;
+        let expected = self.spec.barrier == Barrier::Strict && slot == self.spec.from_slot;
+        let Some((at, st)) = self.answer(node, gen, now_us, |r| r.frozen.is_some(), expected) else {
             return Outbox::new();
         };
-        if st.rec.frozen.is_some() {
-            self.duplicates += 1;
-            return Outbox::new();
-        }
-        // A dropped node's late answer stays dropped: gangd has already
-        // given up on it, and un-failing it would race with that.
-        if !strict || slot != from_slot || st.failed.is_some() {
-            self.unexpected += 1;
-            return Outbox::new();
-        }
         st.rec.frozen = Some(report);
         st.rec.frozen_at_us = Some(at);
         let mut out = Outbox::new();
@@ -302,27 +319,11 @@ impl SlotSwitch {
         switch_us: u64,
         now_us: u64,
     ) -> Outbox {
-        let now = self.clock(now_us);
-        if gen != self.spec.gen {
-            self.stale += 1;
-            return Outbox::new();
-        }
-        let at = now - self.start_us;
-        let (to_slot, switching) = (self.spec.to_slot, self.phase != Phase::Freezing);
-        let Some(st) = self.nodes.get_mut(&node) else {
-            self.unexpected += 1;
+        // Before Switch was sent a Running cannot be an answer to us.
+        let expected = self.phase != Phase::Freezing && slot == self.spec.to_slot;
+        let Some((at, st)) = self.answer(node, gen, now_us, |r| r.running_at_us.is_some(), expected) else {
             return Outbox::new();
         };
-        if st.rec.running_at_us.is_some() {
-            self.duplicates += 1;
-            return Outbox::new();
-        }
-        // Before Switch was sent (or to a dropped node, which never got
-        // one) a Running cannot be an answer to us.
-        if !switching || slot != to_slot || st.failed.is_some() {
-            self.unexpected += 1;
-            return Outbox::new();
-        }
         st.rec.running_at_us = Some(at);
         st.rec.agent_switch_us = Some(switch_us);
         let mut out = Outbox::new();
