@@ -24,14 +24,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-export BPF_CLANG=${BPF_CLANG:-clang-19}
-"$SCRIPTS_DIR/setup.sh"
-step "building"
-cargo build --release --workspace
-mkdir -p target/bench
-"$SCRIPTS_DIR/image.sh" target/bench/image.cpio.gz \
-    --bin target/release/scx_gang --bin target/release/burn --bin target/release/sigswitch \
-    --scenarios tests/vm/scenarios
+build_image target/bench/image.cpio.gz
 
 step "overhead: 1 vCPU pinned to host core 0, instruction-counted time (several minutes)"
 "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario bench --out target/bench/overhead \

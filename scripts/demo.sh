@@ -4,13 +4,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
-export BPF_CLANG=${BPF_CLANG:-clang-19}
-"$SCRIPTS_DIR/setup.sh"
-step "building"
-cargo build --release --workspace
-mkdir -p target/demo
-"$SCRIPTS_DIR/image.sh" target/demo/image.cpio.gz \
-    --bin target/release/scx_gang --bin target/release/burn --scenarios tests/vm/scenarios
+build_image target/demo/image.cpio.gz
 "$SCRIPTS_DIR/cluster.sh" --image target/demo/image.cpio.gz --scenario demo --out target/demo/run --mttcg
 cp target/demo/run/node0/timeline.svg target/demo/run/node0/timeline.json target/demo/
 step "timeline: target/demo/timeline.svg (summary: target/demo/run/node0/summary.txt)"

@@ -24,3 +24,16 @@ need_kernel() {
     [[ -f $KERNEL_DIR/vmlinuz && -f $KERNEL_DIR/config && -f $KERNEL_DIR/version ]] ||
         die "no kernel in $KERNEL_DIR (run scripts/setup.sh)"
 }
+
+# build_image OUT: installs the test bed, builds the workspace and packs the
+# VM image with the project's binaries and the scenarios (demo, bench).
+build_image() {
+    export BPF_CLANG=${BPF_CLANG:-clang-19}
+    "$SCRIPTS_DIR/setup.sh"
+    step "building"
+    (cd "$REPO_ROOT" && cargo build --release --workspace)
+    mkdir -p "$(dirname "$1")"
+    "$SCRIPTS_DIR/image.sh" "$1" \
+        --bin "$REPO_ROOT/target/release/scx_gang" --bin "$REPO_ROOT/target/release/burn" \
+        --bin "$REPO_ROOT/target/release/sigswitch" --scenarios "$REPO_ROOT/tests/vm/scenarios"
+}
