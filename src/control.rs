@@ -85,11 +85,18 @@ pub struct Response {
 
 impl Response {
     pub fn ok() -> Self {
-        Self { ok: true, ..Default::default() }
+        Self {
+            ok: true,
+            ..Default::default()
+        }
     }
 
     pub fn error(msg: impl Into<String>) -> Self {
-        Self { ok: false, error: Some(msg.into()), ..Default::default() }
+        Self {
+            ok: false,
+            error: Some(msg.into()),
+            ..Default::default()
+        }
     }
 }
 
@@ -122,19 +129,24 @@ pub fn serve(path: &Path) -> Result<(Sender<Inbox>, Receiver<Inbox>)> {
         }
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
-    let listener = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
     let (tx, rx) = mpsc::channel();
     let inbox = tx.clone();
-    thread::Builder::new().name("control".into()).spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let tx = tx.clone();
-            let _ = thread::Builder::new().name("control-conn".into()).spawn(move || {
-                if let Err(e) = handle(conn, tx) {
-                    log::warn!("control connection dropped: {e:#}");
-                }
-            });
-        }
-    })?;
+    thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let tx = tx.clone();
+                let _ = thread::Builder::new()
+                    .name("control-conn".into())
+                    .spawn(move || {
+                        if let Err(e) = handle(conn, tx) {
+                            log::warn!("control connection dropped: {e:#}");
+                        }
+                    });
+            }
+        })?;
     Ok((inbox, rx))
 }
 
@@ -144,7 +156,11 @@ fn handle(conn: UnixStream, tx: Sender<Inbox>) -> Result<()> {
     let mut line = String::new();
     loop {
         line.clear();
-        if (&mut reader).take(MAX_REQUEST as u64).read_line(&mut line)? == 0 {
+        if (&mut reader)
+            .take(MAX_REQUEST as u64)
+            .read_line(&mut line)?
+            == 0
+        {
             return Ok(());
         }
         if !line.ends_with('\n') {
@@ -153,8 +169,14 @@ fn handle(conn: UnixStream, tx: Sender<Inbox>) -> Result<()> {
         let response = match serde_json::from_str::<Request>(&line) {
             Ok(request) => {
                 let (reply_tx, reply_rx) = mpsc::channel();
-                tx.send(Inbox::Request(Pending { request, reply: reply_tx })).context("scheduler is gone")?;
-                reply_rx.recv().unwrap_or_else(|_| Response::error("scheduler stopped"))
+                tx.send(Inbox::Request(Pending {
+                    request,
+                    reply: reply_tx,
+                }))
+                .context("scheduler is gone")?;
+                reply_rx
+                    .recv()
+                    .unwrap_or_else(|_| Response::error("scheduler stopped"))
             }
             Err(e) => Response::error(format!("bad request: {e}")),
         };
@@ -173,7 +195,10 @@ pub struct Client {
 impl Client {
     pub fn connect(path: &Path) -> Result<Self> {
         let conn = UnixStream::connect(path).with_context(|| {
-            format!("cannot reach scx_gang at {} (is the daemon running?)", path.display())
+            format!(
+                "cannot reach scx_gang at {} (is the daemon running?)",
+                path.display()
+            )
         })?;
         let reader = BufReader::new(conn.try_clone()?);
         Ok(Self { conn, reader })
@@ -187,10 +212,15 @@ impl Client {
         out.push(b'\n');
         self.conn.write_all(&out)?;
         let mut line = String::new();
-        self.reader.read_line(&mut line).context("reading the daemon's response")?;
+        self.reader
+            .read_line(&mut line)
+            .context("reading the daemon's response")?;
         let response: Response = serde_json::from_str(&line).context("malformed response")?;
         if !response.ok {
-            bail!("{}", response.error.unwrap_or_else(|| "request refused".into()));
+            bail!(
+                "{}",
+                response.error.unwrap_or_else(|| "request refused".into())
+            );
         }
         Ok(response)
     }
@@ -216,13 +246,18 @@ mod tests {
         assert_eq!(s, r#"{"op":"switch","slot":1,"gen":7}"#);
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         let sched: Request =
-            serde_json::from_str(r#"{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}"#).unwrap();
+            serde_json::from_str(r#"{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}"#)
+                .unwrap();
         assert!(matches!(sched, Request::Schedule { .. }));
     }
 
     #[test]
     fn unknown_or_malformed_requests_are_refused() {
-        for bad in [r#"{"op":"reboot"}"#, "garbage", r#"{"op":"switch","slot":"x"}"#] {
+        for bad in [
+            r#"{"op":"reboot"}"#,
+            "garbage",
+            r#"{"op":"switch","slot":"x"}"#,
+        ] {
             assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
         }
     }
@@ -242,10 +277,21 @@ mod tests {
             assert_eq!(p.request, Request::Standalone);
             p.reply.send(Response::ok()).unwrap();
             let p = next();
-            p.reply.send(Response::error("slot 9 does not exist")).unwrap();
+            p.reply
+                .send(Response::error("slot 9 does not exist"))
+                .unwrap();
         });
-        assert!(call(&path, &Request::Standalone, Duration::from_secs(5)).unwrap().ok);
-        let err = call(&path, &Request::Switch { slot: 9, gen: 1 }, Duration::from_secs(5)).unwrap_err();
+        assert!(
+            call(&path, &Request::Standalone, Duration::from_secs(5))
+                .unwrap()
+                .ok
+        );
+        let err = call(
+            &path,
+            &Request::Switch { slot: 9, gen: 1 },
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("slot 9"));
         server.join().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -124,7 +124,10 @@ pub fn tcp_sockets_of(cgroups: &[u64]) -> io::Result<Vec<TcpSocket>> {
     if cgroups.len() > MAX_FILTER_CGROUPS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} cgroups; a socket filter takes at most {MAX_FILTER_CGROUPS}", cgroups.len()),
+            format!(
+                "{} cgroups; a socket filter takes at most {MAX_FILTER_CGROUPS}",
+                cgroups.len()
+            ),
         ));
     }
     dump(&cgroup_filter(cgroups))
@@ -144,7 +147,12 @@ fn cgroup_filter(cgroups: &[u64]) -> Vec<u8> {
     };
     for (i, id) in cgroups.iter().enumerate() {
         if i + 1 < cgroups.len() {
-            op(&mut bc, INET_DIAG_BC_CGROUP_COND, COND_LEN, COND_LEN + JMP_LEN);
+            op(
+                &mut bc,
+                INET_DIAG_BC_CGROUP_COND,
+                COND_LEN,
+                COND_LEN + JMP_LEN,
+            );
             bc.extend_from_slice(&id.to_ne_bytes());
             let after_jmp = total - bc.len();
             op(&mut bc, INET_DIAG_BC_JMP, JMP_LEN, after_jmp);
@@ -158,7 +166,13 @@ fn cgroup_filter(cgroups: &[u64]) -> Vec<u8> {
 }
 
 fn dump(filter: &[u8]) -> io::Result<Vec<TcpSocket>> {
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, NETLINK_SOCK_DIAG) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            NETLINK_SOCK_DIAG,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -170,9 +184,18 @@ fn dump(filter: &[u8]) -> io::Result<Vec<TcpSocket>> {
     Ok(all)
 }
 
-fn dump_family(fd: &OwnedFd, family: u8, filter: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<()> {
+fn dump_family(
+    fd: &OwnedFd,
+    family: u8,
+    filter: &[u8],
+    out: &mut Vec<TcpSocket>,
+) -> io::Result<()> {
     let hdr_len = size_of::<NlMsgHdr>() + size_of::<InetDiagReqV2>();
-    let attr_len = if filter.is_empty() { 0 } else { 4 + filter.len() };
+    let attr_len = if filter.is_empty() {
+        0
+    } else {
+        4 + filter.len()
+    };
     let req = InetDiagReqV2 {
         family,
         protocol: libc::IPPROTO_TCP as u8,
@@ -217,13 +240,20 @@ fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool>
         let hdr: NlMsgHdr = read_struct(data);
         let len = hdr.len as usize;
         if len < size_of::<NlMsgHdr>() || len > data.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "truncated netlink message",
+            ));
         }
         let body = &data[size_of::<NlMsgHdr>()..len];
         match hdr.kind {
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
-                let errno = if body.len() >= 4 { -i32::from_ne_bytes(body[..4].try_into().unwrap()) } else { 0 };
+                let errno = if body.len() >= 4 {
+                    -i32::from_ne_bytes(body[..4].try_into().unwrap())
+                } else {
+                    0
+                };
                 return Err(io::Error::from_raw_os_error(errno));
             }
             SOCK_DIAG_BY_FAMILY => out.push(parse_socket(body)),
@@ -236,7 +266,11 @@ fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool>
 
 fn parse_socket(body: &[u8]) -> TcpSocket {
     let msg: InetDiagMsg = read_struct(body);
-    let mut sock = TcpSocket { inode: msg.inode as u64, send_queue_bytes: msg.wqueue, ..Default::default() };
+    let mut sock = TcpSocket {
+        inode: msg.inode as u64,
+        send_queue_bytes: msg.wqueue,
+        ..Default::default()
+    };
     let mut attrs = body.get(align4(size_of::<InetDiagMsg>())..).unwrap_or(&[]);
     while attrs.len() >= 4 {
         let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
@@ -270,7 +304,9 @@ fn as_bytes<T: Copy>(value: &T) -> &[u8] {
 fn read_struct<T: Copy>(bytes: &[u8]) -> T {
     let mut value = unsafe { std::mem::zeroed::<T>() };
     let n = bytes.len().min(size_of::<T>());
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut value as *mut T).cast::<u8>(), n) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), (&mut value as *mut T).cast::<u8>(), n)
+    };
     value
 }
 
@@ -342,10 +378,20 @@ pub fn wait_steady(
     let mut last = initial.clone();
     loop {
         if last.is_steady() {
-            return Ok(DrainReport { drained: true, waited: start.elapsed(), initial, last });
+            return Ok(DrainReport {
+                drained: true,
+                waited: start.elapsed(),
+                initial,
+                last,
+            });
         }
         if start.elapsed() >= timeout {
-            return Ok(DrainReport { drained: false, waited: start.elapsed(), initial, last });
+            return Ok(DrainReport {
+                drained: false,
+                waited: start.elapsed(),
+                initial,
+                last,
+            });
         }
         std::thread::sleep(poll.min(timeout.saturating_sub(start.elapsed())));
         last = backlog()?;
@@ -360,7 +406,9 @@ mod tests {
 
     fn inode_of(s: &TcpStream) -> u64 {
         let fd = s.as_raw_fd();
-        std::fs::metadata(format!("/proc/self/fd/{fd}")).unwrap().ino()
+        std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino()
     }
 
     #[test]
@@ -385,14 +433,34 @@ mod tests {
         let ours = |s: &TcpSocket| s.inode == ino;
         let busy = Backlog::of(tcp_sockets().unwrap().iter().filter(|s| ours(s)));
         assert_eq!(busy.sockets, 1, "our socket is in the dump");
-        let sock = tcp_sockets().unwrap().into_iter().find(|s| s.inode == ino).unwrap();
+        let sock = tcp_sockets()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.inode == ino)
+            .unwrap();
         assert_ne!(sock.cgroup_id, 0, "the owning cgroup is reported");
-        assert!(!busy.is_steady(), "{written} bytes written, none read, yet steady: {busy:?}");
+        assert!(
+            !busy.is_steady(),
+            "{written} bytes written, none read, yet steady: {busy:?}"
+        );
         assert!(busy.queued_bytes > 0);
 
-        let ours_only = || Ok(tcp_sockets()?.into_iter().filter(|s| s.inode == ino).collect());
-        let report = wait_steady(ours_only, Duration::from_millis(50), Duration::from_millis(10)).unwrap();
-        assert!(!report.drained, "the peer reads nothing, so it cannot drain");
+        let ours_only = || {
+            Ok(tcp_sockets()?
+                .into_iter()
+                .filter(|s| s.inode == ino)
+                .collect())
+        };
+        let report = wait_steady(
+            ours_only,
+            Duration::from_millis(50),
+            Duration::from_millis(10),
+        )
+        .unwrap();
+        assert!(
+            !report.drained,
+            "the peer reads nothing, so it cannot drain"
+        );
 
         let reader = std::thread::spawn(move || {
             let mut buf = vec![0u8; 1 << 20];
@@ -402,7 +470,8 @@ mod tests {
             }
             server
         });
-        let report = wait_steady(ours_only, Duration::from_secs(10), Duration::from_millis(5)).unwrap();
+        let report =
+            wait_steady(ours_only, Duration::from_secs(10), Duration::from_millis(5)).unwrap();
         assert!(report.drained, "{report:?}");
         assert!(report.initial.queued_bytes > 0);
         assert!(report.last.is_steady());
@@ -411,7 +480,12 @@ mod tests {
 
     #[test]
     fn a_selection_with_no_socket_is_steady_at_once() {
-        let r = wait_steady(|| tcp_sockets_of(&[u64::MAX]), Duration::from_secs(1), Duration::from_millis(10)).unwrap();
+        let r = wait_steady(
+            || tcp_sockets_of(&[u64::MAX]),
+            Duration::from_secs(1),
+            Duration::from_millis(10),
+        )
+        .unwrap();
         assert!(r.drained);
         assert_eq!(r.initial.sockets, 0);
     }
@@ -422,15 +496,34 @@ mod tests {
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let _server = listener.accept().unwrap();
         let ino = inode_of(&client);
-        let mine = tcp_sockets().unwrap().into_iter().find(|s| s.inode == ino).unwrap().cgroup_id;
+        let mine = tcp_sockets()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.inode == ino)
+            .unwrap()
+            .cgroup_id;
         let filtered = tcp_sockets_of(&[u64::MAX - 1, mine]).unwrap();
-        assert!(filtered.iter().any(|s| s.inode == ino), "our socket passes the filter");
-        assert!(filtered.iter().all(|s| s.cgroup_id == mine), "only sockets of the cgroups asked for");
-        for ids in [vec![mine, u64::MAX - 1, u64::MAX - 2], vec![u64::MAX - 1, mine, u64::MAX - 2]] {
-            assert!(tcp_sockets_of(&ids).unwrap().iter().any(|s| s.inode == ino), "{ids:?}");
+        assert!(
+            filtered.iter().any(|s| s.inode == ino),
+            "our socket passes the filter"
+        );
+        assert!(
+            filtered.iter().all(|s| s.cgroup_id == mine),
+            "only sockets of the cgroups asked for"
+        );
+        for ids in [
+            vec![mine, u64::MAX - 1, u64::MAX - 2],
+            vec![u64::MAX - 1, mine, u64::MAX - 2],
+        ] {
+            assert!(
+                tcp_sockets_of(&ids).unwrap().iter().any(|s| s.inode == ino),
+                "{ids:?}"
+            );
         }
         assert!(tcp_sockets_of(&[u64::MAX]).unwrap().is_empty());
-        assert!(tcp_sockets_of(&[u64::MAX, u64::MAX - 1]).unwrap().is_empty());
+        assert!(tcp_sockets_of(&[u64::MAX, u64::MAX - 1])
+            .unwrap()
+            .is_empty());
         assert!(tcp_sockets_of(&vec![1; MAX_FILTER_CGROUPS + 1]).is_err());
     }
 

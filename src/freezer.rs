@@ -38,12 +38,18 @@ pub fn is_frozen(dir: &Path) -> bool {
 /// Parks the gangs (name, cgroup directory), waits for every task to be
 /// parked and then for the gangs' TCP sockets to be steady, all within
 /// `timeout` from now. The gangs stay frozen: thaw them with `set_frozen`.
-pub fn park_and_drain(gen: u64, gangs: &[(String, PathBuf)], timeout: Duration) -> io::Result<FrozenReport> {
+pub fn park_and_drain(
+    gen: u64,
+    gangs: &[(String, PathBuf)],
+    timeout: Duration,
+) -> io::Result<FrozenReport> {
     let start = Instant::now();
     for (_, dir) in gangs {
         set_frozen(dir, true)?;
     }
-    let parked = wait_until(start + timeout, || gangs.iter().all(|(_, dir)| is_frozen(dir)));
+    let parked = wait_until(start + timeout, || {
+        gangs.iter().all(|(_, dir)| is_frozen(dir))
+    });
     let freeze_us = start.elapsed().as_micros() as u64;
 
     let mut ids = Vec::new();

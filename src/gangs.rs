@@ -76,7 +76,10 @@ impl GangRegistry {
     }
 
     pub fn name_of(&self, id: GangId) -> Option<&str> {
-        self.gangs.values().find(|g| g.id == id).map(|g| g.name.as_str())
+        self.gangs
+            .values()
+            .find(|g| g.id == id)
+            .map(|g| g.name.as_str())
     }
 
     /// Brings the registry in line with a scan: populated directories are
@@ -84,13 +87,19 @@ impl GangRegistry {
     /// cgroup id) is removed.
     pub fn update(&mut self, scan: &[GangDir]) -> GangChanges {
         let mut changes = GangChanges::default();
-        let live: BTreeMap<&str, &GangDir> =
-            scan.iter().filter(|d| d.populated).map(|d| (d.name.as_str(), d)).collect();
+        let live: BTreeMap<&str, &GangDir> = scan
+            .iter()
+            .filter(|d| d.populated)
+            .map(|d| (d.name.as_str(), d))
+            .collect();
 
         let gone: Vec<String> = self
             .gangs
             .values()
-            .filter(|g| live.get(g.name.as_str()).is_none_or(|d| d.cgroup_id != g.cgroup_id))
+            .filter(|g| {
+                live.get(g.name.as_str())
+                    .is_none_or(|d| d.cgroup_id != g.cgroup_id)
+            })
             .map(|g| g.name.clone())
             .collect();
         for name in gone {
@@ -105,7 +114,11 @@ impl GangRegistry {
             }
             match self.free_id() {
                 Some(id) => {
-                    let g = Gang { id, name: name.to_string(), cgroup_id: dir.cgroup_id };
+                    let g = Gang {
+                        id,
+                        name: name.to_string(),
+                        cgroup_id: dir.cgroup_id,
+                    };
                     self.gangs.insert(name.to_string(), g.clone());
                     changes.added.push(g);
                 }
@@ -130,8 +143,14 @@ pub fn scan(root: &Path) -> io::Result<Vec<GangDir>> {
             Ok(m) if m.is_dir() => m,
             _ => continue, // a file, or a directory removed while we looked
         };
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
-        dirs.push(GangDir { name, cgroup_id: meta.ino(), populated: is_populated(&path) });
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        dirs.push(GangDir {
+            name,
+            cgroup_id: meta.ino(),
+            populated: is_populated(&path),
+        });
     }
     Ok(dirs)
 }
@@ -159,13 +178,21 @@ mod tests {
     use super::*;
 
     fn dir(name: &str, id: u64, populated: bool) -> GangDir {
-        GangDir { name: name.into(), cgroup_id: id, populated }
+        GangDir {
+            name: name.into(),
+            cgroup_id: id,
+            populated,
+        }
     }
 
     #[test]
     fn populated_directories_become_gangs_with_small_ids() {
         let mut r = GangRegistry::new();
-        let c = r.update(&[dir("a", 100, true), dir("b", 101, true), dir("idle", 102, false)]);
+        let c = r.update(&[
+            dir("a", 100, true),
+            dir("b", 101, true),
+            dir("idle", 102, false),
+        ]);
         assert_eq!(c.added.len(), 2);
         assert_eq!(r.get("a").unwrap().id, 0);
         assert_eq!(r.get("b").unwrap().id, 1);
@@ -177,7 +204,13 @@ mod tests {
         let mut r = GangRegistry::new();
         r.update(&[dir("a", 100, true), dir("b", 101, true)]);
         let c = r.update(&[dir("a", 100, false)]);
-        assert_eq!(c.removed.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            c.removed
+                .iter()
+                .map(|g| g.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
         assert!(r.is_empty());
         r.update(&[dir("c", 103, true)]);
         assert_eq!(r.get("c").unwrap().id, 0, "freed ids are reused");
@@ -204,7 +237,9 @@ mod tests {
     #[test]
     fn gangs_beyond_the_limit_are_refused_not_lost() {
         let mut r = GangRegistry::new();
-        let scan: Vec<GangDir> = (0..MAX_GANGS as u64 + 1).map(|i| dir(&format!("g{i:03}"), i, true)).collect();
+        let scan: Vec<GangDir> = (0..MAX_GANGS as u64 + 1)
+            .map(|i| dir(&format!("g{i:03}"), i, true))
+            .collect();
         let c = r.update(&scan);
         assert_eq!(r.len(), MAX_GANGS);
         assert_eq!(c.refused, vec![format!("g{:03}", MAX_GANGS)]);
@@ -212,7 +247,16 @@ mod tests {
 
     #[test]
     fn levels_count_from_the_mount() {
-        assert_eq!(cgroup_level(Path::new("/sys/fs/cgroup"), Path::new("/sys/fs/cgroup/scx_gang")), Some(1));
-        assert_eq!(cgroup_level(Path::new("/sys/fs/cgroup"), Path::new("/tmp")), None);
+        assert_eq!(
+            cgroup_level(
+                Path::new("/sys/fs/cgroup"),
+                Path::new("/sys/fs/cgroup/scx_gang")
+            ),
+            Some(1)
+        );
+        assert_eq!(
+            cgroup_level(Path::new("/sys/fs/cgroup"), Path::new("/tmp")),
+            None
+        );
     }
 }

@@ -27,7 +27,12 @@ pub struct NodeKnobs {
 
 impl NodeKnobs {
     pub fn new() -> Self {
-        Self { slot_ms: 50, fill: false, housekeeping: CpuList::new(), min_other_share_pct: 5 }
+        Self {
+            slot_ms: 50,
+            fill: false,
+            housekeeping: CpuList::new(),
+            min_other_share_pct: 5,
+        }
     }
 
     /// Sets one knob from its text form. On error nothing changes.
@@ -72,18 +77,38 @@ impl Default for NodeKnobs {
     }
 }
 
-fn parse_in_range(name: &str, value: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32, KnobError> {
-    let n: u32 = value
-        .parse()
-        .map_err(|_| KnobError::Invalid(format!("{name} must be a number in {range:?}, got {value:?}")))?;
+fn parse_in_range(
+    name: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<u32>,
+) -> Result<u32, KnobError> {
+    let n: u32 = value.parse().map_err(|_| {
+        KnobError::Invalid(format!(
+            "{name} must be a number in {range:?}, got {value:?}"
+        ))
+    })?;
     if !range.contains(&n) {
-        return Err(KnobError::Invalid(format!("{name} must be in {range:?}, got {n}")));
+        return Err(KnobError::Invalid(format!(
+            "{name} must be in {range:?}, got {n}"
+        )));
     }
     Ok(n)
 }
 
-pub const KNOB_NAMES: &[&str] = &["slot_ms", "fill", "housekeeping_cpus", "min_other_share_pct"];
-pub const STATUS_NAMES: &[&str] = &["mode", "current_slot", "switches", "nr_gangs", "nr_slots", "gangs"];
+pub const KNOB_NAMES: &[&str] = &[
+    "slot_ms",
+    "fill",
+    "housekeeping_cpus",
+    "min_other_share_pct",
+];
+pub const STATUS_NAMES: &[&str] = &[
+    "mode",
+    "current_slot",
+    "switches",
+    "nr_gangs",
+    "nr_slots",
+    "gangs",
+];
 
 /// What the node is doing, refreshed by the daemon's main loop.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -154,7 +179,11 @@ impl SharedKnobs {
 
 impl KnobSet for SharedKnobs {
     fn names(&self) -> Vec<String> {
-        KNOB_NAMES.iter().chain(STATUS_NAMES).map(|s| s.to_string()).collect()
+        KNOB_NAMES
+            .iter()
+            .chain(STATUS_NAMES)
+            .map(|s| s.to_string())
+            .collect()
     }
 
     fn is_writable(&self, name: &str) -> bool {
@@ -165,7 +194,11 @@ impl KnobSet for SharedKnobs {
         if let Some(v) = self.knobs.lock().unwrap().get(name) {
             return Ok(v);
         }
-        self.status.lock().unwrap().get(name).ok_or(KnobError::NotFound)
+        self.status
+            .lock()
+            .unwrap()
+            .get(name)
+            .ok_or(KnobError::NotFound)
     }
 
     fn write(&self, name: &str, value: &str) -> Result<(), KnobError> {
@@ -227,8 +260,14 @@ mod tests {
     #[test]
     fn status_files_are_read_only_and_unknown_names_are_not_found() {
         let shared = SharedKnobs::new(NodeKnobs::new(), 2);
-        assert!(matches!(shared.write("switches", "5"), Err(KnobError::ReadOnly)));
-        assert!(matches!(shared.write("nope", "5"), Err(KnobError::NotFound)));
+        assert!(matches!(
+            shared.write("switches", "5"),
+            Err(KnobError::ReadOnly)
+        ));
+        assert!(matches!(
+            shared.write("nope", "5"),
+            Err(KnobError::NotFound)
+        ));
         assert_eq!(shared.generation(), 0);
         let (tx, rx) = std::sync::mpsc::channel();
         shared.on_change(move || tx.send(()).unwrap());

@@ -15,4 +15,4 @@ pub mod knobfs;
 pub mod knobs;
 pub mod preflight;
 pub mod slots;
-pub mod trace;
+pub use gang_coordinator::trace;

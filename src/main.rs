@@ -21,7 +21,11 @@ use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::trace;
 
 #[derive(Debug, Parser)]
-#[command(name = "scx_gang", version, about = "Gang scheduler for parallel jobs (sched_ext)")]
+#[command(
+    name = "scx_gang",
+    version,
+    about = "Gang scheduler for parallel jobs (sched_ext)"
+)]
 struct Opts {
     #[command(subcommand)]
     command: Option<Command>,
@@ -127,14 +131,24 @@ fn main() {
 
 fn run(opts: Opts) -> Result<()> {
     match opts.command {
-        Some(Command::Trace { seconds, ref json, ref svg, ref socket }) => {
-            return trace_command(seconds, json.as_ref(), svg.as_ref(), socket)
-        }
-        Some(Command::Ctl { ref requests, interval_ms, ref socket }) => {
+        Some(Command::Trace {
+            seconds,
+            ref json,
+            ref svg,
+            ref socket,
+        }) => return trace_command(seconds, json.as_ref(), svg.as_ref(), socket),
+        Some(Command::Ctl {
+            ref requests,
+            interval_ms,
+            ref socket,
+        }) => {
             // All are checked before the first is sent.
             let requests = requests
                 .iter()
-                .map(|r| serde_json::from_str::<Request>(r).map_err(|e| anyhow::anyhow!("not a valid request {r:?}: {e}")))
+                .map(|r| {
+                    serde_json::from_str::<Request>(r)
+                        .map_err(|e| anyhow::anyhow!("not a valid request {r:?}: {e}"))
+                })
                 .collect::<Result<Vec<_>>>()?;
             let mut client = control::Client::connect(socket)?;
             for (i, request) in requests.iter().enumerate() {
@@ -151,7 +165,8 @@ fn run(opts: Opts) -> Result<()> {
 
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
-    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
+        .context("installing the Ctrl-C handler")?;
 
     if let Some(interval) = opts.monitor.or(opts.stats) {
         let flag = shutdown.clone();
@@ -189,7 +204,8 @@ fn run(opts: Opts) -> Result<()> {
 
     let mut open_object = MaybeUninit::uninit();
     loop {
-        let mut sched = scheduler::Scheduler::init(&cfg, shared.clone(), &requests, &mut open_object)?;
+        let mut sched =
+            scheduler::Scheduler::init(&cfg, shared.clone(), &requests, &mut open_object)?;
         let exit = sched.run(shutdown.clone())?;
         if !exit.should_restart() {
             break;
@@ -209,7 +225,8 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("housekeeping_cpus", &opts.housekeeping_cpus),
         ("min_other_share_pct", &opts.min_other_share_pct),
     ] {
-        k.set(name, value, nr_cpus).map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;
+        k.set(name, value, nr_cpus)
+            .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;
     }
     Ok(k)
 }
@@ -226,10 +243,12 @@ fn trace_command(
     let nr_events = raw.events.len();
     let t = trace::analyze(raw.meta, raw.events);
     if let Some(path) = json {
-        fs::write(path, serde_json::to_vec_pretty(&t)?).with_context(|| format!("writing {}", path.display()))?;
+        fs::write(path, serde_json::to_vec_pretty(&t)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = svg {
-        fs::write(path, trace::render_svg(&t)).with_context(|| format!("writing {}", path.display()))?;
+        fs::write(path, trace::render_svg(&t))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     println!("{nr_events} events");
     println!("{}", serde_json::to_string_pretty(&t.summary)?);
@@ -237,12 +256,21 @@ fn trace_command(
 }
 
 fn init_logging(verbose: bool) {
-    let level = if verbose { simplelog::LevelFilter::Debug } else { simplelog::LevelFilter::Info };
+    let level = if verbose {
+        simplelog::LevelFilter::Debug
+    } else {
+        simplelog::LevelFilter::Info
+    };
     let cfg = simplelog::ConfigBuilder::new()
         .set_time_level(simplelog::LevelFilter::Error)
         .set_target_level(simplelog::LevelFilter::Off)
         .set_thread_level(simplelog::LevelFilter::Off)
         .set_location_level(simplelog::LevelFilter::Off)
         .build();
-    let _ = simplelog::TermLogger::init(level, cfg, simplelog::TerminalMode::Stderr, simplelog::ColorChoice::Never);
+    let _ = simplelog::TermLogger::init(
+        level,
+        cfg,
+        simplelog::TerminalMode::Stderr,
+        simplelog::ColorChoice::Never,
+    );
 }

@@ -32,9 +32,7 @@ fn check_sched_ext() -> Result<()> {
         let ops = fs::read_to_string(Path::new(SCHED_EXT_SYSFS).join("root/ops"))
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".into());
-        bail!(
-            "another sched_ext scheduler is attached ({ops:?}, state {state}): stop it first"
-        );
+        bail!("another sched_ext scheduler is attached ({ops:?}, state {state}): stop it first");
     }
     Ok(())
 }

@@ -22,8 +22,8 @@ use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_repo
 
 use scx_gang::bpf_intf::*;
 use scx_gang::control::{Inbox, Pending, Placement, RawTrace, Request, Response};
-use scx_gang::freezer;
 use scx_gang::cpulist::CpuList;
+use scx_gang::freezer;
 use scx_gang::gangs::{self, GangRegistry};
 use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
@@ -98,12 +98,21 @@ impl<'a> Scheduler<'a> {
             bail!("this node has {nr_cpus} CPUs; scx_gang supports at most {gang_limits_GANG_MAX_CPUS}");
         }
         let level = gangs::cgroup_level(&cfg.cgroup_mount, &cfg.gang_root).with_context(|| {
-            format!("the gang root {} is not below {}", cfg.gang_root.display(), cfg.cgroup_mount.display())
+            format!(
+                "the gang root {} is not below {}",
+                cfg.gang_root.display(),
+                cfg.cgroup_mount.display()
+            )
         })?;
 
         let mut builder = BpfSkelBuilder::default();
         builder.obj_builder.debug(cfg.verbose);
-        let mut skel = scx_ops_open!(builder, open_object, gang_ops, None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>)?;
+        let mut skel = scx_ops_open!(
+            builder,
+            open_object,
+            gang_ops,
+            None::<libbpf_rs::libbpf_sys::bpf_object_open_opts>
+        )?;
         skel.struct_ops.gang_ops_mut().exit_dump_len = cfg.exit_dump_len;
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.nr_cpus = nr_cpus;
@@ -115,7 +124,10 @@ impl<'a> Scheduler<'a> {
         init_bss(&mut skel, &knob_values);
         let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
         let stats_server = StatsServer::new(crate::stats::server_data()).launch()?;
-        info!("scx_gang attached: {nr_cpus} CPUs, gang root {}", cfg.gang_root.display());
+        info!(
+            "scx_gang attached: {nr_cpus} CPUs, gang root {}",
+            cfg.gang_root.display()
+        );
 
         let table = SlotTable::new(nr_cpus, knob_values.housekeeping.clone());
         let mut sched = Self {
@@ -135,7 +147,10 @@ impl<'a> Scheduler<'a> {
             traces: Vec::new(),
         };
         // A daemon killed between a freeze and its switch left gangs parked.
-        for dir in gangs::scan(&cfg.gang_root)?.iter().map(|d| gangs::gang_path(&cfg.gang_root, &d.name)) {
+        for dir in gangs::scan(&cfg.gang_root)?
+            .iter()
+            .map(|d| gangs::gang_path(&cfg.gang_root, &d.name))
+        {
             let _ = freezer::set_frozen(&dir, false);
         }
         sched.scan_gangs()?;
@@ -160,7 +175,11 @@ impl<'a> Scheduler<'a> {
         while !shutdown.load(Ordering::Relaxed) && !uei_exited!(&self.skel, uei) {
             let _ = events.consume();
             self.collect_trace(&mut incoming.borrow_mut());
-            let period = if self.traces.is_empty() { IDLE_PERIOD } else { TRACE_PERIOD };
+            let period = if self.traces.is_empty() {
+                IDLE_PERIOD
+            } else {
+                TRACE_PERIOD
+            };
             // Knob writes only wake the loop; the generation check below
             // applies them.
             if let Ok(Inbox::Request(pending)) = self.control.recv_timeout(period) {
@@ -187,7 +206,9 @@ impl<'a> Scheduler<'a> {
         }
 
         for t in self.traces.drain(..) {
-            let _ = t.reply.send(Response::error("scheduler stopped during the trace"));
+            let _ = t
+                .reply
+                .send(Response::error("scheduler stopped during the trace"));
         }
         let _ = self.struct_ops.take();
         uei_report!(&self.skel, uei)
@@ -205,15 +226,26 @@ impl<'a> Scheduler<'a> {
         }
         for g in &changes.removed {
             info!("gang {} (id {}) left: its slot is given back", g.name, g.id);
-            let _ = self.skel.maps.gang_cgroups.delete(&g.cgroup_id.to_ne_bytes());
+            let _ = self
+                .skel
+                .maps
+                .gang_cgroups
+                .delete(&g.cgroup_id.to_ne_bytes());
             self.table.remove_gang(g.id);
         }
         for g in &changes.added {
-            info!("gang {} (id {}, cgroup {}) joined", g.name, g.id, g.cgroup_id);
+            info!(
+                "gang {} (id {}, cgroup {}) joined",
+                g.name, g.id, g.cgroup_id
+            );
             self.skel
                 .maps
                 .gang_cgroups
-                .update(&g.cgroup_id.to_ne_bytes(), &(g.id as i32).to_ne_bytes(), MapFlags::ANY)
+                .update(
+                    &g.cgroup_id.to_ne_bytes(),
+                    &(g.id as i32).to_ne_bytes(),
+                    MapFlags::ANY,
+                )
                 .with_context(|| format!("registering gang {}", g.name))?;
         }
         if self.mode == Mode::Standalone {
@@ -224,9 +256,13 @@ impl<'a> Scheduler<'a> {
 
     fn standalone_table(&self) -> SlotTable {
         let ids: Vec<GangId> = self.registry.by_id().iter().map(|g| g.id).collect();
-        let (table, left_out) = SlotTable::standalone(self.nr_cpus, self.applied.1.housekeeping.clone(), &ids);
+        let (table, left_out) =
+            SlotTable::standalone(self.nr_cpus, self.applied.1.housekeeping.clone(), &ids);
         for id in left_out {
-            warn!("gang {} gets no slot (all slots taken)", self.registry.name_of(id).unwrap_or("?"));
+            warn!(
+                "gang {} gets no slot (all slots taken)",
+                self.registry.name_of(id).unwrap_or("?")
+            );
         }
         table
     }
@@ -235,7 +271,9 @@ impl<'a> Scheduler<'a> {
     /// CPU follows the new table at once.
     fn push_table(&mut self) -> Result<()> {
         let rows = self.table.to_bpf();
-        let masks: Vec<u32> = (0..MAX_GANGS as GangId).map(|g| self.table.slot_mask(g)).collect();
+        let masks: Vec<u32> = (0..MAX_GANGS as GangId)
+            .map(|g| self.table.slot_mask(g))
+            .collect();
         let mut cpus = vec![CpuList::new(); MAX_GANGS];
         for slot in self.table.placements() {
             for (gang, list) in slot {
@@ -256,7 +294,9 @@ impl<'a> Scheduler<'a> {
         let (cur, gen) = (bss.cur_slot, bss.cur_gen);
 
         // Tasks of a gang that lost its last slot must not wait for one.
-        let lost: Vec<usize> = (0..MAX_GANGS).filter(|&g| self.slot_masks[g] != 0 && masks[g] == 0).collect();
+        let lost: Vec<usize> = (0..MAX_GANGS)
+            .filter(|&g| self.slot_masks[g] != 0 && masks[g] == 0)
+            .collect();
         self.slot_masks = masks;
         for g in lost {
             self.rehome_gang(g as i32)?;
@@ -265,7 +305,11 @@ impl<'a> Scheduler<'a> {
         self.warn_if_slots_shortened();
         let n = self.table.nr_slots() as u32;
         if n > 0 {
-            self.switch_slot(if cur < n { cur } else { 0 }, gen + 1, gang_switch_cause_SWITCH_COMMAND)?;
+            self.switch_slot(
+                if cur < n { cur } else { 0 },
+                gen + 1,
+                gang_switch_cause_SWITCH_COMMAND,
+            )?;
         }
         Ok(())
     }
@@ -281,7 +325,9 @@ impl<'a> Scheduler<'a> {
             self.table = match self.mode {
                 Mode::Standalone => self.standalone_table(),
                 // The coordinator's table must not use housekeeping CPUs either.
-                Mode::Coordinated => SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone()),
+                Mode::Coordinated => {
+                    SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone())
+                }
             };
             self.push_table()?;
         }
@@ -292,7 +338,8 @@ impl<'a> Scheduler<'a> {
     /// GANG_ROTATION_MAX_MS; say so when that changes what the operator set.
     fn warn_if_slots_shortened(&self) {
         let (n, slot_ms) = (self.table.nr_slots() as u32, self.applied.1.slot_ms);
-        if self.mode == Mode::Standalone && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS {
+        if self.mode == Mode::Standalone && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS
+        {
             warn!(
                 "{n} slots of {slot_ms} ms exceed the {gang_limits_GANG_ROTATION_MAX_MS} ms rotation limit: \
                  slots run {} ms",
@@ -304,7 +351,10 @@ impl<'a> Scheduler<'a> {
     fn handle(&mut self, pending: Pending) {
         let response = match pending.request {
             Request::Trace { seconds } => return self.start_trace(seconds, pending.reply),
-            Request::Freeze { gen, drain_timeout_ms } => return self.freeze(gen, drain_timeout_ms, pending.reply),
+            Request::Freeze {
+                gen,
+                drain_timeout_ms,
+            } => return self.freeze(gen, drain_timeout_ms, pending.reply),
             Request::Schedule { slots } => self.schedule(&slots),
             Request::Switch { slot, gen } => self.command_switch(slot, gen),
             Request::Standalone => {
@@ -330,7 +380,9 @@ impl<'a> Scheduler<'a> {
                     format!("gang {:?} is not known (no populated cgroup of that name below the gang root)", p.gang)
                 })?;
                 let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg)?;
-                table.place(gang.id, s, &cpus).with_context(|| format!("placing gang {}", p.gang))?;
+                table
+                    .place(gang.id, s, &cpus)
+                    .with_context(|| format!("placing gang {}", p.gang))?;
             }
         }
         self.set_mode(Mode::Coordinated);
@@ -345,7 +397,10 @@ impl<'a> Scheduler<'a> {
             bail!("switch commands need an explicit schedule first (node is standalone)");
         }
         if slot as usize >= self.table.nr_slots() {
-            bail!("slot {slot} does not exist (the schedule has {} slots)", self.table.nr_slots());
+            bail!(
+                "slot {slot} does not exist (the schedule has {} slots)",
+                self.table.nr_slots()
+            );
         }
         self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)?;
         self.thaw();
@@ -356,7 +411,9 @@ impl<'a> Scheduler<'a> {
     /// for them to park and drain (the main loop goes on) and answers.
     fn freeze(&mut self, gen: u64, drain_timeout_ms: u64, reply: Sender<Response>) {
         if self.mode != Mode::Coordinated {
-            let _ = reply.send(Response::error("freeze needs an explicit schedule first (node is standalone)"));
+            let _ = reply.send(Response::error(
+                "freeze needs an explicit schedule first (node is standalone)",
+            ));
             return;
         }
         let slot = self.skel.maps.bss_data.as_ref().unwrap().cur_slot as usize;
@@ -367,13 +424,22 @@ impl<'a> Scheduler<'a> {
             .into_iter()
             .flat_map(|p| p.keys())
             .filter_map(|&id| self.registry.name_of(id))
-            .map(|name| (name.to_string(), gangs::gang_path(&self.cfg.gang_root, name)))
+            .map(|name| {
+                (
+                    name.to_string(),
+                    gangs::gang_path(&self.cfg.gang_root, name),
+                )
+            })
             .collect();
         self.frozen.extend(gangs.iter().map(|(_, dir)| dir.clone()));
         let timeout = Duration::from_millis(drain_timeout_ms);
         std::thread::spawn(move || {
             let response = match freezer::park_and_drain(gen, &gangs, timeout) {
-                Ok(report) => Response { ok: true, frozen: Some(report), ..Default::default() },
+                Ok(report) => Response {
+                    ok: true,
+                    frozen: Some(report),
+                    ..Default::default()
+                },
                 Err(e) => Response::error(format!("freeze: {e}")),
             };
             let _ = reply.send(response);
@@ -392,11 +458,16 @@ impl<'a> Scheduler<'a> {
 
     fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
-        self.skel.maps.bss_data.as_mut().unwrap().timer_rotation = (mode == Mode::Standalone) as u32;
+        self.skel.maps.bss_data.as_mut().unwrap().timer_rotation =
+            (mode == Mode::Standalone) as u32;
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {
-        let mut args = switch_args { slot, cause, generation: gen };
+        let mut args = switch_args {
+            slot,
+            cause,
+            generation: gen,
+        };
         run_syscall(&self.skel.progs.switch_slot, &mut args).context("switch_slot")
     }
 
@@ -407,15 +478,24 @@ impl<'a> Scheduler<'a> {
 
     fn start_trace(&mut self, seconds: f64, reply: Sender<Response>) {
         if !(seconds > 0.0 && seconds <= MAX_TRACE_SECONDS) {
-            let _ = reply.send(Response::error(format!("seconds must be in (0, {MAX_TRACE_SECONDS}]")));
+            let _ = reply.send(Response::error(format!(
+                "seconds must be in (0, {MAX_TRACE_SECONDS}]"
+            )));
             return;
         }
         let meta = TraceMeta {
             nr_cpus: self.nr_cpus,
-            gang_names: self.registry.by_id().iter().map(|g| (g.id as i32, g.name.clone())).collect(),
+            gang_names: self
+                .registry
+                .by_id()
+                .iter()
+                .map(|g| (g.id as i32, g.name.clone()))
+                .collect(),
             start_ns: monotonic_ns(),
             end_ns: 0,
-            node: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+            node: nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default(),
         };
         self.traces.push(TraceSession {
             deadline: Instant::now() + Duration::from_secs_f64(seconds),
@@ -437,7 +517,13 @@ impl<'a> Scheduler<'a> {
         }
         for t in &mut self.traces {
             let room = MAX_TRACE_EVENTS.saturating_sub(t.events.len());
-            t.events.extend(incoming.iter().filter(|e| e.ts_ns >= t.meta.start_ns).take(room).cloned());
+            t.events.extend(
+                incoming
+                    .iter()
+                    .filter(|e| e.ts_ns >= t.meta.start_ns)
+                    .take(room)
+                    .cloned(),
+            );
         }
         incoming.clear();
         let now = Instant::now();
@@ -447,10 +533,20 @@ impl<'a> Scheduler<'a> {
             t.meta.end_ns = monotonic_ns();
             // Names of gangs that joined during the trace.
             for g in self.registry.by_id() {
-                t.meta.gang_names.entry(g.id as i32).or_insert_with(|| g.name.clone());
+                t.meta
+                    .gang_names
+                    .entry(g.id as i32)
+                    .or_insert_with(|| g.name.clone());
             }
-            let trace = RawTrace { meta: t.meta, events: t.events };
-            let _ = t.reply.send(Response { ok: true, trace: Some(trace), ..Default::default() });
+            let trace = RawTrace {
+                meta: t.meta,
+                events: t.events,
+            };
+            let _ = t.reply.send(Response {
+                ok: true,
+                trace: Some(trace),
+                ..Default::default()
+            });
         }
         if self.traces.is_empty() {
             self.skel.maps.bss_data.as_mut().unwrap().trace_on = 0;
@@ -512,7 +608,14 @@ impl<'a> Scheduler<'a> {
             .registry
             .by_id()
             .iter()
-            .map(|g| format!("{} {} slots={:#x}", g.id, g.name, self.table.slot_mask(g.id)))
+            .map(|g| {
+                format!(
+                    "{} {} slots={:#x}",
+                    g.id,
+                    g.name,
+                    self.table.slot_mask(g.id)
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n");
         self.knobs.set_status(NodeStatus {

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::bpf_intf::{gang_limits_GANG_MAX_CPUS, gang_limits_GANG_MAX_GANGS, gang_limits_GANG_MAX_SLOTS};
+use crate::bpf_intf::{
+    gang_limits_GANG_MAX_CPUS, gang_limits_GANG_MAX_GANGS, gang_limits_GANG_MAX_SLOTS,
+};
 use crate::cpulist::CpuList;
 
 pub const MAX_SLOTS: usize = gang_limits_GANG_MAX_SLOTS as usize;
@@ -20,11 +22,24 @@ pub type GangId = u32;
 /// Why a placement was refused. Nothing changes when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlacementError {
-    NoSuchSlot { slot: usize },
-    NoSuchCpu { cpu: u32, nr_cpus: u32 },
-    Housekeeping { cpu: u32 },
-    Taken { slot: usize, cpu: u32, owner: GangId },
-    NoSuchGang { gang: GangId },
+    NoSuchSlot {
+        slot: usize,
+    },
+    NoSuchCpu {
+        cpu: u32,
+        nr_cpus: u32,
+    },
+    Housekeeping {
+        cpu: u32,
+    },
+    Taken {
+        slot: usize,
+        cpu: u32,
+        owner: GangId,
+    },
+    NoSuchGang {
+        gang: GangId,
+    },
     NoCpus,
 }
 
@@ -39,10 +54,16 @@ impl fmt::Display for PlacementError {
             }
             Self::Housekeeping { cpu } => write!(f, "CPU {cpu} is a housekeeping CPU"),
             Self::Taken { slot, cpu, owner } => {
-                write!(f, "CPU {cpu} in slot {slot} already belongs to gang {owner}")
+                write!(
+                    f,
+                    "CPU {cpu} in slot {slot} already belongs to gang {owner}"
+                )
             }
             Self::NoSuchGang { gang } => {
-                write!(f, "gang id {gang} is out of range (at most {MAX_GANGS} gangs)")
+                write!(
+                    f,
+                    "gang id {gang} is out of range (at most {MAX_GANGS} gangs)"
+                )
             }
             Self::NoCpus => write!(f, "a placement needs at least one CPU"),
         }
@@ -63,7 +84,11 @@ impl SlotTable {
     /// An empty table for a node with `nr_cpus` CPUs, of which
     /// `housekeeping` are never given to a gang.
     pub fn new(nr_cpus: u32, housekeeping: CpuList) -> Self {
-        Self { nr_cpus: nr_cpus.min(MAX_CPUS as u32), housekeeping, slots: Vec::new() }
+        Self {
+            nr_cpus: nr_cpus.min(MAX_CPUS as u32),
+            housekeeping,
+            slots: Vec::new(),
+        }
     }
 
     pub fn nr_cpus(&self) -> u32 {
@@ -85,7 +110,12 @@ impl SlotTable {
 
     /// Gives `cpus` to `gang` in `slot`, creating the slot (and any before
     /// it) if needed. All or nothing.
-    pub fn place(&mut self, gang: GangId, slot: usize, cpus: &CpuList) -> Result<(), PlacementError> {
+    pub fn place(
+        &mut self,
+        gang: GangId,
+        slot: usize,
+        cpus: &CpuList,
+    ) -> Result<(), PlacementError> {
         if gang as usize >= MAX_GANGS {
             return Err(PlacementError::NoSuchGang { gang });
         }
@@ -97,13 +127,18 @@ impl SlotTable {
         }
         for cpu in cpus.iter() {
             if cpu >= self.nr_cpus {
-                return Err(PlacementError::NoSuchCpu { cpu, nr_cpus: self.nr_cpus });
+                return Err(PlacementError::NoSuchCpu {
+                    cpu,
+                    nr_cpus: self.nr_cpus,
+                });
             }
             if self.housekeeping.contains(cpu) {
                 return Err(PlacementError::Housekeeping { cpu });
             }
             match self.owner(slot, cpu) {
-                Some(owner) if owner != gang => return Err(PlacementError::Taken { slot, cpu, owner }),
+                Some(owner) if owner != gang => {
+                    return Err(PlacementError::Taken { slot, cpu, owner })
+                }
                 _ => {}
             }
         }
@@ -159,7 +194,11 @@ impl SlotTable {
     /// Standalone layout: each gang gets a slot of its own on every gang CPU,
     /// in the order given. Gangs beyond MAX_SLOTS get no slot (and run as
     /// tasks of no gang); they are returned.
-    pub fn standalone(nr_cpus: u32, housekeeping: CpuList, gangs: &[GangId]) -> (Self, Vec<GangId>) {
+    pub fn standalone(
+        nr_cpus: u32,
+        housekeeping: CpuList,
+        gangs: &[GangId],
+    ) -> (Self, Vec<GangId>) {
         let mut table = Self::new(nr_cpus, housekeeping);
         let cpus = table.gang_cpus();
         let mut left_out = Vec::new();
@@ -212,17 +251,36 @@ mod tests {
         let mut t = SlotTable::new(4, CpuList::new());
         t.place(0, 0, &cpus("0-2")).unwrap();
         let before = t.clone();
-        assert_eq!(t.place(1, 0, &cpus("2-3")), Err(PlacementError::Taken { slot: 0, cpu: 2, owner: 0 }));
+        assert_eq!(
+            t.place(1, 0, &cpus("2-3")),
+            Err(PlacementError::Taken {
+                slot: 0,
+                cpu: 2,
+                owner: 0
+            })
+        );
         assert_eq!(t, before, "a refused placement changes nothing");
     }
 
     #[test]
     fn refuses_cpus_slots_and_gangs_that_do_not_exist() {
         let mut t = SlotTable::new(2, cpus("0"));
-        assert!(matches!(t.place(0, 0, &cpus("5")), Err(PlacementError::NoSuchCpu { .. })));
-        assert!(matches!(t.place(0, MAX_SLOTS, &cpus("1")), Err(PlacementError::NoSuchSlot { .. })));
-        assert!(matches!(t.place(MAX_GANGS as u32, 0, &cpus("1")), Err(PlacementError::NoSuchGang { .. })));
-        assert_eq!(t.place(0, 0, &cpus("0")), Err(PlacementError::Housekeeping { cpu: 0 }));
+        assert!(matches!(
+            t.place(0, 0, &cpus("5")),
+            Err(PlacementError::NoSuchCpu { .. })
+        ));
+        assert!(matches!(
+            t.place(0, MAX_SLOTS, &cpus("1")),
+            Err(PlacementError::NoSuchSlot { .. })
+        ));
+        assert!(matches!(
+            t.place(MAX_GANGS as u32, 0, &cpus("1")),
+            Err(PlacementError::NoSuchGang { .. })
+        ));
+        assert_eq!(
+            t.place(0, 0, &cpus("0")),
+            Err(PlacementError::Housekeeping { cpu: 0 })
+        );
         assert_eq!(t.place(0, 0, &CpuList::new()), Err(PlacementError::NoCpus));
         assert_eq!(t.nr_slots(), 0);
     }

@@ -82,7 +82,13 @@ impl Metrics {
     /// Counters over an interval: `self` minus the earlier `rhs`.
     fn delta(&self, rhs: &Self) -> Self {
         let interval_ns = (self.gang_ns - rhs.gang_ns) + (self.other_ns - rhs.other_ns);
-        let pct = |ns: u64| if interval_ns == 0 { 0.0 } else { ns as f64 * 100.0 / interval_ns as f64 };
+        let pct = |ns: u64| {
+            if interval_ns == 0 {
+                0.0
+            } else {
+                ns as f64 * 100.0 / interval_ns as f64
+            }
+        };
         Self {
             switches: self.switches - rhs.switches,
             kick_preempt: self.kick_preempt - rhs.kick_preempt,
@@ -117,7 +123,9 @@ pub fn server_data() -> StatsServerData<(), Metrics> {
         });
         Ok(read)
     });
-    StatsServerData::new().add_meta(Metrics::meta()).add_ops("top", StatsOps { open, close: None })
+    StatsServerData::new()
+        .add_meta(Metrics::meta())
+        .add_ops("top", StatsOps { open, close: None })
 }
 
 pub fn monitor(interval: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {

@@ -25,7 +25,11 @@ fn binaries() -> Vec<PathBuf> {
     let mut bins = vec![daemon];
     for name in ["burn", "sigswitch"] {
         let p = dir.join(name);
-        assert!(p.exists(), "{} is missing: build the workspace first (cargo build --workspace)", p.display());
+        assert!(
+            p.exists(),
+            "{} is missing: build the workspace first (cargo build --workspace)",
+            p.display()
+        );
         bins.push(p);
     }
     bins
@@ -42,7 +46,8 @@ fn image() -> &'static Path {
         for b in binaries() {
             cmd.arg("--bin").arg(b);
         }
-        cmd.arg("--scenarios").arg(repo().join("tests/vm/scenarios"));
+        cmd.arg("--scenarios")
+            .arg(repo().join("tests/vm/scenarios"));
         let status = cmd.status().expect("running scripts/image.sh");
         assert!(status.success(), "scripts/image.sh failed");
         out
@@ -69,7 +74,15 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
         let status = Command::new(repo().join("scripts/cluster.sh"))
             .arg("--image")
             .arg(image())
-            .args(["--scenario", scenario, "--nodes", "1", "--vcpus", &vcpus.to_string(), "--mttcg"])
+            .args([
+                "--scenario",
+                scenario,
+                "--nodes",
+                "1",
+                "--vcpus",
+                &vcpus.to_string(),
+                "--mttcg",
+            ])
             .args(["--timeout", &timeout_s.to_string()])
             .arg("--out")
             .arg(&out)
@@ -96,9 +109,15 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
 fn assert_scheduler_never_failed(node: &Path) {
     let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
     for line in dmesg.lines().filter(|l| l.contains("sched_ext")) {
-        assert!(!line.contains("stall") && !line.contains("error"), "sched_ext failed: {line}");
+        assert!(
+            !line.contains("stall") && !line.contains("error"),
+            "sched_ext failed: {line}"
+        );
         if line.contains("disabled (") {
-            assert!(line.contains("disabled (unregistered from user space)"), "sched_ext failed: {line}");
+            assert!(
+                line.contains("disabled (unregistered from user space)"),
+                "sched_ext failed: {line}"
+            );
         }
     }
 }
@@ -119,7 +138,8 @@ fn f(v: &Value, path: &[&str]) -> f64 {
     for key in path {
         cur = &cur[*key];
     }
-    cur.as_f64().unwrap_or_else(|| panic!("{path:?} missing in {v}"))
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
 }
 
 fn summary(dir: &Path) -> Value {
@@ -136,23 +156,65 @@ fn gang_share(summary: &Value, gang: &str) -> f64 {
 fn loads_attaches_and_detaches_cleanly() {
     let r = run_scenario("attach", 2, 180);
     assert_eq!(read(&r, "state_before"), "disabled");
-    assert!(read(&r, "ops").starts_with("gang"), "the attached scheduler is ours: {}", read(&r, "ops"));
+    assert!(
+        read(&r, "ops").starts_with("gang"),
+        "the attached scheduler is ours: {}",
+        read(&r, "ops")
+    );
     let knobs = read(&r, "knobs");
-    for k in ["slot_ms", "fill", "housekeeping_cpus", "min_other_share_pct", "mode", "current_slot", "switches", "nr_gangs"] {
-        assert!(knobs.lines().any(|l| l == k), "knob file {k} missing: {knobs}");
+    for k in [
+        "slot_ms",
+        "fill",
+        "housekeeping_cpus",
+        "min_other_share_pct",
+        "mode",
+        "current_slot",
+        "switches",
+        "nr_gangs",
+    ] {
+        assert!(
+            knobs.lines().any(|l| l == k),
+            "knob file {k} missing: {knobs}"
+        );
     }
-    assert_ne!(read(&r, "second.rc"), "0", "a second scheduler must be refused");
-    assert!(read(&r, "second.out").contains("another sched_ext scheduler is attached"), "{}", read(&r, "second.out"));
+    assert_ne!(
+        read(&r, "second.rc"),
+        "0",
+        "a second scheduler must be refused"
+    );
+    assert!(
+        read(&r, "second.out").contains("another sched_ext scheduler is attached"),
+        "{}",
+        read(&r, "second.out")
+    );
     assert_ne!(read(&r, "badflag.rc"), "0");
-    assert!(read(&r, "badflag.out").contains("slot_ms must be in"), "{}", read(&r, "badflag.out"));
+    assert!(
+        read(&r, "badflag.out").contains("slot_ms must be in"),
+        "{}",
+        read(&r, "badflag.out")
+    );
     assert_eq!(read(&r, "scx_gang.rc"), "0", "Ctrl-C is a clean exit");
-    assert!(read(&r, "scx_gang.log").contains("[scx_gang] gangs 0 slots 0"), "--stats printed nothing");
+    assert!(
+        read(&r, "scx_gang.log").contains("[scx_gang] gangs 0 slots 0"),
+        "--stats printed nothing"
+    );
     assert_ne!(read(&r, "nocgroup.rc"), "0");
-    assert!(read(&r, "nocgroup.out").contains("cgroup v2 is not mounted at /tmp"), "{}", read(&r, "nocgroup.out"));
-    assert_eq!(read(&r, "state_after"), "disabled", "back on the default scheduler");
+    assert!(
+        read(&r, "nocgroup.out").contains("cgroup v2 is not mounted at /tmp"),
+        "{}",
+        read(&r, "nocgroup.out")
+    );
+    assert_eq!(
+        read(&r, "state_after"),
+        "disabled",
+        "back on the default scheduler"
+    );
     let dmesg = read(&r, "dmesg.txt");
     assert!(dmesg.contains("sched_ext: BPF scheduler \"gang"), "{dmesg}");
-    assert!(dmesg.contains("disabled (unregistered from user space)"), "{dmesg}");
+    assert!(
+        dmesg.contains("disabled (unregistered from user space)"),
+        "{dmesg}"
+    );
 }
 
 #[test]
@@ -162,16 +224,28 @@ fn two_gangs_alternate_without_overlap_and_others_progress() {
     let s = summary(&r);
     for g in ["a", "b"] {
         let share = gang_share(&s, g);
-        assert!((0.40..=0.60).contains(&share), "gang {g} got {share:.3} of gang time: {s}");
+        assert!(
+            (0.40..=0.60).contains(&share),
+            "gang {g} got {share:.3} of gang time: {s}"
+        );
         let of_cpu = f(&s, &["gangs", g, "share_of_cpu"]);
-        assert!(of_cpu >= 0.35, "gang {g} got {of_cpu:.3} of all CPU time: {s}");
+        assert!(
+            of_cpu >= 0.35,
+            "gang {g} got {of_cpu:.3} of all CPU time: {s}"
+        );
     }
     let overlap = f(&s, &["overlap_fraction"]);
     assert!(overlap < 0.01, "overlap {overlap:.4}: {s}");
     assert!(f(&s, &["switches"]) >= 100.0, "10 s at 50 ms slots: {s}");
     let other = json(&r, "other.json");
-    assert!(f(&other, &["units"]) > 0.0, "the task of no gang made no progress: {other}");
-    assert!(f(&other, &["cpu_s"]) >= 0.05, "the task of no gang got almost no CPU: {other}");
+    assert!(
+        f(&other, &["units"]) > 0.0,
+        "the task of no gang made no progress: {other}"
+    );
+    assert!(
+        f(&other, &["cpu_s"]) >= 0.05,
+        "the task of no gang got almost no CPU: {other}"
+    );
     assert!(f(&s, &["other_ns"]) > 0.0);
     assert_eq!(read(&r, "scx_gang.rc"), "0");
 }
@@ -187,11 +261,22 @@ fn slot_ms_knob_changes_the_slot_and_refuses_bad_values() {
         let err = read(&r, &format!("{bad}.err"));
         assert!(err.contains("Invalid argument"), "{bad}: {err}");
     }
-    assert_ne!(read(&r, "writero.rc"), "0", "a read-only knob accepted a write");
-    assert_eq!(read(&r, "after_bad"), "20", "a refused write changed the value");
+    assert_ne!(
+        read(&r, "writero.rc"),
+        "0",
+        "a read-only knob accepted a write"
+    );
+    assert_eq!(
+        read(&r, "after_bad"),
+        "20",
+        "a refused write changed the value"
+    );
     let s = summary(&r);
     let slot = f(&s, &["slot_len_ms", "p50"]);
-    assert!((16.0..=24.0).contains(&slot), "observed slot length {slot} ms, expected 20 ± 20 %: {s}");
+    assert!(
+        (16.0..=24.0).contains(&slot),
+        "observed slot length {slot} ms, expected 20 ± 20 %: {s}"
+    );
 }
 
 #[test]
@@ -206,7 +291,11 @@ fn kill_9_returns_the_node_to_the_default_scheduler() {
         assert_eq!(read(&r, &format!("{g}.rc")), "0");
         assert!(f(&json(&r, &format!("{g}.json")), &["units"]) > 0.0);
     }
-    assert_eq!(read(&r, "scx_gang.rc"), "0", "a new instance starts and stops cleanly after kill -9");
+    assert_eq!(
+        read(&r, "scx_gang.rc"),
+        "0",
+        "a new instance starts and stops cleanly after kill -9"
+    );
 }
 
 #[test]
@@ -216,7 +305,10 @@ fn a_gang_that_exits_gives_its_slot_back() {
     assert_eq!(read(&r, "nr_slots_after"), "1");
     let s = summary(&r);
     let long = f(&s, &["gangs", "long", "share_of_cpu"]);
-    assert!(long >= 0.90, "the remaining gang got {long:.3} of the CPUs: {s}");
+    assert!(
+        long >= 0.90,
+        "the remaining gang got {long:.3} of the CPUs: {s}"
+    );
 }
 
 /// Run time of gang `name` on `cpu` in a trace's timeline.
@@ -271,28 +363,47 @@ fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
         let err = read(&r, &format!("{case}.err"));
         assert!(err.contains(msg), "{case}: {err}");
     }
-    assert_eq!(read(&r, "nr_slots_after_refusals"), "1", "a refused schedule changed the table");
+    assert_eq!(
+        read(&r, "nr_slots_after_refusals"),
+        "1",
+        "a refused schedule changed the table"
+    );
 
     // Switches by command: tagged as commands, with the generations sent.
     let cmd = json(&r, "command.json");
     let switches = cmd["switches"].as_array().unwrap();
     let by_command: Vec<&Value> = switches.iter().filter(|s| s["cause"] == 2).collect();
-    assert!(by_command.len() >= 15, "{} command switches", by_command.len());
+    assert!(
+        by_command.len() >= 15,
+        "{} command switches",
+        by_command.len()
+    );
     assert!(by_command.iter().all(|s| s["gen"].as_u64().unwrap() > 1000));
-    assert!(switches.iter().all(|s| s["cause"] == 2), "the timer switched in coordinated mode");
+    assert!(
+        switches.iter().all(|s| s["cause"] == 2),
+        "the timer switched in coordinated mode"
+    );
     let overlap = f(&cmd, &["summary", "overlap_fraction"]);
     assert!(overlap < 0.01, "overlap {overlap}");
 
     // Standalone again, CPU 0 kept for housekeeping: no gang runs there.
     assert_eq!(read(&r, "mode_standalone"), "standalone");
     let hk = json(&r, "housekeeping.json");
-    assert_eq!(all_gang_run_on_cpu(&hk, 0), 0.0, "a gang ran on the housekeeping CPU");
+    assert_eq!(
+        all_gang_run_on_cpu(&hk, 0),
+        0.0,
+        "a gang ran on the housekeeping CPU"
+    );
     assert!(all_gang_run_on_cpu(&hk, 1) > 0.8 * f(&hk, &["summary", "duration_ns"]));
 
     // A task pinned to the housekeeping CPU cannot run where its gang runs:
     // it runs as a task of no gang instead of waiting forever.
     assert_eq!(read(&r, "pinned.rc"), "0");
-    assert!(f(&json(&r, "pinned.json"), &["cpu_s"]) > 0.5, "{}", read(&r, "pinned.json"));
+    assert!(
+        f(&json(&r, "pinned.json"), &["cpu_s"]) > 0.5,
+        "{}",
+        read(&r, "pinned.json")
+    );
 }
 
 #[test]
@@ -303,11 +414,17 @@ fn fill_uses_idle_cpus_without_delaying_the_owner() {
     let fill = json(&r, "fill.json")["summary"].clone();
     assert_eq!(f(&nofill, &["fill_ns"]), 0.0, "fill off, yet fill time");
     assert!(f(&nofill, &["overlap_fraction"]) < 0.01);
-    assert!(f(&fill, &["fill_ns"]) > 0.1 * f(&fill, &["duration_ns"]), "fill on, but idle CPUs stayed idle: {fill}");
+    assert!(
+        f(&fill, &["fill_ns"]) > 0.1 * f(&fill, &["duration_ns"]),
+        "fill on, but idle CPUs stayed idle: {fill}"
+    );
     assert!(f(&fill, &["overlap_fraction"]) < 0.01, "{fill}");
     let a_before = f(&nofill, &["gangs", "a", "run_ns"]) / f(&nofill, &["duration_ns"]);
     let a_after = f(&fill, &["gangs", "a", "run_ns"]) / f(&fill, &["duration_ns"]);
-    assert!(a_after >= 0.9 * a_before, "the owner lost time to fill: {a_before:.3} -> {a_after:.3}");
+    assert!(
+        a_after >= 0.9 * a_before,
+        "the owner lost time to fill: {a_before:.3} -> {a_after:.3}"
+    );
 }
 
 #[test]
@@ -326,18 +443,33 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
         assert_eq!(f["gangs"].as_array().unwrap().len(), 1, "{f}");
     }
     let streaming: Vec<&Value> = freezes.iter().filter(|f| f["gangs"][0] == "a").collect();
-    assert!(streaming.iter().all(|f| f["sockets"].as_u64().unwrap() >= 1), "{streaming:?}");
+    assert!(
+        streaming
+            .iter()
+            .all(|f| f["sockets"].as_u64().unwrap() >= 1),
+        "{streaming:?}"
+    );
     let trace = json(&r, "trace.json");
     let overlap = f(&trace, &["summary", "overlap_fraction"]);
     assert!(overlap < 0.01, "overlap {overlap}");
 
     let timeout = json(&r, "timeout.json")["frozen"].clone();
     assert_eq!(timeout["parked"], true, "{timeout}");
-    assert_eq!(timeout["drained"], false, "a sink that does not read cannot drain: {timeout}");
-    assert!(timeout["drain_us"].as_u64().unwrap() >= 300_000, "{timeout}");
+    assert_eq!(
+        timeout["drained"], false,
+        "a sink that does not read cannot drain: {timeout}"
+    );
+    assert!(
+        timeout["drain_us"].as_u64().unwrap() >= 300_000,
+        "{timeout}"
+    );
     assert!(timeout["queued_bytes"].as_u64().unwrap() > 0, "{timeout}");
 
     assert_ne!(read(&r, "standalone.rc"), "0");
     assert!(read(&r, "standalone.err").contains("freeze needs an explicit schedule"));
-    assert_eq!(read(&r, "thawed"), "frozen 0", "the switch after a freeze thaws the gang");
+    assert_eq!(
+        read(&r, "thawed"),
+        "frozen 0",
+        "the switch after a freeze thaws the gang"
+    );
 }

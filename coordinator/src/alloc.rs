@@ -52,7 +52,12 @@ pub enum Policy {
 }
 
 impl Policy {
-    pub const ALL: [Policy; 4] = [Policy::FirstFit, Policy::BestFit, Policy::Buddy, Policy::Scs];
+    pub const ALL: [Policy; 4] = [
+        Policy::FirstFit,
+        Policy::BestFit,
+        Policy::Buddy,
+        Policy::Scs,
+    ];
 
     /// The knob string.
     pub fn as_str(self) -> &'static str {
@@ -81,7 +86,9 @@ impl FromStr for Policy {
         Self::ALL
             .into_iter()
             .find(|p| p.as_str() == s)
-            .ok_or_else(|| AllocError::UnknownPolicy { given: s.to_string() })
+            .ok_or_else(|| AllocError::UnknownPolicy {
+                given: s.to_string(),
+            })
     }
 }
 
@@ -106,7 +113,12 @@ impl Default for Settings {
     /// MPL 4: the level the SCS evaluation found best for SCS, and beyond 6
     /// more slots are known to bring nothing.
     fn default() -> Self {
-        Self { policy: Policy::FirstFit, mpl_max: 4, fill: true, backfill: false }
+        Self {
+            policy: Policy::FirstFit,
+            mpl_max: 4,
+            fill: true,
+            backfill: false,
+        }
     }
 }
 
@@ -194,9 +206,17 @@ impl Allocator {
     /// mpl_max must be 1..=NODE_MAX_SLOTS: every node holds every slot.
     pub fn new(cluster: Cluster, settings: Settings) -> Result<Self, AllocError> {
         if !(1..=NODE_MAX_SLOTS).contains(&settings.mpl_max) {
-            return Err(AllocError::MplMax { value: settings.mpl_max });
+            return Err(AllocError::MplMax {
+                value: settings.mpl_max,
+            });
         }
-        Ok(Self { settings, matrix: Matrix::new(cluster), jobs: BTreeMap::new(), queue: VecDeque::new(), next_id: 1 })
+        Ok(Self {
+            settings,
+            matrix: Matrix::new(cluster),
+            jobs: BTreeMap::new(),
+            queue: VecDeque::new(),
+            next_id: 1,
+        })
     }
 
     pub fn settings(&self) -> Settings {
@@ -222,7 +242,10 @@ impl Allocator {
 
     /// The live job of that name.
     pub fn find(&self, name: &str) -> Option<JobId> {
-        self.jobs.values().find(|j| j.spec.name == name).map(|j| j.id)
+        self.jobs
+            .values()
+            .find(|j| j.spec.name == name)
+            .map(|j| j.id)
     }
 
     /// Accepts a job: it runs at once if there is room, else it is queued.
@@ -232,8 +255,16 @@ impl Allocator {
         let need = self.check(&spec)?;
         let id = JobId(self.next_id);
         self.next_id += 1;
-        let job =
-            Job { id, spec, state: JobState::Queued, need, slot: 0, cells: vec![], initial: vec![], shares: vec![] };
+        let job = Job {
+            id,
+            spec,
+            state: JobState::Queued,
+            need,
+            slot: 0,
+            cells: vec![],
+            initial: vec![],
+            shares: vec![],
+        };
         self.jobs.insert(id, job);
         self.matrix.clear_fill();
         // FCFS: nobody overtakes a queued job unless backfilling.
@@ -248,7 +279,10 @@ impl Allocator {
     /// The job has ended (or is cancelled while queued): its cells are given
     /// back, empty slots removed, and the queue served.
     pub fn finish(&mut self, id: JobId) -> Result<(), AllocError> {
-        let job = self.jobs.remove(&id).ok_or(AllocError::NoSuchJob { job: id })?;
+        let job = self
+            .jobs
+            .remove(&id)
+            .ok_or(AllocError::NoSuchJob { job: id })?;
         if job.state == JobState::Queued {
             self.queue.retain(|&q| q != id);
         } else {
@@ -261,7 +295,11 @@ impl Allocator {
 
     /// Takes a running job out of the rotation; see [`JobState::Suspended`].
     pub fn suspend(&mut self, id: JobId) -> Result<(), AllocError> {
-        let state = self.jobs.get(&id).ok_or(AllocError::NoSuchJob { job: id })?.state;
+        let state = self
+            .jobs
+            .get(&id)
+            .ok_or(AllocError::NoSuchJob { job: id })?
+            .state;
         if state != JobState::Running {
             return Err(AllocError::NotRunning { job: id, state });
         }
@@ -274,7 +312,11 @@ impl Allocator {
 
     /// Puts a suspended job back in the rotation, on the cells it kept.
     pub fn resume(&mut self, id: JobId) -> Result<(), AllocError> {
-        let state = self.jobs.get(&id).ok_or(AllocError::NoSuchJob { job: id })?.state;
+        let state = self
+            .jobs
+            .get(&id)
+            .ok_or(AllocError::NoSuchJob { job: id })?
+            .state;
         if state != JobState::Suspended {
             return Err(AllocError::NotSuspended { job: id, state });
         }
@@ -296,7 +338,11 @@ impl Allocator {
     /// ones behind it, unless `backfill` is set.
     fn reschedule(&mut self) {
         let map = self.matrix.compact();
-        for job in self.jobs.values_mut().filter(|j| j.state != JobState::Queued) {
+        for job in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.state != JobState::Queued)
+        {
             job.slot = map[job.slot].expect("a slot with a home placement is kept");
         }
         let mut i = 0;
@@ -331,8 +377,12 @@ impl Allocator {
             }
             let mut cols = self.choose(&self.matrix.free(0), ranks, need);
             if cols.is_none() && may_shrink {
-                let placed: Vec<JobId> =
-                    self.jobs.values().filter(|j| j.state != JobState::Queued).map(|j| j.id).collect();
+                let placed: Vec<JobId> = self
+                    .jobs
+                    .values()
+                    .filter(|j| j.state != JobState::Queued)
+                    .map(|j| j.id)
+                    .collect();
                 for j in placed {
                     self.shrink(j);
                 }
@@ -348,8 +398,9 @@ impl Allocator {
         }
         if self.matrix.nr_slots() < self.settings.mpl_max {
             let slot = self.matrix.add_slot();
-            let cols =
-                self.choose(&self.matrix.free(slot), ranks, need).expect("checked at submission to fit an empty slot");
+            let cols = self
+                .choose(&self.matrix.free(slot), ranks, need)
+                .expect("checked at submission to fit an empty slot");
             self.put(id, slot, cols);
             return true;
         }
@@ -359,14 +410,23 @@ impl Allocator {
     fn choose(&self, free: &[bool], ranks: usize, need: Need) -> Option<Vec<usize>> {
         let cluster = self.matrix.cluster();
         match self.settings.policy {
-            Policy::FirstFit | Policy::Scs => policy::first_fit(cluster, free, need.cells, need.cap),
+            Policy::FirstFit | Policy::Scs => {
+                policy::first_fit(cluster, free, need.cells, need.cap)
+            }
             Policy::BestFit => policy::best_fit(cluster, free, need.cells, need.cap),
             Policy::Buddy => policy::buddy(cluster, free, ranks, need.cap),
         }
     }
 
     fn put(&mut self, id: JobId, slot: usize, cols: Vec<usize>) {
-        self.matrix.fill_cells(slot, &cols, Entry { job: id, fill: false });
+        self.matrix.fill_cells(
+            slot,
+            &cols,
+            Entry {
+                job: id,
+                fill: false,
+            },
+        );
         let scs = self.settings.policy == Policy::Scs;
         let cluster = self.matrix.cluster();
         let job = self.jobs.get_mut(&id).expect("job of the table");
@@ -382,7 +442,12 @@ impl Allocator {
     /// scs: back to the initial allocation. A no-op under other policies.
     fn shrink(&mut self, id: JobId) {
         let job = self.jobs.get_mut(&id).expect("job of the table");
-        let grown: Vec<usize> = job.cells.iter().copied().filter(|c| !job.initial.contains(c)).collect();
+        let grown: Vec<usize> = job
+            .cells
+            .iter()
+            .copied()
+            .filter(|c| !job.initial.contains(c))
+            .collect();
         self.matrix.clear_cells(job.slot, &grown);
         job.cells = job.initial.clone();
     }
@@ -394,16 +459,30 @@ impl Allocator {
         if self.matrix.nr_slots() == 0 {
             return;
         }
-        let running: Vec<JobId> = self.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.id).collect();
+        let running: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| j.id)
+            .collect();
         let mut free = self.matrix.free(0);
         loop {
             let mut grew = false;
             for &id in &running {
                 let job = &self.jobs[&id];
-                let Some(col) = scs::growth_cell(self.matrix.cluster(), &free, &job.shares, &job.cells) else {
+                let Some(col) =
+                    scs::growth_cell(self.matrix.cluster(), &free, &job.shares, &job.cells)
+                else {
                     continue;
                 };
-                self.matrix.fill_cells(0, &[col], Entry { job: id, fill: false });
+                self.matrix.fill_cells(
+                    0,
+                    &[col],
+                    Entry {
+                        job: id,
+                        fill: false,
+                    },
+                );
                 free[col] = false;
                 let job = self.job_mut(id);
                 let at = job.cells.partition_point(|&c| c < col);
@@ -421,8 +500,20 @@ impl Allocator {
     fn add_fill(&mut self) {
         for job in self.jobs.values().filter(|j| j.state == JobState::Running) {
             for slot in 0..self.matrix.nr_slots() {
-                if slot != job.slot && job.cells.iter().all(|&c| self.matrix.get(slot, c).is_none()) {
-                    self.matrix.fill_cells(slot, &job.cells, Entry { job: job.id, fill: true });
+                if slot != job.slot
+                    && job
+                        .cells
+                        .iter()
+                        .all(|&c| self.matrix.get(slot, c).is_none())
+                {
+                    self.matrix.fill_cells(
+                        slot,
+                        &job.cells,
+                        Entry {
+                            job: job.id,
+                            fill: true,
+                        },
+                    );
                 }
             }
         }

@@ -300,7 +300,8 @@ impl SlotSwitch {
         now_us: u64,
     ) -> Outbox {
         let expected = self.spec.barrier == Barrier::Strict && slot == self.spec.from_slot;
-        let Some((at, st)) = self.answer(node, gen, now_us, |r| r.frozen.is_some(), expected) else {
+        let Some((at, st)) = self.answer(node, gen, now_us, |r| r.frozen.is_some(), expected)
+        else {
             return Outbox::new();
         };
         st.rec.frozen = Some(report);
@@ -321,7 +322,9 @@ impl SlotSwitch {
     ) -> Outbox {
         // Before Switch was sent a Running cannot be an answer to us.
         let expected = self.phase != Phase::Freezing && slot == self.spec.to_slot;
-        let Some((at, st)) = self.answer(node, gen, now_us, |r| r.running_at_us.is_some(), expected) else {
+        let Some((at, st)) =
+            self.answer(node, gen, now_us, |r| r.running_at_us.is_some(), expected)
+        else {
             return Outbox::new();
         };
         st.rec.running_at_us = Some(at);

@@ -67,11 +67,24 @@ pub struct Node {
 /// Why a cluster description was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClusterError {
-    DuplicateId { id: NodeId },
-    DuplicateName { name: String },
-    EmptyName { id: NodeId },
-    TooManyCpus { name: String, nr_cpus: u32 },
-    NoSuchCpu { name: String, cpu: u32, nr_cpus: u32 },
+    DuplicateId {
+        id: NodeId,
+    },
+    DuplicateName {
+        name: String,
+    },
+    EmptyName {
+        id: NodeId,
+    },
+    TooManyCpus {
+        name: String,
+        nr_cpus: u32,
+    },
+    NoSuchCpu {
+        name: String,
+        cpu: u32,
+        nr_cpus: u32,
+    },
 }
 
 impl fmt::Display for ClusterError {
@@ -80,7 +93,10 @@ impl fmt::Display for ClusterError {
             Self::DuplicateId { id } => {
                 write!(f, "node id {id} is given twice; node ids order the matrix columns and must be unique")
             }
-            Self::DuplicateName { name } => write!(f, "node name {name:?} is given twice; nodes are addressed by name"),
+            Self::DuplicateName { name } => write!(
+                f,
+                "node name {name:?} is given twice; nodes are addressed by name"
+            ),
             Self::EmptyName { id } => write!(f, "node {id} has an empty name"),
             Self::TooManyCpus { name, nr_cpus } => {
                 write!(f, "node {name:?} reports {nr_cpus} CPUs but a node's slot table covers at most {NODE_MAX_CPUS}")
@@ -118,7 +134,12 @@ impl Cluster {
             shape
                 .iter()
                 .enumerate()
-                .map(|(i, &n)| NodeSpec { id: i as u32, name: format!("n{i}"), nr_cpus: n, housekeeping: vec![] })
+                .map(|(i, &n)| NodeSpec {
+                    id: i as u32,
+                    name: format!("n{i}"),
+                    nr_cpus: n,
+                    housekeeping: vec![],
+                })
                 .collect(),
         )
     }
@@ -141,13 +162,27 @@ impl Cluster {
                 return Err(ClusterError::DuplicateName { name: s.name });
             }
             if s.nr_cpus > NODE_MAX_CPUS {
-                return Err(ClusterError::TooManyCpus { name: s.name, nr_cpus: s.nr_cpus });
+                return Err(ClusterError::TooManyCpus {
+                    name: s.name,
+                    nr_cpus: s.nr_cpus,
+                });
             }
             if let Some(&cpu) = s.housekeeping.iter().find(|&&c| c >= s.nr_cpus) {
-                return Err(ClusterError::NoSuchCpu { name: s.name, cpu, nr_cpus: s.nr_cpus });
+                return Err(ClusterError::NoSuchCpu {
+                    name: s.name,
+                    cpu,
+                    nr_cpus: s.nr_cpus,
+                });
             }
-            let gang_cpus = (0..s.nr_cpus).filter(|c| !s.housekeeping.contains(c)).collect();
-            nodes.push(Node { id: s.id, name: s.name, nr_cpus: s.nr_cpus, gang_cpus });
+            let gang_cpus = (0..s.nr_cpus)
+                .filter(|c| !s.housekeeping.contains(c))
+                .collect();
+            nodes.push(Node {
+                id: s.id,
+                name: s.name,
+                nr_cpus: s.nr_cpus,
+                gang_cpus,
+            });
         }
         let mut columns = Vec::new();
         let mut col_node = Vec::new();
@@ -160,7 +195,12 @@ impl Cluster {
             }
         }
         first_col.push(columns.len());
-        Ok(Self { nodes, columns, col_node, first_col })
+        Ok(Self {
+            nodes,
+            columns,
+            col_node,
+            first_col,
+        })
     }
 
     /// By ascending id.
@@ -222,7 +262,10 @@ pub struct Matrix {
 
 impl Matrix {
     pub fn new(cluster: Cluster) -> Self {
-        Self { cluster, rows: Vec::new() }
+        Self {
+            cluster,
+            rows: Vec::new(),
+        }
     }
 
     pub fn cluster(&self) -> &Cluster {
@@ -244,7 +287,9 @@ impl Matrix {
 
     /// Slots where `job` has cells (home or fill), ascending.
     pub fn slots_of(&self, job: JobId) -> Vec<usize> {
-        (0..self.rows.len()).filter(|&s| self.rows[s].iter().flatten().any(|e| e.job == job)).collect()
+        (0..self.rows.len())
+            .filter(|&s| self.rows[s].iter().flatten().any(|e| e.job == job))
+            .collect()
     }
 
     /// free[col]: nobody holds the cell in `slot`.
@@ -261,7 +306,10 @@ impl Matrix {
     /// they are free (or held by the same job).
     pub(crate) fn fill_cells(&mut self, slot: usize, cols: &[usize], entry: Entry) {
         for &c in cols {
-            debug_assert!(self.rows[slot][c].is_none_or(|e| e.job == entry.job), "cell {c} of slot {slot} is taken");
+            debug_assert!(
+                self.rows[slot][c].is_none_or(|e| e.job == entry.job),
+                "cell {c} of slot {slot} is taken"
+            );
             self.rows[slot][c] = Some(entry);
         }
     }
@@ -320,14 +368,22 @@ impl Matrix {
         let mut lines = vec![header];
         for (s, row) in self.rows.iter().enumerate() {
             let mut line = vec![s.to_string()];
-            line.extend(row.iter().map(|e| e.map_or(".".to_string(), |e| e.job.to_string())));
+            line.extend(
+                row.iter()
+                    .map(|e| e.map_or(".".to_string(), |e| e.job.to_string())),
+            );
             lines.push(line);
         }
-        let widths: Vec<usize> =
-            (0..lines[0].len()).map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
+            .collect();
         let mut out = String::new();
         for line in &lines {
-            let cells: Vec<String> = line.iter().zip(&widths).map(|(t, w)| format!("{t:>w$}")).collect();
+            let cells: Vec<String> = line
+                .iter()
+                .zip(&widths)
+                .map(|(t, w)| format!("{t:>w$}"))
+                .collect();
             out.push_str(&cells.join("  "));
             out.push('\n');
         }
@@ -354,7 +410,11 @@ pub fn format_cpus(cpus: &[u32]) -> String {
         while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
             j += 1;
         }
-        parts.push(if i == j { sorted[i].to_string() } else { format!("{}-{}", sorted[i], sorted[j]) });
+        parts.push(if i == j {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
         i = j + 1;
     }
     parts.join(",")
@@ -365,7 +425,12 @@ mod tests {
     use super::*;
 
     fn spec(id: NodeId, name: &str, nr_cpus: u32, housekeeping: &[u32]) -> NodeSpec {
-        NodeSpec { id, name: name.into(), nr_cpus, housekeeping: housekeeping.to_vec() }
+        NodeSpec {
+            id,
+            name: name.into(),
+            nr_cpus,
+            housekeeping: housekeeping.to_vec(),
+        }
     }
 
     #[test]
@@ -374,7 +439,11 @@ mod tests {
         let cols: Vec<(u32, u32)> = c.columns().iter().map(|c| (c.node, c.cpu)).collect();
         assert_eq!(cols, [(2, 0), (2, 1), (7, 1), (7, 2)]);
         assert_eq!(c.column(Cell { node: 7, cpu: 1 }), Some(2));
-        assert_eq!(c.column(Cell { node: 7, cpu: 0 }), None, "housekeeping CPUs are no column");
+        assert_eq!(
+            c.column(Cell { node: 7, cpu: 0 }),
+            None,
+            "housekeeping CPUs are no column"
+        );
         assert_eq!(c.node_columns(1), 2..4);
         assert_eq!(c.node_of(3), 1);
     }
@@ -386,7 +455,10 @@ mod tests {
         let e = Cluster::new(vec![spec(1, "a", 2, &[]), spec(2, "a", 2, &[])]).unwrap_err();
         assert!(e.to_string().contains("\"a\" is given twice"), "{e}");
         let e = Cluster::new(vec![spec(1, "a", 2, &[2])]).unwrap_err();
-        assert_eq!(e.to_string(), "node \"a\" names housekeeping CPU 2 but has only CPUs 0-1");
+        assert_eq!(
+            e.to_string(),
+            "node \"a\" names housekeeping CPU 2 but has only CPUs 0-1"
+        );
         let e = Cluster::new(vec![spec(1, "a", 300, &[])]).unwrap_err();
         assert!(e.to_string().contains("at most 256"), "{e}");
     }
@@ -398,9 +470,30 @@ mod tests {
         for _ in 0..4 {
             m.add_slot();
         }
-        m.fill_cells(0, &[0], Entry { job: JobId(1), fill: false });
-        m.fill_cells(1, &[0], Entry { job: JobId(1), fill: true });
-        m.fill_cells(3, &[1], Entry { job: JobId(2), fill: false });
+        m.fill_cells(
+            0,
+            &[0],
+            Entry {
+                job: JobId(1),
+                fill: false,
+            },
+        );
+        m.fill_cells(
+            1,
+            &[0],
+            Entry {
+                job: JobId(1),
+                fill: true,
+            },
+        );
+        m.fill_cells(
+            3,
+            &[1],
+            Entry {
+                job: JobId(2),
+                fill: false,
+            },
+        );
         assert_eq!(m.compact(), [Some(0), None, None, Some(1)]);
         assert_eq!(m.get(1, 1).map(|e| e.job), Some(JobId(2)));
     }
@@ -411,9 +504,26 @@ mod tests {
         let mut m = Matrix::new(c);
         m.add_slot();
         m.add_slot();
-        m.fill_cells(0, &[0, 1], Entry { job: JobId(1), fill: false });
-        m.fill_cells(1, &[2], Entry { job: JobId(12), fill: false });
-        assert_eq!(m.render(), "slot  a:0  a:1  b:0\n   0    1    1    .\n   1    .    .   12\n");
+        m.fill_cells(
+            0,
+            &[0, 1],
+            Entry {
+                job: JobId(1),
+                fill: false,
+            },
+        );
+        m.fill_cells(
+            1,
+            &[2],
+            Entry {
+                job: JobId(12),
+                fill: false,
+            },
+        );
+        assert_eq!(
+            m.render(),
+            "slot  a:0  a:1  b:0\n   0    1    1    .\n   1    .    .   12\n"
+        );
     }
 
     #[test]

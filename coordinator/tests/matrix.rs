@@ -2,7 +2,9 @@
 //! policy, slices, the queue, slice reduction, fill, refusals, suspension,
 //! the node tables. Property tests are in matrix_props.rs.
 
-use gang_coordinator::alloc::{AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings};
+use gang_coordinator::alloc::{
+    AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings,
+};
 use gang_coordinator::matrix::{Cell, Cluster, JobId, NodeSpec};
 
 /// Nodes named a, b, c, ... with these CPU counts, no housekeeping CPUs.
@@ -23,11 +25,24 @@ fn cluster(shape: &[u32]) -> Cluster {
 }
 
 fn allocator(shape: &[u32], policy: Policy, mpl_max: usize, fill: bool) -> Allocator {
-    Allocator::new(cluster(shape), Settings { policy, mpl_max, fill, backfill: false }).unwrap()
+    Allocator::new(
+        cluster(shape),
+        Settings {
+            policy,
+            mpl_max,
+            fill,
+            backfill: false,
+        },
+    )
+    .unwrap()
 }
 
 fn job(name: &str, ranks: u32) -> JobSpec {
-    JobSpec { name: name.into(), ranks, per_node: None }
+    JobSpec {
+        name: name.into(),
+        ranks,
+        per_node: None,
+    }
 }
 
 fn submit(a: &mut Allocator, name: &str, ranks: u32) -> JobId {
@@ -37,7 +52,11 @@ fn submit(a: &mut Allocator, name: &str, ranks: u32) -> JobId {
 /// "a:0 a:1 b:3" for a list of cells.
 fn names(a: &Allocator, cells: &[Cell]) -> String {
     let node = |id| a.cluster().node(id).unwrap().name.clone();
-    cells.iter().map(|c| format!("{}:{}", node(c.node), c.cpu)).collect::<Vec<_>>().join(" ")
+    cells
+        .iter()
+        .map(|c| format!("{}:{}", node(c.node), c.cpu))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn view(a: &Allocator, id: JobId) -> JobView {
@@ -65,7 +84,11 @@ fn first_fit_takes_the_first_free_cells_slot_by_slot() {
     let j4 = submit(&mut a, "j4", 2);
     assert_eq!(at(&a, j1), home(0, "a:0 a:1 a:2"));
     assert_eq!(at(&a, j2), home(0, "a:3 b:0 b:1"));
-    assert_eq!(at(&a, j3), home(1, "a:0 a:1 a:2"), "two cells left in slot 0: a new slot");
+    assert_eq!(
+        at(&a, j3),
+        home(1, "a:0 a:1 a:2"),
+        "two cells left in slot 0: a new slot"
+    );
     assert_eq!(at(&a, j4), home(0, "b:2 b:3"), "the first slot with room");
     assert_eq!(
         a.render(),
@@ -105,14 +128,30 @@ fn buddy_gives_aligned_power_of_two_blocks_that_coalesce() {
     let j2 = submit(&mut a, "j2", 1);
     let j3 = submit(&mut a, "j3", 2);
     let j4 = submit(&mut a, "j4", 1);
-    assert_eq!(at(&a, j1), home(0, "a:0 a:1 a:2 a:3"), "3 ranks round up to a block of 4");
-    assert_eq!(names(&a, &view(&a, j1).rank_cells), "a:0 a:1 a:2", "a:3 stays idle");
+    assert_eq!(
+        at(&a, j1),
+        home(0, "a:0 a:1 a:2 a:3"),
+        "3 ranks round up to a block of 4"
+    );
+    assert_eq!(
+        names(&a, &view(&a, j1).rank_cells),
+        "a:0 a:1 a:2",
+        "a:3 stays idle"
+    );
     assert_eq!(at(&a, j2), home(0, "b:0"));
-    assert_eq!(at(&a, j3), home(0, "b:2 b:3"), "b:1 is a block of 1; the 2-block comes from b:2-3");
+    assert_eq!(
+        at(&a, j3),
+        home(0, "b:2 b:3"),
+        "b:1 is a block of 1; the 2-block comes from b:2-3"
+    );
     assert_eq!(at(&a, j4), home(0, "b:1"));
     // b:0 and b:1 free again coalesce into a 2-block.
     let j5 = submit(&mut a, "j5", 2);
-    assert_eq!(at(&a, j5), home(1, "a:0 a:1"), "no 2-block free in slot 0 yet");
+    assert_eq!(
+        at(&a, j5),
+        home(1, "a:0 a:1"),
+        "no 2-block free in slot 0 yet"
+    );
     a.finish(j5).unwrap();
     a.finish(j2).unwrap();
     a.finish(j4).unwrap();
@@ -141,7 +180,11 @@ fn scs_starts_small_grows_by_equipartition_and_shrinks_for_newcomers() {
     let mut a = allocator(&[4, 4], Policy::Scs, 4, false);
     let j1 = submit(&mut a, "j1", 8);
     let v = view(&a, j1);
-    assert_eq!(names(&a, &v.initial), "a:0 a:1", "8 ranks, at most 4 per CPU");
+    assert_eq!(
+        names(&a, &v.initial),
+        "a:0 a:1",
+        "8 ranks, at most 4 per CPU"
+    );
     // Nobody queued: j1 grows, but only on node a, where its ranks live.
     assert_eq!(names(&a, &v.cells), "a:0 a:1 a:2 a:3");
     assert_eq!(names(&a, &v.rank_cells), "a:0 a:0 a:1 a:1 a:2 a:2 a:3 a:3");
@@ -154,11 +197,19 @@ fn scs_starts_small_grows_by_equipartition_and_shrinks_for_newcomers() {
     let j3 = submit(&mut a, "j3", 16);
     assert_eq!(names(&a, &view(&a, j3).cells), "a:2 a:3 b:1 b:2");
     assert_eq!(names(&a, &view(&a, j1).cells), "a:0 a:1");
-    assert_eq!(names(&a, &view(&a, j2).cells), "b:0 b:3", "the one free cell goes to j2, the only job that can use it");
+    assert_eq!(
+        names(&a, &view(&a, j2).cells),
+        "b:0 b:3",
+        "the one free cell goes to j2, the only job that can use it"
+    );
     assert_eq!(a.nr_slots(), 1, "scs shares space only");
 
     let j4 = submit(&mut a, "j4", 4);
-    assert_eq!(names(&a, &view(&a, j4).cells), "b:3", "j2 shrank to make room");
+    assert_eq!(
+        names(&a, &view(&a, j4).cells),
+        "b:3",
+        "j2 shrank to make room"
+    );
     let j5 = submit(&mut a, "j5", 4);
     assert_eq!(view(&a, j5).state, JobState::Queued);
 
@@ -187,7 +238,11 @@ fn beyond_mpl_max_slots_jobs_queue_first_come_first_served() {
     assert_eq!(a.queue(), [j3, j4]);
 
     a.finish(j1).unwrap();
-    assert_eq!(at(&a, j3), home(1, "a:0 a:1 a:2 a:3 b:0 b:1"), "slot 0 emptied, removed, j3 in a new slot");
+    assert_eq!(
+        at(&a, j3),
+        home(1, "a:0 a:1 a:2 a:3 b:0 b:1"),
+        "slot 0 emptied, removed, j3 in a new slot"
+    );
     assert_eq!(at(&a, j2).0, 0);
     assert_eq!(at(&a, j4), home(0, "b:2 b:3"));
     assert!(a.queue().is_empty());
@@ -195,7 +250,12 @@ fn beyond_mpl_max_slots_jobs_queue_first_come_first_served() {
 
 #[test]
 fn backfill_lets_a_small_job_pass_a_blocked_one() {
-    let settings = Settings { policy: Policy::FirstFit, mpl_max: 2, fill: false, backfill: true };
+    let settings = Settings {
+        policy: Policy::FirstFit,
+        mpl_max: 2,
+        fill: false,
+        backfill: true,
+    };
     let mut a = Allocator::new(cluster(&[4, 4]), settings).unwrap();
     submit(&mut a, "j1", 6);
     submit(&mut a, "j2", 6);
@@ -276,20 +336,44 @@ fn a_slot_held_only_by_fill_placements_is_removed() {
 fn jobs_that_could_never_run_are_refused_with_the_reason() {
     let mut a = allocator(&[4, 4], Policy::FirstFit, 2, false);
     let e = a.submit(job("big", 12)).unwrap_err();
-    assert_eq!(e.to_string(), "job \"big\" needs 12 CPUs but the cluster has 8 gang CPUs");
-    let e = a.submit(JobSpec { name: "wide".into(), ranks: 6, per_node: Some(2) }).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "job \"big\" needs 12 CPUs but the cluster has 8 gang CPUs"
+    );
+    let e = a
+        .submit(JobSpec {
+            name: "wide".into(),
+            ranks: 6,
+            per_node: Some(2),
+        })
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         "job \"wide\" needs 6 CPUs at most 2 per node, but at that limit the cluster's nodes hold only 4"
     );
-    assert!(matches!(a.submit(job("none", 0)), Err(AllocError::NoRanks { .. })));
-    assert!(matches!(a.submit(job("a/b", 1)), Err(AllocError::BadName { .. })));
-    assert!(matches!(a.submit(job("", 1)), Err(AllocError::BadName { .. })));
+    assert!(matches!(
+        a.submit(job("none", 0)),
+        Err(AllocError::NoRanks { .. })
+    ));
+    assert!(matches!(
+        a.submit(job("a/b", 1)),
+        Err(AllocError::BadName { .. })
+    ));
+    assert!(matches!(
+        a.submit(job("", 1)),
+        Err(AllocError::BadName { .. })
+    ));
     assert!(a.jobs().is_empty(), "a refused job leaves no trace");
 
     let j = submit(&mut a, "lu", 2);
     let e = a.submit(job("lu", 2)).unwrap_err();
-    assert_eq!(e, AllocError::DuplicateName { name: "lu".into(), job: j });
+    assert_eq!(
+        e,
+        AllocError::DuplicateName {
+            name: "lu".into(),
+            job: j
+        }
+    );
 
     let mut s = allocator(&[4, 4], Policy::Scs, 4, false);
     let e = s.submit(job("huge", 40)).unwrap_err();
@@ -297,13 +381,22 @@ fn jobs_that_could_never_run_are_refused_with_the_reason() {
         e.to_string(),
         "job \"huge\" needs at least 10 CPUs under scs (40 ranks, at most 4 per CPU) but the cluster has 8 gang CPUs"
     );
-    assert!(s.submit(job("fine", 32)).is_ok(), "32 ranks on 8 CPUs is MPL 4");
+    assert!(
+        s.submit(job("fine", 32)).is_ok(),
+        "32 ranks on 8 CPUs is MPL 4"
+    );
 }
 
 #[test]
 fn a_per_node_limit_spreads_ranks() {
     let mut a = allocator(&[4, 4], Policy::FirstFit, 2, false);
-    let j = a.submit(JobSpec { name: "w".into(), ranks: 4, per_node: Some(2) }).unwrap();
+    let j = a
+        .submit(JobSpec {
+            name: "w".into(),
+            ranks: 4,
+            per_node: Some(2),
+        })
+        .unwrap();
     assert_eq!(at(&a, j), home(0, "a:0 a:1 b:0 b:1"));
 }
 
@@ -311,14 +404,30 @@ fn a_per_node_limit_spreads_ranks() {
 fn settings_and_policy_knobs_are_checked() {
     assert_eq!("best_fit\n".parse::<Policy>().unwrap(), Policy::BestFit);
     let e = "worst_fit".parse::<Policy>().unwrap_err();
-    assert_eq!(e.to_string(), "unknown policy \"worst_fit\": valid policies are first_fit, best_fit, buddy, scs");
+    assert_eq!(
+        e.to_string(),
+        "unknown policy \"worst_fit\": valid policies are first_fit, best_fit, buddy, scs"
+    );
     for p in Policy::ALL {
         assert_eq!(p.to_string().parse::<Policy>().unwrap(), p);
     }
-    let bad = Settings { mpl_max: 17, ..Settings::default() };
+    let bad = Settings {
+        mpl_max: 17,
+        ..Settings::default()
+    };
     let e = Allocator::new(cluster(&[2]), bad).unwrap_err();
-    assert_eq!(e.to_string(), "mpl_max must be 1 to 16 (a node's slot table holds 16 slots), not 17");
-    assert!(Allocator::new(cluster(&[2]), Settings { mpl_max: 0, ..Settings::default() }).is_err());
+    assert_eq!(
+        e.to_string(),
+        "mpl_max must be 1 to 16 (a node's slot table holds 16 slots), not 17"
+    );
+    assert!(Allocator::new(
+        cluster(&[2]),
+        Settings {
+            mpl_max: 0,
+            ..Settings::default()
+        }
+    )
+    .is_err());
 }
 
 // ---- suspension --------------------------------------------------------------
@@ -342,14 +451,26 @@ fn a_suspended_job_keeps_its_cells_and_leaves_the_rotation() {
     assert_eq!(a.rotation(), [0, 1]);
     assert_eq!(at(&a, j1).1, "a:0 a:1 a:2 a:3 b:0 b:1 b:2 b:3");
 
-    assert_eq!(a.resume(j1), Err(AllocError::NotSuspended { job: j1, state: JobState::Running }));
+    assert_eq!(
+        a.resume(j1),
+        Err(AllocError::NotSuspended {
+            job: j1,
+            state: JobState::Running
+        })
+    );
     let j4 = submit(&mut a, "j4", 8);
     assert_eq!(at(&a, j4).0, 2);
     let j5 = submit(&mut a, "j5", 8);
     assert_eq!(view(&a, j5).state, JobState::Queued);
     let e = a.suspend(j5).unwrap_err();
-    assert_eq!(e.to_string(), format!("job {j5} is queued; only a running job can be suspended"));
-    assert_eq!(a.finish(JobId(99)), Err(AllocError::NoSuchJob { job: JobId(99) }));
+    assert_eq!(
+        e.to_string(),
+        format!("job {j5} is queued; only a running job can be suspended")
+    );
+    assert_eq!(
+        a.finish(JobId(99)),
+        Err(AllocError::NoSuchJob { job: JobId(99) })
+    );
     // A queued job can be cancelled.
     a.finish(j5).unwrap();
     assert!(a.queue().is_empty());
@@ -365,10 +486,23 @@ fn each_node_gets_its_columns_by_gang_name_with_its_ranks() {
     submit(&mut a, "ep", 3);
     let b = a.node_schedule(1).unwrap();
     assert_eq!(b.name, "b");
-    let slot =
-        |s: usize| -> Vec<(String, String)> { b.slots[s].iter().map(|p| (p.gang.clone(), p.cpulist())).collect() };
-    assert_eq!(slot(0), [("lu".to_string(), "0-1".to_string()), ("cg".to_string(), "2-3".to_string())]);
-    assert!(slot(1).is_empty(), "ep is on node a only, but slot 1 exists on b too");
+    let slot = |s: usize| -> Vec<(String, String)> {
+        b.slots[s]
+            .iter()
+            .map(|p| (p.gang.clone(), p.cpulist()))
+            .collect()
+    };
+    assert_eq!(
+        slot(0),
+        [
+            ("lu".to_string(), "0-1".to_string()),
+            ("cg".to_string(), "2-3".to_string())
+        ]
+    );
+    assert!(
+        slot(1).is_empty(),
+        "ep is on node a only, but slot 1 exists on b too"
+    );
     let lu = &b.jobs[0];
     assert_eq!(lu.name, "lu");
     let ranks: Vec<(u32, u32)> = lu.ranks.iter().map(|r| (r.rank, r.cpu)).collect();
@@ -377,10 +511,19 @@ fn each_node_gets_its_columns_by_gang_name_with_its_ranks() {
 
 #[test]
 fn housekeeping_cpus_are_never_cells() {
-    let c = Cluster::new(vec![NodeSpec { id: 0, name: "a".into(), nr_cpus: 4, housekeeping: vec![0] }]).unwrap();
+    let c = Cluster::new(vec![NodeSpec {
+        id: 0,
+        name: "a".into(),
+        nr_cpus: 4,
+        housekeeping: vec![0],
+    }])
+    .unwrap();
     let mut a = Allocator::new(c, Settings::default()).unwrap();
     let e = a.submit(job("x", 4)).unwrap_err();
-    assert_eq!(e.to_string(), "job \"x\" needs 4 CPUs but the cluster has 3 gang CPUs");
+    assert_eq!(
+        e.to_string(),
+        "job \"x\" needs 4 CPUs but the cluster has 3 gang CPUs"
+    );
     let j = submit(&mut a, "y", 3);
     assert_eq!(at(&a, j), home(0, "a:1 a:2 a:3"));
 }

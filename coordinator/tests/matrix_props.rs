@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gang_coordinator::alloc::{AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings};
+use gang_coordinator::alloc::{
+    AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings,
+};
 use gang_coordinator::matrix::{Cell, Cluster, JobId, NodeSpec};
 use proptest::prelude::*;
 
@@ -27,20 +29,25 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// 1 to 4 nodes of 1 to 6 CPUs, some of them housekeeping.
 fn cluster_shape() -> impl Strategy<Value = Vec<NodeSpec>> {
-    proptest::collection::vec((1u32..=6, proptest::collection::vec(proptest::bool::weighted(0.15), 6)), 1..=4).prop_map(
-        |nodes| {
-            nodes
-                .into_iter()
-                .enumerate()
-                .map(|(i, (nr_cpus, hk))| NodeSpec {
-                    id: 10 * i as u32 + 3,
-                    name: format!("n{i}"),
-                    nr_cpus,
-                    housekeeping: (0..nr_cpus).filter(|&c| hk[c as usize]).collect(),
-                })
-                .collect()
-        },
+    proptest::collection::vec(
+        (
+            1u32..=6,
+            proptest::collection::vec(proptest::bool::weighted(0.15), 6),
+        ),
+        1..=4,
     )
+    .prop_map(|nodes| {
+        nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (nr_cpus, hk))| NodeSpec {
+                id: 10 * i as u32 + 3,
+                name: format!("n{i}"),
+                nr_cpus,
+                housekeeping: (0..nr_cpus).filter(|&c| hk[c as usize]).collect(),
+            })
+            .collect()
+    })
 }
 
 fn column(a: &Allocator, c: Cell) -> usize {
@@ -54,7 +61,12 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
     let scs = s.policy == Policy::Scs;
     let views: BTreeMap<JobId, JobView> = a.jobs().into_iter().map(|v| (v.id, v)).collect();
 
-    prop_assert!(a.nr_slots() <= s.mpl_max, "{} slots > mpl_max {}", a.nr_slots(), s.mpl_max);
+    prop_assert!(
+        a.nr_slots() <= s.mpl_max,
+        "{} slots > mpl_max {}",
+        a.nr_slots(),
+        s.mpl_max
+    );
     if scs {
         prop_assert!(a.nr_slots() <= 1);
     }
@@ -63,18 +75,32 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
     let mut booked: BTreeMap<(usize, usize), JobId> = BTreeMap::new();
     for v in views.values() {
         if v.state == JobState::Queued {
-            prop_assert!(v.slot.is_none() && v.slots.is_empty() && v.cells.is_empty() && v.rank_cells.is_empty());
+            prop_assert!(
+                v.slot.is_none()
+                    && v.slots.is_empty()
+                    && v.cells.is_empty()
+                    && v.rank_cells.is_empty()
+            );
             continue;
         }
         let home = v.slot.unwrap();
         prop_assert!(v.slots.contains(&home));
         if v.state == JobState::Suspended || !s.fill || scs {
-            prop_assert_eq!(&v.slots, &vec![home], "only running jobs get fill placements, and only with fill");
+            prop_assert_eq!(
+                &v.slots,
+                &vec![home],
+                "only running jobs get fill placements, and only with fill"
+            );
         }
         for &slot in &v.slots {
             for &c in &v.cells {
                 let col = column(a, c);
-                prop_assert!(booked.insert((slot, col), v.id).is_none(), "cell {:?} of slot {} booked twice", c, slot);
+                prop_assert!(
+                    booked.insert((slot, col), v.id).is_none(),
+                    "cell {:?} of slot {} booked twice",
+                    c,
+                    slot
+                );
                 let e = m.get(slot, col).expect("the matrix holds the job's cells");
                 prop_assert_eq!(e.job, v.id);
                 prop_assert_eq!(e.fill, slot != home);
@@ -86,20 +112,38 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
 
     // No slot without a home placement.
     for (slot, row) in m.rows().iter().enumerate() {
-        prop_assert!(row.iter().flatten().any(|e| !e.fill), "slot {} is empty", slot);
+        prop_assert!(
+            row.iter().flatten().any(|e| !e.fill),
+            "slot {} is empty",
+            slot
+        );
     }
 
     // The queue: FCFS order, positions, and nobody waits while a slot could
     // still be added (or, under scs, while jobs hold more than their start).
     let queue = a.queue();
-    prop_assert!(queue.windows(2).all(|w| w[0] < w[1]), "queue out of submission order: {:?}", queue);
+    prop_assert!(
+        queue.windows(2).all(|w| w[0] < w[1]),
+        "queue out of submission order: {:?}",
+        queue
+    );
     for (i, id) in queue.iter().enumerate() {
         prop_assert_eq!(views[id].queue_position, Some(i));
         prop_assert_eq!(views[id].state, JobState::Queued);
     }
-    prop_assert_eq!(views.values().filter(|v| v.state == JobState::Queued).count(), queue.len());
+    prop_assert_eq!(
+        views
+            .values()
+            .filter(|v| v.state == JobState::Queued)
+            .count(),
+        queue.len()
+    );
     if !queue.is_empty() && !scs {
-        prop_assert_eq!(a.nr_slots(), s.mpl_max, "a job waits though a slot could be added");
+        prop_assert_eq!(
+            a.nr_slots(),
+            s.mpl_max,
+            "a job waits though a slot could be added"
+        );
     }
 
     // Cells and ranks per policy.
@@ -107,13 +151,21 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
         let ranks = v.ranks as usize;
         prop_assert_eq!(v.rank_cells.len(), ranks);
         prop_assert!(v.rank_cells.iter().all(|c| v.cells.contains(c)));
-        prop_assert!(v.cells.windows(2).all(|w| w[0] < w[1]), "cells in (node, cpu) order");
+        prop_assert!(
+            v.cells.windows(2).all(|w| w[0] < w[1]),
+            "cells in (node, cpu) order"
+        );
         if let Some(k) = v.per_node {
             let mut per_node: BTreeMap<u32, u32> = BTreeMap::new();
             for c in &v.rank_cells {
                 *per_node.entry(c.node).or_default() += 1;
             }
-            prop_assert!(per_node.values().all(|&n| n <= k), "more than {} ranks on a node: {:?}", k, per_node);
+            prop_assert!(
+                per_node.values().all(|&n| n <= k),
+                "more than {} ranks on a node: {:?}",
+                k,
+                per_node
+            );
         }
         match s.policy {
             Policy::FirstFit | Policy::BestFit => {
@@ -124,18 +176,36 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
                 let cols: Vec<usize> = v.cells.iter().map(|&c| column(a, c)).collect();
                 prop_assert_eq!(cols.len(), block);
                 prop_assert_eq!(cols[0] % block, 0, "block not aligned: {:?}", cols);
-                prop_assert!(cols.windows(2).all(|w| w[1] == w[0] + 1), "block not contiguous: {:?}", cols);
+                prop_assert!(
+                    cols.windows(2).all(|w| w[1] == w[0] + 1),
+                    "block not contiguous: {:?}",
+                    cols
+                );
                 prop_assert_eq!(&v.rank_cells[..], &v.cells[..ranks]);
             }
             Policy::Scs => {
-                prop_assert!(v.initial.iter().all(|c| v.cells.contains(c)), "scs below its initial allocation");
-                prop_assert!(v.cells.len() <= ranks, "scs: {} cells for {} ranks", v.cells.len(), ranks);
-                prop_assert!(v.initial.len() >= ranks.div_ceil(s.mpl_max), "initial allocation below ranks / mpl_max");
+                prop_assert!(
+                    v.initial.iter().all(|c| v.cells.contains(c)),
+                    "scs below its initial allocation"
+                );
+                prop_assert!(
+                    v.cells.len() <= ranks,
+                    "scs: {} cells for {} ranks",
+                    v.cells.len(),
+                    ranks
+                );
+                prop_assert!(
+                    v.initial.len() >= ranks.div_ceil(s.mpl_max),
+                    "initial allocation below ranks / mpl_max"
+                );
                 let mut per_cell: BTreeMap<Cell, usize> = BTreeMap::new();
                 for c in &v.rank_cells {
                     *per_cell.entry(*c).or_default() += 1;
                 }
-                prop_assert!(per_cell.values().all(|&n| n <= s.mpl_max), "more than mpl_max ranks on a cell");
+                prop_assert!(
+                    per_cell.values().all(|&n| n <= s.mpl_max),
+                    "more than mpl_max ranks on a cell"
+                );
                 prop_assert_eq!(per_cell.len(), v.cells.len(), "a cell without ranks");
                 if v.state == JobState::Suspended || !queue.is_empty() {
                     prop_assert_eq!(&v.cells, &v.initial, "not shrunk back");
@@ -160,7 +230,11 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
 
     // The rotation: the slots with a running job.
     let rotation: Vec<usize> = (0..a.nr_slots())
-        .filter(|slot| views.values().any(|v| v.state == JobState::Running && v.slots.contains(slot)))
+        .filter(|slot| {
+            views
+                .values()
+                .any(|v| v.state == JobState::Running && v.slots.contains(slot))
+        })
         .collect();
     prop_assert_eq!(a.rotation(), rotation);
 
@@ -170,14 +244,21 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
     for t in &tables {
         prop_assert_eq!(t.slots.len(), a.nr_slots());
         for (slot, placements) in t.slots.iter().enumerate() {
-            let got: BTreeSet<(String, u32)> =
-                placements.iter().flat_map(|p| p.cpus.iter().map(move |&c| (p.gang.clone(), c))).collect();
+            let got: BTreeSet<(String, u32)> = placements
+                .iter()
+                .flat_map(|p| p.cpus.iter().map(move |&c| (p.gang.clone(), c)))
+                .collect();
             let cpus: usize = placements.iter().map(|p| p.cpus.len()).sum();
             prop_assert_eq!(got.len(), cpus, "a CPU twice in a node's slot");
             let want: BTreeSet<(String, u32)> = views
                 .values()
                 .filter(|v| v.state == JobState::Running && v.slots.contains(&slot))
-                .flat_map(|v| v.rank_cells.iter().filter(|c| c.node == t.node).map(move |c| (v.name.clone(), c.cpu)))
+                .flat_map(|v| {
+                    v.rank_cells
+                        .iter()
+                        .filter(|c| c.node == t.node)
+                        .map(move |c| (v.name.clone(), c.cpu))
+                })
                 .collect();
             prop_assert_eq!(got, want, "node {} slot {}", t.name, slot);
         }
@@ -196,7 +277,9 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
         let listed: BTreeSet<JobId> = t.jobs.iter().map(|j| j.job).collect();
         let want: BTreeSet<JobId> = views
             .values()
-            .filter(|v| v.state == JobState::Running && v.rank_cells.iter().any(|c| c.node == t.node))
+            .filter(|v| {
+                v.state == JobState::Running && v.rank_cells.iter().any(|c| c.node == t.node)
+            })
             .map(|v| v.id)
             .collect();
         prop_assert_eq!(listed, want);
@@ -215,12 +298,20 @@ fn check_step(a: &Allocator, before: &BTreeMap<JobId, JobView>) -> Result<(), Te
         let Some(old) = before.get(&v.id) else {
             // Just submitted.
             if !s.backfill && v.state == JobState::Running {
-                prop_assert!(queue.iter().all(|&q| q > v.id), "job {} started ahead of an older queued job", v.id);
+                prop_assert!(
+                    queue.iter().all(|&q| q > v.id),
+                    "job {} started ahead of an older queued job",
+                    v.id
+                );
             }
             continue;
         };
         if old.state != JobState::Queued {
-            prop_assert!(v.state != JobState::Queued, "job {} went back to the queue", v.id);
+            prop_assert!(
+                v.state != JobState::Queued,
+                "job {} went back to the queue",
+                v.id
+            );
             prop_assert_eq!(&v.initial, &old.initial);
             if s.policy == Policy::Scs {
                 let nodes = |v: &JobView| v.rank_cells.iter().map(|c| c.node).collect::<Vec<_>>();
@@ -230,7 +321,11 @@ fn check_step(a: &Allocator, before: &BTreeMap<JobId, JobView>) -> Result<(), Te
                 prop_assert_eq!(&v.rank_cells, &old.rank_cells);
             }
         } else if v.state != JobState::Queued && !s.backfill {
-            prop_assert!(queue.iter().all(|&q| q > v.id), "job {} started ahead of an older queued job", v.id);
+            prop_assert!(
+                queue.iter().all(|&q| q > v.id),
+                "job {} started ahead of an older queued job",
+                v.id
+            );
         }
     }
     Ok(())
@@ -247,7 +342,11 @@ fn run(nodes: &[NodeSpec], settings: Settings, ops: &[Op]) -> Result<(), TestCas
         let result = match *op {
             Op::Submit { ranks, per_node } => {
                 n += 1;
-                let r = a.submit(JobSpec { name: format!("job{n}"), ranks, per_node });
+                let r = a.submit(JobSpec {
+                    name: format!("job{n}"),
+                    ranks,
+                    per_node,
+                });
                 if let Ok(id) = r {
                     prop_assert!(
                         !before.contains_key(&id) && live.iter().all(|&l| l < id),
@@ -282,7 +381,9 @@ fn run(nodes: &[NodeSpec], settings: Settings, ops: &[Op]) -> Result<(), TestCas
             match op {
                 Op::Submit { .. } => {}
                 Op::Suspend(_) => prop_assert!(matches!(e, AllocError::NotRunning { .. }), "{}", e),
-                Op::Resume(_) => prop_assert!(matches!(e, AllocError::NotSuspended { .. }), "{}", e),
+                Op::Resume(_) => {
+                    prop_assert!(matches!(e, AllocError::NotSuspended { .. }), "{}", e)
+                }
                 Op::Finish(_) => prop_assert!(false, "finishing a live job failed: {}", e),
             }
         }

@@ -40,7 +40,10 @@ fn stream() -> impl Strategy<Value = Stream> {
 }
 
 fn exit_status() -> impl Strategy<Value = ExitStatus> {
-    prop_oneof![any::<i32>().prop_map(ExitStatus::Exited), any::<i32>().prop_map(ExitStatus::Signaled)]
+    prop_oneof![
+        any::<i32>().prop_map(ExitStatus::Exited),
+        any::<i32>().prop_map(ExitStatus::Signaled)
+    ]
 }
 
 fn placement() -> impl Strategy<Value = Placement> {
@@ -55,45 +58,90 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
                 nr_cpus,
                 housekeeping_cpus,
                 agent_version,
-                proof
+                proof,
+                jobs: vec![],
+                schedule: vec![],
             }
         ),
-        (gen(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
-            |(gen, slot, drained_bytes, drain_us, timed_out, freeze_us)| FromAgent::Frozen {
-                gen,
-                slot,
-                drained_bytes,
-                drain_us,
-                timed_out,
-                freeze_us
-            }
-        ),
+        (
+            prop::collection::vec(live_job(), 0..3),
+            prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..3)
+        )
+            .prop_map(|(jobs, schedule)| FromAgent::Hello {
+                node: "n0".into(),
+                nr_cpus: 2,
+                housekeeping_cpus: String::new(),
+                agent_version: "0.1.0".into(),
+                proof: vec![0; 32].into(),
+                jobs,
+                schedule,
+            }),
+        (job(), proptest::option::of(text()))
+            .prop_map(|(job, error)| FromAgent::Prepared { job, error }),
+        (any::<u64>(), bytes(), any::<bool>()).prop_map(|(id, data, last)| FromAgent::TraceChunk {
+            id,
+            data,
+            last
+        }),
+        (
+            gen(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(gen, slot, drained_bytes, drain_us, timed_out, freeze_us)| FromAgent::Frozen {
+                    gen,
+                    slot,
+                    drained_bytes,
+                    drain_us,
+                    timed_out,
+                    freeze_us
+                }
+            ),
         (gen(), any::<u32>(), any::<u64>()).prop_map(|(gen, slot, switch_us)| FromAgent::Running {
             gen,
             slot,
             switch_us
         }),
-        (job(), any::<u32>(), any::<u32>()).prop_map(|(job, rank, pid)| FromAgent::RankStarted { job, rank, pid }),
-        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| FromAgent::RankOutput {
+        (job(), any::<u32>(), any::<u32>()).prop_map(|(job, rank, pid)| FromAgent::RankStarted {
             job,
             rank,
-            stream,
-            data
+            pid
         }),
-        (job(), any::<u32>(), exit_status()).prop_map(|(job, rank, status)| FromAgent::RankExited {
-            job,
-            rank,
-            status
+        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| {
+            FromAgent::RankOutput {
+                job,
+                rank,
+                stream,
+                data,
+            }
         }),
-        any::<u64>().prop_map(|seq| FromAgent::Heartbeat { seq }),
+        (job(), any::<u32>(), exit_status())
+            .prop_map(|(job, rank, status)| FromAgent::RankExited { job, rank, status }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(seq, mono_ns)| FromAgent::Heartbeat { seq, mono_ns }),
         text().prop_map(|message| FromAgent::Error { message }),
     ]
 }
 
 fn to_agent() -> impl Strategy<Value = ToAgent> {
-    let spawn =
-        (job(), text(), any::<u32>(), any::<u32>(), strings(), env(), text(), any::<u32>(), any::<u32>(), strings())
-            .prop_map(|(job, name, rank, size, argv, env, cwd, uid, gid, peers)| ToAgent::SpawnRank {
+    let spawn = (
+        job(),
+        text(),
+        any::<u32>(),
+        any::<u32>(),
+        strings(),
+        env(),
+        text(),
+        any::<u32>(),
+        any::<u32>(),
+        strings(),
+    )
+        .prop_map(|(job, name, rank, size, argv, env, cwd, uid, gid, peers)| {
+            ToAgent::SpawnRank {
                 job,
                 name,
                 rank,
@@ -104,7 +152,8 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
                 uid,
                 gid,
                 peers,
-            });
+            }
+        });
     let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
     prop_oneof![
         bytes().prop_map(|nonce| ToAgent::Challenge { nonce }),
@@ -112,75 +161,166 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
         text().prop_map(|reason| ToAgent::Refused { reason }),
         prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..4)
             .prop_map(|slots| ToAgent::Schedule { slots }),
-        (gen(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(gen, from_slot, to_slot, drain_timeout_ms)| {
-            ToAgent::Freeze { gen, from_slot, to_slot, drain_timeout_ms }
-        }),
+        (gen(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+            |(gen, from_slot, to_slot, drain_timeout_ms)| {
+                ToAgent::Freeze {
+                    gen,
+                    from_slot,
+                    to_slot,
+                    drain_timeout_ms,
+                }
+            }
+        ),
         (gen(), any::<u32>()).prop_map(|(gen, slot)| ToAgent::Switch { gen, slot }),
         spawn,
         (job(), any::<i32>()).prop_map(|(job, signal)| ToAgent::KillJob { job, signal }),
         job().prop_map(|job| ToAgent::SuspendJob { job }),
         job().prop_map(|job| ToAgent::ResumeJob { job }),
-        (any::<u32>(), any::<u32>(), barrier, any::<bool>()).prop_map(|(slot_ms, drain_timeout_ms, barrier, fill)| {
-            ToAgent::Knobs { slot_ms, drain_timeout_ms, barrier, fill }
-        }),
+        (any::<u32>(), any::<u32>(), barrier, any::<bool>()).prop_map(
+            |(slot_ms, drain_timeout_ms, barrier, fill)| {
+                ToAgent::Knobs {
+                    slot_ms,
+                    drain_timeout_ms,
+                    barrier,
+                    fill,
+                }
+            }
+        ),
         any::<u64>().prop_map(|seq| ToAgent::Heartbeat { seq }),
+        (any::<u64>(), any::<u64>()).prop_map(|(id, ms)| ToAgent::Trace { id, ms }),
+        (job(), strings(), env(), text(), any::<u32>(), any::<u32>()).prop_map(
+            |(job, argv, env, cwd, uid, gid)| ToAgent::Prepare {
+                job,
+                argv,
+                env,
+                cwd,
+                uid,
+                gid
+            }
+        ),
     ]
+}
+
+fn live_job() -> impl Strategy<Value = LiveJob> {
+    (
+        job(),
+        text(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        prop::collection::vec(any::<u32>(), 0..4),
+    )
+        .prop_map(|(job, name, size, uid, gid, ranks)| LiveJob {
+            job,
+            name,
+            size,
+            uid,
+            gid,
+            ranks,
+        })
 }
 
 fn from_client() -> impl Strategy<Value = FromClient> {
     prop_oneof![
-        (text(), any::<u32>(), any::<Option<u32>>(), strings(), env(), text(), any::<bool>(), any::<bool>()).prop_map(
-            |(name, ranks, per_node, argv, env, cwd, label_output, ship_executable)| FromClient::Submit {
-                name,
-                ranks,
-                per_node,
-                argv,
-                env,
-                cwd,
-                label_output,
-                ship_executable
-            }
-        ),
+        (
+            text(),
+            any::<u32>(),
+            any::<Option<u32>>(),
+            strings(),
+            env(),
+            text(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(name, ranks, per_node, argv, env, cwd, label_output, ship_executable)| {
+                    FromClient::Submit {
+                        name,
+                        ranks,
+                        per_node,
+                        argv,
+                        env,
+                        cwd,
+                        label_output,
+                        ship_executable,
+                    }
+                }
+            ),
         (job(), any::<i32>()).prop_map(|(job, signal)| FromClient::Signal { job, signal }),
         job().prop_map(|job| FromClient::Kill { job }),
+        job().prop_map(|job| FromClient::Suspend { job }),
+        job().prop_map(|job| FromClient::Resume { job }),
+        job().prop_map(|job| FromClient::Attach { job }),
+        any::<u64>().prop_map(|ms| FromClient::Trace { ms }),
         Just(FromClient::Ps),
         Just(FromClient::Matrix),
     ]
 }
 
 fn job_info() -> impl Strategy<Value = JobInfo> {
-    let state = prop_oneof![Just(JobState::Queued), Just(JobState::Running), Just(JobState::Suspended)];
-    (job(), text(), any::<u32>(), any::<u32>(), state, any::<Option<u32>>(), strings(), any::<u64>()).prop_map(
-        |(job, name, uid, ranks, state, slot, nodes, elapsed_ms)| JobInfo {
-            job,
-            name,
-            uid,
-            ranks,
-            state,
-            slot,
-            nodes,
-            elapsed_ms,
-        },
+    let state = prop_oneof![
+        Just(JobState::Queued),
+        Just(JobState::Running),
+        Just(JobState::Suspended)
+    ];
+    (
+        job(),
+        text(),
+        any::<u32>(),
+        any::<u32>(),
+        state,
+        any::<Option<u32>>(),
+        strings(),
+        any::<u64>(),
     )
+        .prop_map(
+            |(job, name, uid, ranks, state, slot, nodes, elapsed_ms)| JobInfo {
+                job,
+                name,
+                uid,
+                ranks,
+                state,
+                slot,
+                nodes,
+                elapsed_ms,
+            },
+        )
 }
 
 fn to_client() -> impl Strategy<Value = ToClient> {
-    let failure =
-        (any::<u32>(), text(), exit_status()).prop_map(|(rank, node, status)| RankFailure { rank, node, status });
+    let failure = (any::<u32>(), text(), exit_status())
+        .prop_map(|(rank, node, status)| RankFailure { rank, node, status });
     prop_oneof![
         job().prop_map(|job| ToClient::Accepted { job }),
         text().prop_map(|reason| ToClient::Refused { reason }),
         Just(ToClient::Done),
-        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| ToClient::Output {
-            job,
-            rank,
-            stream,
-            data
+        (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| {
+            ToClient::Output {
+                job,
+                rank,
+                stream,
+                data,
+            }
         }),
-        (job(), any::<i32>(), text(), proptest::option::of(failure))
-            .prop_map(|(job, exit_code, summary, failure)| ToClient::JobEnded { job, exit_code, summary, failure }),
+        (job(), any::<i32>(), text(), proptest::option::of(failure)).prop_map(
+            |(job, exit_code, summary, failure)| ToClient::JobEnded {
+                job,
+                exit_code,
+                summary,
+                failure
+            }
+        ),
         prop::collection::vec(job_info(), 0..3).prop_map(|jobs| ToClient::PsReply { jobs }),
         text().prop_map(|text| ToClient::MatrixReply { text }),
+        (text(), any::<i64>(), bytes(), any::<bool>()).prop_map(|(node, offset_ns, data, last)| {
+            ToClient::TraceData {
+                node,
+                offset_ns,
+                data,
+                last,
+            }
+        }),
+        strings().prop_map(|errors| ToClient::TraceEnd { errors }),
     ]
 }
 
@@ -190,7 +330,11 @@ fn round_trip<M: Message + PartialEq + std::fmt::Debug>(msg: &M) {
     let frame = encode(msg).unwrap();
     let mut reader = Cursor::new(&frame);
     assert_eq!(read_frame::<M>(&mut reader).unwrap().as_ref(), Some(msg));
-    assert_eq!(read_frame::<M>(&mut reader).unwrap(), None, "clean end after the frame");
+    assert_eq!(
+        read_frame::<M>(&mut reader).unwrap(),
+        None,
+        "clean end after the frame"
+    );
     let mut decoder = FrameDecoder::<M>::new();
     assert_eq!(&decoder.feed(&frame).unwrap(), std::slice::from_ref(msg));
     assert_eq!(decoder.buffered(), 0);
@@ -282,22 +426,97 @@ fn every_message_type_has_a_sample_and_round_trips() {
             housekeeping_cpus: "0".into(),
             agent_version: "0.1.0".into(),
             proof: vec![1; 32].into(),
+            jobs: vec![LiveJob {
+                job,
+                name: "lu".into(),
+                size: 4,
+                uid: 1000,
+                gid: 1000,
+                ranks: vec![0, 1],
+            }],
+            schedule: vec![vec![Placement {
+                job,
+                cpus: "0-1".into(),
+            }]],
         },
-        FromAgent::Frozen { gen, slot: 0, drained_bytes: 4096, drain_us: 120, timed_out: false, freeze_us: 300 },
-        FromAgent::Running { gen, slot: 1, switch_us: 40 },
-        FromAgent::RankStarted { job, rank: 3, pid: 4242 },
-        FromAgent::RankOutput { job, rank: 3, stream: Stream::Stdout, data: b"\x00\xff\n".as_slice().into() },
-        FromAgent::RankExited { job, rank: 3, status: ExitStatus::Exited(0) },
-        FromAgent::Heartbeat { seq: 1 },
-        FromAgent::Error { message: "no such gang".into() },
+        FromAgent::Prepared {
+            job,
+            error: Some("/bin/nope: no such file".into()),
+        },
+        FromAgent::TraceChunk {
+            id: 1,
+            data: b"{}".as_slice().into(),
+            last: true,
+        },
+        FromAgent::Frozen {
+            gen,
+            slot: 0,
+            drained_bytes: 4096,
+            drain_us: 120,
+            timed_out: false,
+            freeze_us: 300,
+        },
+        FromAgent::Running {
+            gen,
+            slot: 1,
+            switch_us: 40,
+        },
+        FromAgent::RankStarted {
+            job,
+            rank: 3,
+            pid: 4242,
+        },
+        FromAgent::RankOutput {
+            job,
+            rank: 3,
+            stream: Stream::Stdout,
+            data: b"\x00\xff\n".as_slice().into(),
+        },
+        FromAgent::RankExited {
+            job,
+            rank: 3,
+            status: ExitStatus::Exited(0),
+        },
+        FromAgent::Heartbeat {
+            seq: 1,
+            mono_ns: 123,
+        },
+        FromAgent::Error {
+            message: "no such gang".into(),
+        },
     ]);
     check(&[
-        ToAgent::Challenge { nonce: vec![7; 32].into() },
+        ToAgent::Challenge {
+            nonce: vec![7; 32].into(),
+        },
         ToAgent::Welcome { node_id: NodeId(2) },
-        ToAgent::Refused { reason: "bad proof".into() },
-        ToAgent::Schedule { slots: vec![vec![Placement { job, cpus: "0-3".into() }], vec![]] },
-        ToAgent::Freeze { gen, from_slot: 0, to_slot: 1, drain_timeout_ms: 50 },
+        ToAgent::Refused {
+            reason: "bad proof".into(),
+        },
+        ToAgent::Schedule {
+            slots: vec![
+                vec![Placement {
+                    job,
+                    cpus: "0-3".into(),
+                }],
+                vec![],
+            ],
+        },
+        ToAgent::Freeze {
+            gen,
+            from_slot: 0,
+            to_slot: 1,
+            drain_timeout_ms: 50,
+        },
         ToAgent::Switch { gen, slot: 1 },
+        ToAgent::Prepare {
+            job,
+            argv: vec!["./lu".into()],
+            env: vec![],
+            cwd: "/home/u".into(),
+            uid: 1000,
+            gid: 1000,
+        },
         ToAgent::SpawnRank {
             job,
             name: "lu".into(),
@@ -313,8 +532,14 @@ fn every_message_type_has_a_sample_and_round_trips() {
         ToAgent::KillJob { job, signal: 9 },
         ToAgent::SuspendJob { job },
         ToAgent::ResumeJob { job },
-        ToAgent::Knobs { slot_ms: 100, drain_timeout_ms: 50, barrier: Barrier::Strict, fill: true },
+        ToAgent::Knobs {
+            slot_ms: 100,
+            drain_timeout_ms: 50,
+            barrier: Barrier::Strict,
+            fill: true,
+        },
         ToAgent::Heartbeat { seq: 2 },
+        ToAgent::Trace { id: 1, ms: 2000 },
     ]);
     check(&[
         FromClient::Submit {
@@ -329,19 +554,34 @@ fn every_message_type_has_a_sample_and_round_trips() {
         },
         FromClient::Signal { job, signal: 2 },
         FromClient::Kill { job },
+        FromClient::Suspend { job },
+        FromClient::Resume { job },
+        FromClient::Attach { job },
+        FromClient::Trace { ms: 1500 },
         FromClient::Ps,
         FromClient::Matrix,
     ]);
     check(&[
         ToClient::Accepted { job },
-        ToClient::Refused { reason: "no room".into() },
+        ToClient::Refused {
+            reason: "no room".into(),
+        },
         ToClient::Done,
-        ToClient::Output { job, rank: 0, stream: Stream::Stderr, data: b"oops\n".as_slice().into() },
+        ToClient::Output {
+            job,
+            rank: 0,
+            stream: Stream::Stderr,
+            data: b"oops\n".as_slice().into(),
+        },
         ToClient::JobEnded {
             job,
             exit_code: 137,
             summary: "rank 2 killed by signal 9".into(),
-            failure: Some(RankFailure { rank: 2, node: "n2".into(), status: ExitStatus::Signaled(9) }),
+            failure: Some(RankFailure {
+                rank: 2,
+                node: "n2".into(),
+                status: ExitStatus::Signaled(9),
+            }),
         },
         ToClient::PsReply {
             jobs: vec![JobInfo {
@@ -355,7 +595,16 @@ fn every_message_type_has_a_sample_and_round_trips() {
                 elapsed_ms: 1500,
             }],
         },
-        ToClient::MatrixReply { text: "slot 0: lu lu\n".into() },
+        ToClient::MatrixReply {
+            text: "slot 0: lu lu\n".into(),
+        },
+        ToClient::TraceData {
+            node: "n1".into(),
+            offset_ns: -42,
+            data: b"{}".as_slice().into(),
+            last: true,
+        },
+        ToClient::TraceEnd { errors: vec![] },
     ]);
 }
 
@@ -364,7 +613,12 @@ fn a_full_output_chunk_of_any_bytes_fits_in_a_frame() {
     // Every byte value, repeated: base64 does not depend on content, but a
     // regression to escaped strings would.
     let data: Vec<u8> = (0..MAX_OUTPUT_CHUNK).map(|i| i as u8).collect();
-    let msg = FromAgent::RankOutput { job: JobId(u64::MAX), rank: u32::MAX, stream: Stream::Stderr, data: Bytes(data) };
+    let msg = FromAgent::RankOutput {
+        job: JobId(u64::MAX),
+        rank: u32::MAX,
+        stream: Stream::Stderr,
+        data: Bytes(data),
+    };
     round_trip(&msg);
     let to_user = ToClient::Output {
         job: JobId(u64::MAX),
@@ -377,7 +631,9 @@ fn a_full_output_chunk_of_any_bytes_fits_in_a_frame() {
 
 #[test]
 fn a_message_too_large_for_a_frame_is_refused_when_sent() {
-    let msg = ToClient::MatrixReply { text: "x".repeat(MAX_PAYLOAD) };
+    let msg = ToClient::MatrixReply {
+        text: "x".repeat(MAX_PAYLOAD),
+    };
     match encode(&msg) {
         Err(FrameError::Oversized { len, limit }) => {
             assert!(len > MAX_PAYLOAD);
@@ -405,7 +661,10 @@ fn unsupported_version() {
     f.extend_from_slice(b"{}");
     assert_eq!(
         both_fail::<FromClient>(&f),
-        FrameError::UnsupportedVersion { got: PROTOCOL_VERSION + 1, supported: PROTOCOL_VERSION }
+        FrameError::UnsupportedVersion {
+            got: PROTOCOL_VERSION + 1,
+            supported: PROTOCOL_VERSION
+        }
     );
 }
 
@@ -414,7 +673,10 @@ fn wrong_channel() {
     let f = encode(&FromClient::Ps).unwrap();
     assert_eq!(
         both_fail::<FromAgent>(&f),
-        FrameError::WrongChannel { got: Channel::FromClient as u8, expected: Channel::FromAgent as u8 }
+        FrameError::WrongChannel {
+            got: Channel::FromClient as u8,
+            expected: Channel::FromAgent as u8
+        }
     );
 }
 
@@ -422,8 +684,14 @@ fn wrong_channel() {
 fn oversized_length_is_refused_before_reading_the_payload() {
     for len in [MAX_PAYLOAD as u32 + 1, u32::MAX] {
         let h = header(PROTOCOL_VERSION, Channel::FromAgent as u8, len);
-        let expected = FrameError::Oversized { len: len as usize, limit: MAX_PAYLOAD };
-        let mut endless = Endless { prefix: h.clone(), read: 0 };
+        let expected = FrameError::Oversized {
+            len: len as usize,
+            limit: MAX_PAYLOAD,
+        };
+        let mut endless = Endless {
+            prefix: h.clone(),
+            read: 0,
+        };
         assert_eq!(read_frame::<FromAgent>(&mut endless).unwrap_err(), expected);
         assert_eq!(endless.read, HEADER_LEN, "not one payload byte read");
 
@@ -443,37 +711,61 @@ fn the_largest_allowed_payload_is_accepted() {
     payload.extend_from_slice(br#""}"#);
     assert_eq!(payload.len(), MAX_PAYLOAD);
     let f = frame_of(Channel::FromAgent, &payload);
-    let msg = read_frame::<FromAgent>(&mut Cursor::new(&f)).unwrap().unwrap();
+    let msg = read_frame::<FromAgent>(&mut Cursor::new(&f))
+        .unwrap()
+        .unwrap();
     assert!(matches!(msg, FromAgent::Error { message } if message.len() == pad));
 }
 
 #[test]
 fn truncated_header_and_payload() {
-    let f = encode(&FromAgent::Heartbeat { seq: 5 }).unwrap();
+    let f = encode(&FromAgent::Heartbeat { seq: 5, mono_ns: 0 }).unwrap();
     for cut in 1..f.len() {
         let err = both_fail::<FromAgent>(&f[..cut]);
-        let needed = if cut < HEADER_LEN { HEADER_LEN } else { f.len() };
-        assert_eq!(err, FrameError::Truncated { needed, got: cut }, "cut at {cut}");
+        let needed = if cut < HEADER_LEN {
+            HEADER_LEN
+        } else {
+            f.len()
+        };
+        assert_eq!(
+            err,
+            FrameError::Truncated { needed, got: cut },
+            "cut at {cut}"
+        );
     }
 }
 
 #[test]
 fn garbage_json_is_malformed() {
-    for payload in
-        [&b"{not json"[..], b"", b"[1,2]", b"\xff\xfe", br#"{"type":"heartbeat","seq":"x"}"#, br#"{"seq":1}"#]
-    {
+    for payload in [
+        &b"{not json"[..],
+        b"",
+        b"[1,2]",
+        b"\xff\xfe",
+        br#"{"type":"heartbeat","seq":"x"}"#,
+        br#"{"seq":1}"#,
+    ] {
         let err = both_fail::<FromAgent>(&frame_of(Channel::FromAgent, payload));
-        assert!(matches!(err, FrameError::Malformed(_)), "{payload:?}: {err:?}");
+        assert!(
+            matches!(err, FrameError::Malformed(_)),
+            "{payload:?}: {err:?}"
+        );
     }
 }
 
 #[test]
 fn unknown_tag_is_an_unknown_message_type() {
     let f = frame_of(Channel::FromAgent, br#"{"type":"reboot","now":true}"#);
-    assert_eq!(both_fail::<FromAgent>(&f), FrameError::UnknownMessageType("reboot".into()));
+    assert_eq!(
+        both_fail::<FromAgent>(&f),
+        FrameError::UnknownMessageType("reboot".into())
+    );
     // A tag of another direction is unknown on this one.
     let f = frame_of(Channel::FromAgent, br#"{"type":"switch","gen":1,"slot":0}"#);
-    assert_eq!(both_fail::<FromAgent>(&f), FrameError::UnknownMessageType("switch".into()));
+    assert_eq!(
+        both_fail::<FromAgent>(&f),
+        FrameError::UnknownMessageType("switch".into())
+    );
 }
 
 #[test]
@@ -485,7 +777,10 @@ fn io_errors_keep_their_kind() {
         }
     }
     match read_frame::<FromAgent>(&mut TimesOut) {
-        Err(FrameError::Io { kind: io::ErrorKind::TimedOut, .. }) => {}
+        Err(FrameError::Io {
+            kind: io::ErrorKind::TimedOut,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
 }
@@ -561,15 +856,24 @@ proptest! {
 fn only_the_frame_in_progress_is_held() {
     // One big call carrying a whole frame and most of the next: the first is
     // decoded at once, and only the second's bytes stay.
-    let big = FromAgent::Error { message: "m".repeat(900_000) };
+    let big = FromAgent::Error {
+        message: "m".repeat(900_000),
+    };
     let mut stream = encode(&big).unwrap();
-    stream.extend(header(PROTOCOL_VERSION, Channel::FromAgent as u8, MAX_PAYLOAD as u32));
+    stream.extend(header(
+        PROTOCOL_VERSION,
+        Channel::FromAgent as u8,
+        MAX_PAYLOAD as u32,
+    ));
     stream.extend(std::iter::repeat_n(b' ', 500_000));
     let mut decoder = FrameDecoder::<FromAgent>::new();
     assert_eq!(decoder.feed(&stream).unwrap(), vec![big]);
     assert_eq!(decoder.buffered(), HEADER_LEN + 500_000);
     assert_eq!(
         decoder.finish().unwrap_err(),
-        FrameError::Truncated { needed: HEADER_LEN + MAX_PAYLOAD, got: HEADER_LEN + 500_000 }
+        FrameError::Truncated {
+            needed: HEADER_LEN + MAX_PAYLOAD,
+            got: HEADER_LEN + 500_000
+        }
     );
 }

@@ -72,7 +72,11 @@ impl KnobFs {
             // 4096 like sysfs. Not 0: tools that copy with sendfile/splice
             // (busybox cat) stop at the size, and direct_io reads return the
             // value's real length anyway.
-            size: if ino == INodeNo::ROOT { 0 } else { MAX_WRITE as u64 },
+            size: if ino == INodeNo::ROOT {
+                0
+            } else {
+                MAX_WRITE as u64
+            },
             blocks: 0,
             atime: self.mounted_at,
             mtime: self.mounted_at,

@@ -28,7 +28,12 @@ impl Allocator {
         let policy = self.settings.policy;
         if policy == Policy::Scs {
             let mpl_max = self.settings.mpl_max;
-            return match scs::initial_allocation(ranks, spec.per_node.map(|k| k as usize), mpl_max, &node_cpus) {
+            return match scs::initial_allocation(
+                ranks,
+                spec.per_node.map(|k| k as usize),
+                mpl_max,
+                &node_cpus,
+            ) {
                 Some((cells, cap)) => Ok(Need { cells, cap }),
                 None if ranks.div_ceil(mpl_max) > gang_cpus => Err(AllocError::ScsTooLarge {
                     name,
@@ -37,7 +42,12 @@ impl Allocator {
                     cpus: ranks.div_ceil(mpl_max),
                     gang_cpus,
                 }),
-                None => Err(AllocError::ScsPerNode { name, ranks: spec.ranks, per_node, mpl_max }),
+                None => Err(AllocError::ScsPerNode {
+                    name,
+                    ranks: spec.ranks,
+                    per_node,
+                    mpl_max,
+                }),
             };
         }
         let need = Need { cells: ranks, cap };
@@ -46,12 +56,29 @@ impl Allocator {
         }
         let block = policy::buddy_block(ranks);
         Err(match policy {
-            Policy::Buddy if block > gang_cpus => {
-                AllocError::BuddyTooLarge { name, ranks: spec.ranks, block, gang_cpus }
-            }
-            _ if ranks > gang_cpus => AllocError::TooLarge { name, cpus: ranks, gang_cpus },
-            _ if ranks > room => AllocError::PerNodeLimit { name, ranks: spec.ranks, per_node, room },
-            _ => AllocError::BuddyPerNode { name, ranks: spec.ranks, block, per_node },
+            Policy::Buddy if block > gang_cpus => AllocError::BuddyTooLarge {
+                name,
+                ranks: spec.ranks,
+                block,
+                gang_cpus,
+            },
+            _ if ranks > gang_cpus => AllocError::TooLarge {
+                name,
+                cpus: ranks,
+                gang_cpus,
+            },
+            _ if ranks > room => AllocError::PerNodeLimit {
+                name,
+                ranks: spec.ranks,
+                per_node,
+                room,
+            },
+            _ => AllocError::BuddyPerNode {
+                name,
+                ranks: spec.ranks,
+                block,
+                per_node,
+            },
         })
     }
 }
@@ -72,5 +99,8 @@ fn check_name(name: &str) -> Result<(), AllocError> {
     } else {
         return Ok(());
     };
-    Err(AllocError::BadName { name: name.to_string(), why })
+    Err(AllocError::BadName {
+        name: name.to_string(),
+        why,
+    })
 }

@@ -11,7 +11,12 @@ use crate::matrix::Cluster;
 /// The first free cells in (node, cpu) order, at most `cap` per node. On a
 /// cluster any CPU reaches any other through the network, so unlike on a
 /// mesh the cells need not be contiguous.
-pub(crate) fn first_fit(cluster: &Cluster, free: &[bool], need: usize, cap: usize) -> Option<Vec<usize>> {
+pub(crate) fn first_fit(
+    cluster: &Cluster,
+    free: &[bool],
+    need: usize,
+    cap: usize,
+) -> Option<Vec<usize>> {
     let mut picked = Vec::with_capacity(need);
     for n in 0..cluster.nodes().len() {
         let mut on_node = 0;
@@ -37,7 +42,12 @@ pub(crate) fn first_fit(cluster: &Cluster, free: &[bool], need: usize, cap: usiz
 ///   until the rest fits one node, which is then chosen as above.
 ///
 /// Within a node the lowest free CPUs are taken.
-pub(crate) fn best_fit(cluster: &Cluster, free: &[bool], need: usize, cap: usize) -> Option<Vec<usize>> {
+pub(crate) fn best_fit(
+    cluster: &Cluster,
+    free: &[bool],
+    need: usize,
+    cap: usize,
+) -> Option<Vec<usize>> {
     struct Cand {
         node: usize,
         free: Vec<usize>,
@@ -47,7 +57,11 @@ pub(crate) fn best_fit(cluster: &Cluster, free: &[bool], need: usize, cap: usize
         .map(|n| {
             let range = cluster.node_columns(n);
             let free_cols: Vec<usize> = range.clone().filter(|&c| free[c]).collect();
-            Cand { node: n, used: free_cols.len() < range.len(), free: free_cols }
+            Cand {
+                node: n,
+                used: free_cols.len() < range.len(),
+                free: free_cols,
+            }
         })
         .filter(|c| !c.free.is_empty() && cap > 0)
         .collect();
@@ -67,8 +81,9 @@ pub(crate) fn best_fit(cluster: &Cluster, free: &[bool], need: usize, cap: usize
         let (i, take) = match single {
             Some(i) => (i, left),
             None => {
-                let i =
-                    (0..cands.len()).min_by_key(|&i| (!cands[i].used, usize::MAX - avail(&cands[i]), cands[i].node))?;
+                let i = (0..cands.len()).min_by_key(|&i| {
+                    (!cands[i].used, usize::MAX - avail(&cands[i]), cands[i].node)
+                })?;
                 (i, avail(&cands[i]))
             }
         };
@@ -94,14 +109,20 @@ pub(crate) fn buddy_block(ranks: usize) -> usize {
 /// only those first cells count against the per-node cap. Columns past the
 /// end of the list (up to the next power of two) never exist, so a block
 /// reaching them is never free.
-pub(crate) fn buddy(cluster: &Cluster, free: &[bool], ranks: usize, cap: usize) -> Option<Vec<usize>> {
+pub(crate) fn buddy(
+    cluster: &Cluster,
+    free: &[bool],
+    ranks: usize,
+    cap: usize,
+) -> Option<Vec<usize>> {
     let len = free.len();
     let block = buddy_block(ranks);
     if block > len {
         return None;
     }
     let universe = len.next_power_of_two();
-    let is_free = |off: usize, size: usize| off + size <= len && free[off..off + size].iter().all(|&f| f);
+    let is_free =
+        |off: usize, size: usize| off + size <= len && free[off..off + size].iter().all(|&f| f);
     let fits = |off: usize| {
         let mut per_node = vec![0usize; cluster.nodes().len()];
         (off..off + ranks).all(|c| {
@@ -137,13 +158,19 @@ mod tests {
 
     /// A free mask from a picture: '.' free, anything else taken.
     fn mask(row: &str) -> Vec<bool> {
-        row.chars().filter(|c| !c.is_whitespace()).map(|c| c == '.').collect()
+        row.chars()
+            .filter(|c| !c.is_whitespace())
+            .map(|c| c == '.')
+            .collect()
     }
 
     #[test]
     fn first_fit_takes_the_first_free_cells_and_respects_the_cap() {
         let c = cluster(&[4, 4]);
-        assert_eq!(first_fit(&c, &mask("x.x. ...."), 3, usize::MAX), Some(vec![1, 3, 4]));
+        assert_eq!(
+            first_fit(&c, &mask("x.x. ...."), 3, usize::MAX),
+            Some(vec![1, 3, 4])
+        );
         assert_eq!(first_fit(&c, &mask(".... ...."), 3, 1), None);
         assert_eq!(first_fit(&c, &mask(".... ...."), 2, 1), Some(vec![0, 4]));
     }
@@ -153,9 +180,15 @@ mod tests {
         let c = cluster(&[4, 4, 4]);
         // Free: node 0 has 4, node 1 has 2, node 2 has 3. Two cells fit
         // node 1 exactly.
-        assert_eq!(best_fit(&c, &mask(".... xx.. x..."), 2, usize::MAX), Some(vec![6, 7]));
+        assert_eq!(
+            best_fit(&c, &mask(".... xx.. x..."), 2, usize::MAX),
+            Some(vec![6, 7])
+        );
         // Three: node 2 leaves none, node 0 would leave one.
-        assert_eq!(best_fit(&c, &mask(".... xx.. x..."), 3, usize::MAX), Some(vec![9, 10, 11]));
+        assert_eq!(
+            best_fit(&c, &mask(".... xx.. x..."), 3, usize::MAX),
+            Some(vec![9, 10, 11])
+        );
     }
 
     #[test]
@@ -166,8 +199,14 @@ mod tests {
         // fill node 1 exactly. Node 0 stays whole; first fit would have
         // broken it.
         let free = mask(".... xx.. x...");
-        assert_eq!(best_fit(&c, &free, 5, usize::MAX), Some(vec![6, 7, 9, 10, 11]));
-        assert_eq!(first_fit(&c, &free, 5, usize::MAX), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(
+            best_fit(&c, &free, 5, usize::MAX),
+            Some(vec![6, 7, 9, 10, 11])
+        );
+        assert_eq!(
+            first_fit(&c, &free, 5, usize::MAX),
+            Some(vec![0, 1, 2, 3, 6])
+        );
     }
 
     #[test]
@@ -175,17 +214,26 @@ mod tests {
         // Node 0 has 3 free of 4 (partly used), node 1 has 3 free of 3:
         // both are left with nothing, node 0 wins as the fragment.
         let c = cluster(&[4, 3]);
-        assert_eq!(best_fit(&c, &mask("x... ..."), 3, usize::MAX), Some(vec![1, 2, 3]));
+        assert_eq!(
+            best_fit(&c, &mask("x... ..."), 3, usize::MAX),
+            Some(vec![1, 2, 3])
+        );
     }
 
     #[test]
     fn buddy_takes_aligned_power_of_two_blocks() {
         let c = cluster(&[4, 4]);
         assert_eq!(buddy_block(3), 4);
-        assert_eq!(buddy(&c, &mask(".... ...."), 3, usize::MAX), Some(vec![0, 1, 2, 3]));
+        assert_eq!(
+            buddy(&c, &mask(".... ...."), 3, usize::MAX),
+            Some(vec![0, 1, 2, 3])
+        );
         // Cells 1 taken: the free blocks are {0}, {2,3}, {4..7}; a 2-block
         // comes from {2,3}, the smallest that holds it, not from 4..7.
-        assert_eq!(buddy(&c, &mask(".x.. ...."), 2, usize::MAX), Some(vec![2, 3]));
+        assert_eq!(
+            buddy(&c, &mask(".x.. ...."), 2, usize::MAX),
+            Some(vec![2, 3])
+        );
         // A 4-block cannot start at 2: not aligned.
         assert_eq!(buddy(&c, &mask("xx.. ..xx"), 3, usize::MAX), None);
     }
@@ -193,8 +241,15 @@ mod tests {
     #[test]
     fn buddy_blocks_never_reach_past_the_last_column() {
         let c = cluster(&[3, 3]);
-        assert_eq!(buddy(&c, &mask("... ..."), 5, usize::MAX), None, "8 > 6 columns");
-        assert_eq!(buddy(&c, &mask("... ..."), 4, usize::MAX), Some(vec![0, 1, 2, 3]));
+        assert_eq!(
+            buddy(&c, &mask("... ..."), 5, usize::MAX),
+            None,
+            "8 > 6 columns"
+        );
+        assert_eq!(
+            buddy(&c, &mask("... ..."), 4, usize::MAX),
+            Some(vec![0, 1, 2, 3])
+        );
         assert_eq!(buddy(&c, &mask("x.. ..."), 2, usize::MAX), Some(vec![2, 3]));
         // 4..5 is a whole 2-block even though its 4-parent runs off the end.
         assert_eq!(buddy(&c, &mask("xxx x.."), 2, usize::MAX), Some(vec![4, 5]));
@@ -204,7 +259,10 @@ mod tests {
     fn buddy_cap_counts_only_cells_with_ranks() {
         let c = cluster(&[2, 2, 2, 2]);
         // 3 ranks in a 4-block at most 2 per node: ranks on nodes 0,0,1.
-        assert_eq!(buddy(&c, &mask(".. .. .. .."), 3, 2), Some(vec![0, 1, 2, 3]));
+        assert_eq!(
+            buddy(&c, &mask(".. .. .. .."), 3, 2),
+            Some(vec![0, 1, 2, 3])
+        );
         // At most 1 per node: no aligned 4-block spreads 3 ranks that thin.
         assert_eq!(buddy(&c, &mask(".. .. .. .."), 3, 1), None);
     }

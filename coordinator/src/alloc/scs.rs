@@ -59,7 +59,11 @@ pub(crate) fn node_ranks(cluster: &Cluster, cells: &[usize], ranks: u32) -> Vec<
         let node = cluster.node_of(col);
         match out.last_mut() {
             Some(last) if last.node == node => last.hi = start(i + 1),
-            _ => out.push(NodeRanks { node, lo: start(i), hi: start(i + 1) }),
+            _ => out.push(NodeRanks {
+                node,
+                lo: start(i),
+                hi: start(i + 1),
+            }),
         }
     }
     out
@@ -70,7 +74,11 @@ pub(crate) fn node_ranks(cluster: &Cluster, cells: &[usize], ranks: u32) -> Vec<
 pub(crate) fn rank_columns(cluster: &Cluster, shares: &[NodeRanks], cells: &[usize]) -> Vec<usize> {
     let mut out = Vec::new();
     for share in shares {
-        let on_node: Vec<usize> = cells.iter().copied().filter(|&c| cluster.node_of(c) == share.node).collect();
+        let on_node: Vec<usize> = cells
+            .iter()
+            .copied()
+            .filter(|&c| cluster.node_of(c) == share.node)
+            .collect();
         let (r, m) = ((share.hi - share.lo) as usize, on_node.len());
         for (i, &col) in on_node.iter().enumerate() {
             out.extend(std::iter::repeat_n(col, (i + 1) * r / m - i * r / m));
@@ -82,15 +90,25 @@ pub(crate) fn rank_columns(cluster: &Cluster, shares: &[NodeRanks], cells: &[usi
 /// The next cell a running job grows by, if any: a free cell on one of its
 /// nodes that has fewer cells than ranks, the node whose ranks are most
 /// crowded (most ranks per cell; ties: lowest node) and its lowest free CPU.
-pub(crate) fn growth_cell(cluster: &Cluster, free: &[bool], shares: &[NodeRanks], cells: &[usize]) -> Option<usize> {
+pub(crate) fn growth_cell(
+    cluster: &Cluster,
+    free: &[bool],
+    shares: &[NodeRanks],
+    cells: &[usize],
+) -> Option<usize> {
     let mut best: Option<(usize, usize, usize)> = None; // (ranks, cells, col)
     for share in shares {
         let r = (share.hi - share.lo) as usize;
-        let m = cells.iter().filter(|&&c| cluster.node_of(c) == share.node).count();
+        let m = cells
+            .iter()
+            .filter(|&&c| cluster.node_of(c) == share.node)
+            .count();
         if m >= r {
             continue;
         }
-        let Some(col) = cluster.node_columns(share.node).find(|&c| free[c]) else { continue };
+        let Some(col) = cluster.node_columns(share.node).find(|&c| free[c]) else {
+            continue;
+        };
         if best.is_none_or(|(br, bm, _)| r * bm > br * m) {
             best = Some((r, m, col));
         }
@@ -108,10 +126,23 @@ mod tests {
 
     #[test]
     fn initial_allocation_is_ranks_over_mpl_rounded_up() {
-        assert_eq!(initial_allocation(8, None, 4, &[4, 4]), Some((2, usize::MAX)));
-        assert_eq!(initial_allocation(9, None, 4, &[4, 4]), Some((3, usize::MAX)));
-        assert_eq!(initial_allocation(1, None, 4, &[4, 4]), Some((1, usize::MAX)));
-        assert_eq!(initial_allocation(40, None, 4, &[4, 4]), None, "10 cells > 8");
+        assert_eq!(
+            initial_allocation(8, None, 4, &[4, 4]),
+            Some((2, usize::MAX))
+        );
+        assert_eq!(
+            initial_allocation(9, None, 4, &[4, 4]),
+            Some((3, usize::MAX))
+        );
+        assert_eq!(
+            initial_allocation(1, None, 4, &[4, 4]),
+            Some((1, usize::MAX))
+        );
+        assert_eq!(
+            initial_allocation(40, None, 4, &[4, 4]),
+            None,
+            "10 cells > 8"
+        );
     }
 
     #[test]
@@ -119,8 +150,15 @@ mod tests {
         // 8 ranks, MPL 4, at most 2 ranks per node: 2 cells would put 4
         // ranks on a cell, so each cell must hold 2 or fewer: 4 cells, one
         // per node.
-        assert_eq!(initial_allocation(8, Some(2), 4, &[4, 4, 4, 4]), Some((4, 1)));
-        assert_eq!(initial_allocation(8, Some(2), 4, &[4, 4, 4]), None, "3 nodes hold 6 ranks");
+        assert_eq!(
+            initial_allocation(8, Some(2), 4, &[4, 4, 4, 4]),
+            Some((4, 1))
+        );
+        assert_eq!(
+            initial_allocation(8, Some(2), 4, &[4, 4, 4]),
+            None,
+            "3 nodes hold 6 ranks"
+        );
         // A limit that two cells on one node already meet changes nothing.
         assert_eq!(initial_allocation(8, Some(8), 4, &[4, 4]), Some((2, 2)));
     }
@@ -130,7 +168,21 @@ mod tests {
         let c = cluster(&[4, 4]);
         // 6 ranks on cells 2, 3 (node 0) and 4 (node 1): blocks 0-1, 2-3, 4-5.
         let shares = node_ranks(&c, &[2, 3, 4], 6);
-        assert_eq!(shares, [NodeRanks { node: 0, lo: 0, hi: 4 }, NodeRanks { node: 1, lo: 4, hi: 6 }]);
+        assert_eq!(
+            shares,
+            [
+                NodeRanks {
+                    node: 0,
+                    lo: 0,
+                    hi: 4
+                },
+                NodeRanks {
+                    node: 1,
+                    lo: 4,
+                    hi: 6
+                }
+            ]
+        );
         assert_eq!(rank_columns(&c, &shares, &[2, 3, 4]), [2, 2, 3, 3, 4, 4]);
         // Grown by one cell on node 1: its ranks 4 and 5 get a cell each.
         assert_eq!(rank_columns(&c, &shares, &[2, 3, 4, 5]), [2, 2, 3, 3, 4, 5]);
@@ -139,7 +191,18 @@ mod tests {
     #[test]
     fn growth_goes_to_the_most_crowded_node_and_stops_at_one_cell_per_rank() {
         let c = cluster(&[4, 4]);
-        let shares = [NodeRanks { node: 0, lo: 0, hi: 2 }, NodeRanks { node: 1, lo: 2, hi: 5 }];
+        let shares = [
+            NodeRanks {
+                node: 0,
+                lo: 0,
+                hi: 2,
+            },
+            NodeRanks {
+                node: 1,
+                lo: 2,
+                hi: 5,
+            },
+        ];
         let free = [false, true, true, true, false, true, true, true];
         // Node 0: 2 ranks on 1 cell; node 1: 3 ranks on 1 cell: node 1.
         assert_eq!(growth_cell(&c, &free, &shares, &[0, 4]), Some(5));

@@ -101,14 +101,21 @@ impl Allocator {
     /// whose jobs are all suspended is skipped rather than left idle.
     pub fn rotation(&self) -> Vec<usize> {
         (0..self.matrix.nr_slots())
-            .filter(|&s| self.matrix.rows()[s].iter().flatten().any(|e| self.jobs[&e.job].state == JobState::Running))
+            .filter(|&s| {
+                self.matrix.rows()[s]
+                    .iter()
+                    .flatten()
+                    .any(|e| self.jobs[&e.job].state == JobState::Running)
+            })
             .collect()
     }
 
     /// Every node's table, by node id.
     pub fn node_schedules(&self) -> Vec<NodeSchedule> {
         let ranked = self.ranked_columns();
-        (0..self.cluster().nodes().len()).map(|n| self.node_schedule_at(n, &ranked)).collect()
+        (0..self.cluster().nodes().len())
+            .map(|n| self.node_schedule_at(n, &ranked))
+            .collect()
     }
 
     pub fn node_schedule(&self, node: NodeId) -> Option<NodeSchedule> {
@@ -161,17 +168,38 @@ impl Allocator {
         self.jobs
             .values()
             .filter(|j| j.state == JobState::Running)
-            .map(|j| (j.id, self.rank_columns(j).into_iter().enumerate().map(|(r, c)| (r as u32, c)).collect()))
+            .map(|j| {
+                (
+                    j.id,
+                    self.rank_columns(j)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(r, c)| (r as u32, c))
+                        .collect(),
+                )
+            })
             .collect()
     }
 
-    fn node_schedule_at(&self, n: usize, ranked: &BTreeMap<JobId, Vec<(u32, usize)>>) -> NodeSchedule {
+    fn node_schedule_at(
+        &self,
+        n: usize,
+        ranked: &BTreeMap<JobId, Vec<(u32, usize)>>,
+    ) -> NodeSchedule {
         let cluster = self.cluster();
         let node = &cluster.nodes()[n];
         let range = cluster.node_columns(n);
         let here: BTreeMap<JobId, BTreeSet<usize>> = ranked
             .iter()
-            .map(|(&id, rc)| (id, rc.iter().map(|&(_, c)| c).filter(|c| range.contains(c)).collect::<BTreeSet<_>>()))
+            .map(|(&id, rc)| {
+                (
+                    id,
+                    rc.iter()
+                        .map(|&(_, c)| c)
+                        .filter(|c| range.contains(c))
+                        .collect::<BTreeSet<_>>(),
+                )
+            })
             .filter(|(_, cols)| !cols.is_empty())
             .collect();
         let slots = self
@@ -189,7 +217,10 @@ impl Allocator {
                 }
                 by_job
                     .into_iter()
-                    .map(|(id, cpus)| SlotPlacement { gang: self.jobs[&id].spec.name.clone(), cpus })
+                    .map(|(id, cpus)| SlotPlacement {
+                        gang: self.jobs[&id].spec.name.clone(),
+                        cpus,
+                    })
                     .collect()
             })
             .collect();
@@ -201,10 +232,18 @@ impl Allocator {
                 ranks: ranked[id]
                     .iter()
                     .filter(|(_, c)| range.contains(c))
-                    .map(|&(rank, c)| RankCpu { rank, cpu: cluster.cell(c).cpu })
+                    .map(|&(rank, c)| RankCpu {
+                        rank,
+                        cpu: cluster.cell(c).cpu,
+                    })
                     .collect(),
             })
             .collect();
-        NodeSchedule { node: node.id, name: node.name.clone(), slots, jobs }
+        NodeSchedule {
+            node: node.id,
+            name: node.name.clone(),
+            slots,
+            jobs,
+        }
     }
 }

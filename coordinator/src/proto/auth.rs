@@ -43,7 +43,10 @@ impl fmt::Debug for ClusterKey {
 impl ClusterKey {
     pub fn from_bytes(key: Vec<u8>) -> Result<Self> {
         if key.len() < MIN_KEY_LEN {
-            bail!("cluster key is {} bytes, at least {MIN_KEY_LEN} are needed", key.len());
+            bail!(
+                "cluster key is {} bytes, at least {MIN_KEY_LEN} are needed",
+                key.len()
+            );
         }
         Ok(Self(key))
     }
@@ -84,7 +87,9 @@ pub fn load_key(path: &Path) -> Result<ClusterKey> {
     let show = path.display();
     let file = File::open(path).with_context(|| format!("opening cluster key {show}"))?;
     // Checked on the open file, so the file checked is the file read.
-    let meta = file.metadata().with_context(|| format!("reading the mode of {show}"))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("reading the mode of {show}"))?;
     if !meta.is_file() {
         bail!("cluster key {show} is not a regular file");
     }
@@ -93,7 +98,9 @@ pub fn load_key(path: &Path) -> Result<ClusterKey> {
         bail!("cluster key {show} has mode {mode:03o}: it must be readable by its owner only (chmod 600 {show})");
     }
     let mut content = Vec::new();
-    file.take(MAX_KEY_FILE + 1).read_to_end(&mut content).with_context(|| format!("reading {show}"))?;
+    file.take(MAX_KEY_FILE + 1)
+        .read_to_end(&mut content)
+        .with_context(|| format!("reading {show}"))?;
     if content.len() as u64 > MAX_KEY_FILE {
         bail!("cluster key {show} is larger than {MAX_KEY_FILE} bytes: not a key file");
     }
@@ -115,8 +122,11 @@ pub fn generate_key(path: &Path) -> Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating cluster key {show} (an existing key is never replaced)"))?;
-    file.write_all(text.as_bytes()).with_context(|| format!("writing {show}"))?;
+        .with_context(|| {
+            format!("creating cluster key {show} (an existing key is never replaced)")
+        })?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("writing {show}"))?;
     file.sync_all().with_context(|| format!("writing {show}"))?;
     Ok(())
 }
@@ -153,9 +163,15 @@ mod tests {
         assert!(!verify(&key(2), &nonce, "node3", &proof), "wrong key");
         let mut other_nonce = nonce;
         other_nonce[31] ^= 1;
-        assert!(!verify(&key(1), &other_nonce, "node3", &proof), "wrong nonce");
+        assert!(
+            !verify(&key(1), &other_nonce, "node3", &proof),
+            "wrong nonce"
+        );
         assert!(!verify(&key(1), &nonce, "node4", &proof), "wrong node name");
-        assert!(!verify(&key(1), &nonce, "node3", &proof[..31]), "short proof");
+        assert!(
+            !verify(&key(1), &nonce, "node3", &proof[..31]),
+            "short proof"
+        );
         assert!(!verify(&key(1), &nonce, "node3", &[]), "empty proof");
     }
 
@@ -173,7 +189,10 @@ mod tests {
         let dir = scratch_dir("gen");
         let path = dir.join("cluster.key");
         generate_key(&path).unwrap();
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         let text = fs::read_to_string(&path).unwrap();
         assert_eq!(text.trim().len(), 64);
         assert!(text.trim().bytes().all(|b| b.is_ascii_hexdigit()));
@@ -208,7 +227,10 @@ mod tests {
         let err = format!("{:#}", load_key(&path).unwrap_err());
         assert!(err.contains("31 bytes, at least 32"), "{err}");
         fs::write(&path, vec![b'a'; 5000]).unwrap();
-        assert!(load_key(&path).unwrap_err().to_string().contains("not a key file"));
+        assert!(load_key(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("not a key file"));
         assert!(load_key(&dir.join("absent")).is_err());
         assert!(load_key(&dir).is_err(), "a directory is no key");
         fs::remove_dir_all(dir).unwrap();

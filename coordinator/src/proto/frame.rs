@@ -98,10 +98,17 @@ impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BadMagic(got) => {
-                write!(f, "bad magic \"{}\" (expected \"GANG\"): not a scx_gang peer", got.escape_ascii())
+                write!(
+                    f,
+                    "bad magic \"{}\" (expected \"GANG\"): not a scx_gang peer",
+                    got.escape_ascii()
+                )
             }
             Self::UnsupportedVersion { got, supported } => {
-                write!(f, "protocol version {got} not supported (this side speaks {supported})")
+                write!(
+                    f,
+                    "protocol version {got} not supported (this side speaks {supported})"
+                )
             }
             Self::WrongChannel { got, expected } => write!(
                 f,
@@ -110,10 +117,16 @@ impl fmt::Display for FrameError {
                 Channel::describe(*expected)
             ),
             Self::Oversized { len, limit } => {
-                write!(f, "frame payload of {len} bytes exceeds the limit of {limit} bytes")
+                write!(
+                    f,
+                    "frame payload of {len} bytes exceeds the limit of {limit} bytes"
+                )
             }
             Self::Truncated { needed, got } => {
-                write!(f, "stream ended inside a frame: got {got} of {needed} bytes")
+                write!(
+                    f,
+                    "stream ended inside a frame: got {got} of {needed} bytes"
+                )
             }
             Self::Malformed(why) => write!(f, "malformed payload: {why}"),
             Self::UnknownMessageType(name) => write!(f, "unknown message type \"{name}\""),
@@ -126,7 +139,10 @@ impl std::error::Error for FrameError {}
 
 impl From<io::Error> for FrameError {
     fn from(e: io::Error) -> Self {
-        Self::Io { kind: e.kind(), message: e.to_string() }
+        Self::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -137,7 +153,10 @@ pub fn encode<M: Message>(msg: &M) -> Result<Vec<u8>, FrameError> {
     serde_json::to_writer(&mut frame, msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
     let len = frame.len() - HEADER_LEN;
     if len > MAX_PAYLOAD {
-        return Err(FrameError::Oversized { len, limit: MAX_PAYLOAD });
+        return Err(FrameError::Oversized {
+            len,
+            limit: MAX_PAYLOAD,
+        });
     }
     frame[0..4].copy_from_slice(&MAGIC);
     frame[4..6].copy_from_slice(&PROTOCOL_VERSION.to_be_bytes());
@@ -159,14 +178,23 @@ fn parse_header<M: Message>(header: &[u8]) -> Result<usize, FrameError> {
     }
     let version = u16::from_be_bytes([header[4], header[5]]);
     if version != PROTOCOL_VERSION {
-        return Err(FrameError::UnsupportedVersion { got: version, supported: PROTOCOL_VERSION });
+        return Err(FrameError::UnsupportedVersion {
+            got: version,
+            supported: PROTOCOL_VERSION,
+        });
     }
     if header[6] != M::CHANNEL as u8 {
-        return Err(FrameError::WrongChannel { got: header[6], expected: M::CHANNEL as u8 });
+        return Err(FrameError::WrongChannel {
+            got: header[6],
+            expected: M::CHANNEL as u8,
+        });
     }
     let len = u32::from_be_bytes([header[7], header[8], header[9], header[10]]) as usize;
     if len > MAX_PAYLOAD {
-        return Err(FrameError::Oversized { len, limit: MAX_PAYLOAD });
+        return Err(FrameError::Oversized {
+            len,
+            limit: MAX_PAYLOAD,
+        });
     }
     Ok(len)
 }
@@ -181,7 +209,9 @@ fn decode_payload<M: Message>(payload: &[u8]) -> Result<M, FrameError> {
             name: String,
         }
         match serde_json::from_slice::<Tag>(payload) {
-            Ok(tag) if !M::TYPES.contains(&tag.name.as_str()) => FrameError::UnknownMessageType(tag.name),
+            Ok(tag) if !M::TYPES.contains(&tag.name.as_str()) => {
+                FrameError::UnknownMessageType(tag.name)
+            }
             _ => FrameError::Malformed(e.to_string()),
         }
     })
@@ -198,14 +228,20 @@ pub fn read_frame<M: Message>(r: &mut impl Read) -> Result<Option<M>, FrameError
         return Ok(None);
     }
     if got < HEADER_LEN {
-        return Err(FrameError::Truncated { needed: HEADER_LEN, got });
+        return Err(FrameError::Truncated {
+            needed: HEADER_LEN,
+            got,
+        });
     }
     let len = parse_header::<M>(&header)?;
     // Grows with the bytes that actually arrive, not with the announcement.
     let mut payload = Vec::new();
     r.take(len as u64).read_to_end(&mut payload)?;
     if payload.len() < len {
-        return Err(FrameError::Truncated { needed: HEADER_LEN + len, got: HEADER_LEN + payload.len() });
+        return Err(FrameError::Truncated {
+            needed: HEADER_LEN + len,
+            got: HEADER_LEN + payload.len(),
+        });
     }
     decode_payload(&payload).map(Some)
 }
@@ -250,7 +286,12 @@ impl<M: Message> FrameDecoder<M> {
     const KEEP_CAPACITY: usize = 64 << 10;
 
     pub fn new() -> Self {
-        Self { buf: Vec::new(), payload_len: None, failed: None, _message: PhantomData }
+        Self {
+            buf: Vec::new(),
+            payload_len: None,
+            failed: None,
+            _message: PhantomData,
+        }
     }
 
     pub fn feed(&mut self, mut input: &[u8]) -> Result<Vec<M>, FrameError> {
@@ -292,7 +333,10 @@ impl<M: Message> FrameDecoder<M> {
         }
         match self.buf.len() {
             0 => Ok(()),
-            got => Err(FrameError::Truncated { needed: HEADER_LEN + self.payload_len.unwrap_or(0), got }),
+            got => Err(FrameError::Truncated {
+                needed: HEADER_LEN + self.payload_len.unwrap_or(0),
+                got,
+            }),
         }
     }
 
@@ -350,7 +394,10 @@ mod tests {
     #[test]
     fn a_zero_length_payload_is_malformed_not_stuck() {
         let mut d = FrameDecoder::<Ping>::new();
-        assert!(matches!(d.feed(&frame_with(b"")), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            d.feed(&frame_with(b"")),
+            Err(FrameError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -369,17 +416,32 @@ mod tests {
         let mut payload = br#"{"type":"ping","seq":1,"pad":""#.to_vec();
         payload.resize(payload.len() + 200_000, b'x');
         payload.extend_from_slice(br#""}"#);
-        assert_eq!(d.feed(&frame_with(&payload)).unwrap(), vec![Ping::Ping { seq: 1 }]);
+        assert_eq!(
+            d.feed(&frame_with(&payload)).unwrap(),
+            vec![Ping::Ping { seq: 1 }]
+        );
         assert!(d.buf.capacity() <= FrameDecoder::<Ping>::KEEP_CAPACITY);
     }
 
     #[test]
     fn errors_say_what_went_wrong() {
-        let e = FrameError::Oversized { len: 4_294_967_295, limit: MAX_PAYLOAD };
-        assert_eq!(e.to_string(), "frame payload of 4294967295 bytes exceeds the limit of 1048576 bytes");
+        let e = FrameError::Oversized {
+            len: 4_294_967_295,
+            limit: MAX_PAYLOAD,
+        };
+        assert_eq!(
+            e.to_string(),
+            "frame payload of 4294967295 bytes exceeds the limit of 1048576 bytes"
+        );
         let e = FrameError::BadMagic(*b"\0\x01GE");
-        assert_eq!(e.to_string(), r#"bad magic "\x00\x01GE" (expected "GANG"): not a scx_gang peer"#);
-        let e = FrameError::WrongChannel { got: 3, expected: 1 };
+        assert_eq!(
+            e.to_string(),
+            r#"bad magic "\x00\x01GE" (expected "GANG"): not a scx_gang peer"#
+        );
+        let e = FrameError::WrongChannel {
+            got: 3,
+            expected: 1,
+        };
         assert_eq!(
             e.to_string(),
             "frame of channel 3 (front end to gangd) where channel 1 (agent to gangd) was expected"

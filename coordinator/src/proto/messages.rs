@@ -58,7 +58,12 @@ pub struct Bytes(pub Vec<u8>);
 
 impl fmt::Debug for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Bytes({} bytes: \"{}\")", self.0.len(), self.0.escape_ascii())
+        write!(
+            f,
+            "Bytes({} bytes: \"{}\")",
+            self.0.len(),
+            self.0.escape_ascii()
+        )
     }
 }
 
@@ -83,7 +88,10 @@ impl Serialize for Bytes {
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        BASE64.decode(text).map(Bytes).map_err(serde::de::Error::custom)
+        BASE64
+            .decode(text)
+            .map(Bytes)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -137,6 +145,20 @@ pub enum FromAgent {
         agent_version: String,
         /// HMAC of the challenge under the cluster key (auth::prove).
         proof: Bytes,
+        /// Jobs that still have live ranks here: after a gangd restart the
+        /// new gangd adopts them instead of losing track of them.
+        #[serde(default)]
+        jobs: Vec<LiveJob>,
+        /// The last Schedule the node installed (and still rotates on its
+        /// own while gangd is away); empty on a fresh node.
+        #[serde(default)]
+        schedule: Vec<Vec<Placement>>,
+    },
+    /// Answer to Prepare: whether the node can start the job's ranks.
+    Prepared {
+        job: JobId,
+        /// Why not (missing program, cwd or user), for the front end.
+        error: Option<String>,
     },
     /// The gangs of the slot being left are stopped and (with the strict
     /// barrier) their traffic has drained.
@@ -179,6 +201,19 @@ pub enum FromAgent {
     /// Answer to gangd's Heartbeat, same seq.
     Heartbeat {
         seq: u64,
+        /// The node's CLOCK_MONOTONIC when it answered, so gangd can put
+        /// every node's trace on one time line.
+        #[serde(default)]
+        mono_ns: u64,
+    },
+    /// Part of the answer to Trace: the node's trace (scx_gang's RawTrace
+    /// as JSON) cut into chunks of at most MAX_OUTPUT_CHUNK bytes.
+    TraceChunk {
+        id: u64,
+        data: Bytes,
+        /// The last chunk; a node that cannot trace sends one empty last
+        /// chunk and an Error.
+        last: bool,
     },
     /// Something gangd asked failed on this node.
     Error {
@@ -220,6 +255,17 @@ pub enum ToAgent {
         gen: Gen,
         slot: u32,
     },
+    /// Check, before any rank starts anywhere, that this node can run the
+    /// job: the program exists and is executable by the user, cwd exists.
+    /// Answered by Prepared.
+    Prepare {
+        job: JobId,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        uid: u32,
+        gid: u32,
+    },
     /// Start one rank of a job on this node.
     SpawnRank {
         job: JobId,
@@ -256,6 +302,12 @@ pub enum ToAgent {
     Heartbeat {
         seq: u64,
     },
+    /// Record the node's trace for `ms` milliseconds, answer with
+    /// TraceChunks.
+    Trace {
+        id: u64,
+        ms: u64,
+    },
 }
 
 /// Front end → gangd. The user is not in any message: gangd takes it from
@@ -286,6 +338,24 @@ pub enum FromClient {
     },
     Kill {
         job: JobId,
+    },
+    /// Take the job out of the rotation and stop its ranks (Ctrl-Z).
+    Suspend {
+        job: JobId,
+    },
+    /// Put a suspended job back (fg).
+    Resume {
+        job: JobId,
+    },
+    /// Follow a job again after the connection to gangd was lost (gangd
+    /// restarted): Output and JobEnded resume from now on.
+    Attach {
+        job: JobId,
+    },
+    /// Record every node's trace for `ms` milliseconds: answered by
+    /// TraceData for each node, then TraceEnd.
+    Trace {
+        ms: u64,
     },
     /// List the jobs.
     Ps,
@@ -328,6 +398,31 @@ pub enum ToClient {
     MatrixReply {
         text: String,
     },
+    /// A chunk of one node's trace (scx_gang's RawTrace as JSON). A node's
+    /// chunks come in order; `offset_ns` maps its clock onto gangd's:
+    /// gangd_ns = node_ns + offset_ns (from the heartbeats).
+    TraceData {
+        node: String,
+        offset_ns: i64,
+        data: Bytes,
+        last: bool,
+    },
+    /// Every node answered (or failed: `errors`).
+    TraceEnd {
+        errors: Vec<String>,
+    },
+}
+
+/// A job with live ranks on a node, as the node reports it in Hello.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveJob {
+    pub job: JobId,
+    pub name: String,
+    pub size: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The ranks still alive here.
+    pub ranks: Vec<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -362,8 +457,18 @@ pub struct JobInfo {
 
 impl Message for FromAgent {
     const CHANNEL: Channel = Channel::FromAgent;
-    const TYPES: &'static [&'static str] =
-        &["hello", "frozen", "running", "rank_started", "rank_output", "rank_exited", "heartbeat", "error"];
+    const TYPES: &'static [&'static str] = &[
+        "hello",
+        "prepared",
+        "frozen",
+        "running",
+        "rank_started",
+        "rank_output",
+        "rank_exited",
+        "heartbeat",
+        "trace_chunk",
+        "error",
+    ];
 }
 
 impl Message for ToAgent {
@@ -375,24 +480,37 @@ impl Message for ToAgent {
         "schedule",
         "freeze",
         "switch",
+        "prepare",
         "spawn_rank",
         "kill_job",
         "suspend_job",
         "resume_job",
         "knobs",
         "heartbeat",
+        "trace",
     ];
 }
 
 impl Message for FromClient {
     const CHANNEL: Channel = Channel::FromClient;
-    const TYPES: &'static [&'static str] = &["submit", "signal", "kill", "ps", "matrix"];
+    const TYPES: &'static [&'static str] = &[
+        "submit", "signal", "kill", "suspend", "resume", "attach", "trace", "ps", "matrix",
+    ];
 }
 
 impl Message for ToClient {
     const CHANNEL: Channel = Channel::ToClient;
-    const TYPES: &'static [&'static str] =
-        &["accepted", "refused", "done", "output", "job_ended", "ps_reply", "matrix_reply"];
+    const TYPES: &'static [&'static str] = &[
+        "accepted",
+        "refused",
+        "done",
+        "output",
+        "job_ended",
+        "ps_reply",
+        "matrix_reply",
+        "trace_data",
+        "trace_end",
+    ];
 }
 
 #[cfg(test)]
@@ -401,34 +519,54 @@ mod tests {
 
     #[test]
     fn wire_form_is_stable() {
-        let m = ToAgent::Switch { gen: Gen(42), slot: 1 };
-        assert_eq!(serde_json::to_string(&m).unwrap(), r#"{"type":"switch","gen":42,"slot":1}"#);
-        let m =
-            FromAgent::RankOutput { job: JobId(3), rank: 0, stream: Stream::Stderr, data: b"hi\n".as_slice().into() };
+        let m = ToAgent::Switch {
+            gen: Gen(42),
+            slot: 1,
+        };
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"type":"switch","gen":42,"slot":1}"#
+        );
+        let m = FromAgent::RankOutput {
+            job: JobId(3),
+            rank: 0,
+            stream: Stream::Stderr,
+            data: b"hi\n".as_slice().into(),
+        };
         assert_eq!(
             serde_json::to_string(&m).unwrap(),
             r#"{"type":"rank_output","job":3,"rank":0,"stream":"stderr","data":"aGkK"}"#
         );
-        let m = FromAgent::RankExited { job: JobId(3), rank: 1, status: ExitStatus::Signaled(9) };
+        let m = FromAgent::RankExited {
+            job: JobId(3),
+            rank: 1,
+            status: ExitStatus::Signaled(9),
+        };
         assert_eq!(
             serde_json::to_string(&m).unwrap(),
             r#"{"type":"rank_exited","job":3,"rank":1,"status":{"signaled":9}}"#
         );
-        assert_eq!(serde_json::to_string(&FromClient::Ps).unwrap(), r#"{"type":"ps"}"#);
+        assert_eq!(
+            serde_json::to_string(&FromClient::Ps).unwrap(),
+            r#"{"type":"ps"}"#
+        );
     }
 
     #[test]
     fn ship_executable_may_be_absent() {
         let json = r#"{"type":"submit","name":"a","ranks":2,"per_node":null,"argv":["x"],"env":[],"cwd":"/","label_output":false}"#;
         match serde_json::from_str::<FromClient>(json).unwrap() {
-            FromClient::Submit { ship_executable, .. } => assert!(!ship_executable),
+            FromClient::Submit {
+                ship_executable, ..
+            } => assert!(!ship_executable),
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn bad_base64_is_an_error() {
-        let json = r#"{"type":"rank_output","job":3,"rank":0,"stream":"stdout","data":"not base64!"}"#;
+        let json =
+            r#"{"type":"rank_output","job":3,"rank":0,"stream":"stdout","data":"not base64!"}"#;
         assert!(serde_json::from_str::<FromAgent>(json).is_err());
     }
 }

@@ -44,10 +44,10 @@ pub mod frame;
 pub mod messages;
 
 pub use frame::{
-    encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC, MAX_PAYLOAD,
-    PROTOCOL_VERSION,
+    encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC,
+    MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 pub use messages::{
-    Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobState, NodeId, Placement, RankFailure,
-    Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
+    Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobState, LiveJob,
+    NodeId, Placement, RankFailure, Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
 };

@@ -22,7 +22,10 @@ const UNIT: u64 = 20_000;
 fn spin_unit(seed: u64) -> u64 {
     let mut x = seed | 1;
     for _ in 0..UNIT {
-        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+        x = black_box(
+            x.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407),
+        );
     }
     x
 }
@@ -55,7 +58,10 @@ const CLOCK_MONOTONIC: i32 = 1;
 const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
 
 fn clock_seconds(clock: i32) -> f64 {
-    let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc_timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { clock_gettime(clock, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
@@ -71,7 +77,9 @@ extern "C" {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: burn (--seconds S | --work N | --window FROM UNTIL) [--threads T] [--name NAME]");
+    eprintln!(
+        "usage: burn (--seconds S | --work N | --window FROM UNTIL) [--threads T] [--name NAME]"
+    );
     std::process::exit(2);
 }
 
@@ -81,7 +89,11 @@ fn main() {
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
-            "--seconds" => stop = Some(Stop::After(Duration::from_secs_f64(val().parse().unwrap_or_else(|_| usage())))),
+            "--seconds" => {
+                stop = Some(Stop::After(Duration::from_secs_f64(
+                    val().parse().unwrap_or_else(|_| usage()),
+                )))
+            }
             "--work" => stop = Some(Stop::Units(val().parse().unwrap_or_else(|_| usage()))),
             "--window" => {
                 let from: f64 = val().parse().unwrap_or_else(|_| usage());
@@ -101,7 +113,9 @@ fn main() {
     let start = Instant::now();
     let start_mono = clock_seconds(CLOCK_MONOTONIC);
     let units: u64 = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(|| worker(&stop))).collect();
+        let handles: Vec<_> = (0..threads.max(1))
+            .map(|_| s.spawn(|| worker(&stop)))
+            .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
     // start_s/end_s are CLOCK_MONOTONIC, comparable between processes.

@@ -55,11 +55,22 @@ fn usage() -> ! {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut slot_ms, mut freezer, mut seconds, mut gangs) = (0u64, false, f64::INFINITY, Vec::<PathBuf>::new());
+    let (mut slot_ms, mut freezer, mut seconds, mut gangs) =
+        (0u64, false, f64::INFINITY, Vec::<PathBuf>::new());
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--slot-ms" => slot_ms = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
-            "--seconds" => seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            "--slot-ms" => {
+                slot_ms = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
+            "--seconds" => {
+                seconds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage())
+            }
             "--freezer" => freezer = true,
             _ if a.starts_with('-') => usage(),
             _ => gangs.push(PathBuf::from(a)),

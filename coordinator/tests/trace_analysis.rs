@@ -1,7 +1,7 @@
 //! Specification of trace analysis and the SVG timeline, as tests.
 
+use gang_coordinator::trace::*;
 use proptest::prelude::*;
-use scx_gang::trace::*;
 use std::collections::BTreeMap;
 
 const MS: u64 = 1_000_000;
