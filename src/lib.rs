@@ -11,7 +11,7 @@ pub mod cpulist;
 pub mod drain;
 pub mod freezer;
 pub mod gangs;
-pub mod knobfs;
+pub use gang_coordinator::knobfs;
 pub mod knobs;
 pub mod preflight;
 pub mod slots;

@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod barrier;
+pub mod knobfs;
 pub mod matrix;
 pub mod proto;
 pub mod trace;
