@@ -21,6 +21,7 @@
 
 mod admit;
 mod error;
+mod membership;
 mod policy;
 mod scs;
 mod view;

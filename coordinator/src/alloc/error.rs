@@ -12,6 +12,12 @@ pub enum AllocError {
     UnknownPolicy {
         given: String,
     },
+    /// A policy change to or from scs while jobs are live.
+    PolicyBusy {
+        from: Policy,
+        to: Policy,
+        jobs: usize,
+    },
     /// mpl_max outside 1..=NODE_MAX_SLOTS.
     MplMax {
         value: usize,
@@ -93,6 +99,10 @@ pub enum AllocError {
 impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::PolicyBusy { from, to, jobs } => write!(
+                f,
+                "cannot change policy from {from} to {to} while {jobs} job(s) are live: scs places jobs differently; wait until the cluster is empty"
+            ),
             Self::UnknownPolicy { given } => {
                 let valid: Vec<&str> = Policy::ALL.iter().map(|p| p.as_str()).collect();
                 write!(f, "unknown policy {given:?}: valid policies are {}", valid.join(", "))

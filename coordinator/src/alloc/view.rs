@@ -35,7 +35,8 @@ pub struct JobView {
 /// A gang's CPUs in one slot of a node's table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotPlacement {
-    /// The job's name, which is its gang's name on the node.
+    pub job: JobId,
+    /// The job's name.
     pub gang: String,
     /// Ascending.
     pub cpus: Vec<u32>,
@@ -218,6 +219,7 @@ impl Allocator {
                 by_job
                     .into_iter()
                     .map(|(id, cpus)| SlotPlacement {
+                        job: id,
                         gang: self.jobs[&id].spec.name.clone(),
                         cpus,
                     })
