@@ -7,20 +7,28 @@ usage() {
     cat >&2 <<USAGE
 usage: $0 --image IMG.cpio.gz --scenario NAME --out DIR [--nodes N] [--vcpus V]
           [--mem MB] [--timeout SECONDS] [--pin] [--append "kernel args"]
-          [--results-mb MB] [--mttcg]
+          [--results-mb MB] [--mttcg] [--kill-node I@WHEN]...
   --nodes 1   --vcpus 2   --mem 1024   --timeout 300 (whole run, host side)
   --pin       pin node i's qemu to host core i % nproc
   --append    extra kernel args, e.g. scenario_timeout=100 (guest default: timeout-60)
   --mttcg     multi-threaded TCG (faster SMP, but kernel text patching can oops)
   --icount S  guest time counts instructions (qemu -icount shift=S): timings
               independent of host load, for benchmarks (not with --mttcg)
-Writes DIR/node<i>.console.log and DIR/node<i>/ (the guest's /results).
-Exit 0 only if every node powered off by itself with rc 0.
+  --kill-node I@SECONDS   kill node I's qemu (SIGKILL: a power loss) SECONDS
+                          after it was started, for fault tests
+  --kill-node I@mark:TEXT kill node I's qemu as soon as any node's console
+                          prints TEXT (a scenario asks for the kill when it is
+                          ready for it: boot times vary too much under emulation)
+Writes DIR/node<i>.console.log and DIR/node<i>/ (the guest's /results); a node
+killed on purpose has no results and is listed in DIR/killed ("I SECONDS" per
+line, seconds since the run started).
+Exit 0 only if every node not killed on purpose powered off by itself with rc 0.
 USAGE
     exit 2
 }
 
 IMG= SCENARIO= OUT= NODES=1 VCPUS=2 MEM=1024 TIMEOUT=300 PIN=0 APPEND= DISK_MB=64 TCG=single
+KILLS=()
 while (($#)); do
     case $1 in
     --image) IMG=${2:?}; shift 2 ;;
@@ -35,6 +43,7 @@ while (($#)); do
     --pin) PIN=1; shift ;;
     --mttcg) TCG=multi; shift ;;
     --icount) ICOUNT=${2:?}; shift 2 ;;
+    --kill-node) KILLS+=("${2:?}"); shift 2 ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
     esac
@@ -44,6 +53,21 @@ for v in NODES VCPUS MEM TIMEOUT DISK_MB; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
 done
 ((NODES <= 254)) || die "at most 254 nodes"
+# Kill requests, by node: KILL_AT[i] seconds after its boot or KILL_MARK[i] text.
+declare -A KILL_AT=() KILL_MARK=()
+for k in "${KILLS[@]}"; do
+    [[ $k =~ ^([0-9]+)@(.+)$ ]] || die "--kill-node $k: expected I@SECONDS or I@mark:TEXT"
+    ki=$((10#${BASH_REMATCH[1]})) kw=${BASH_REMATCH[2]}
+    ((ki < NODES)) || die "--kill-node $k: there is no node $ki (--nodes $NODES)"
+    [[ -z ${KILL_AT[$ki]:-}${KILL_MARK[$ki]:-} ]] || die "--kill-node: node $ki given twice"
+    if [[ $kw =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        KILL_AT[$ki]=$kw
+    elif [[ $kw == mark:?* ]]; then
+        KILL_MARK[$ki]=${kw#mark:}
+    else
+        die "--kill-node $k: WHEN must be SECONDS or mark:TEXT"
+    fi
+done
 [[ -f $IMG ]] || die "image $IMG not found (build it with scripts/image.sh)"
 need_cmd qemu-system-x86_64 tar truncate
 need_cmd vde_switch
@@ -63,7 +87,7 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scx_gang_cluster.XXXXXX")
 SW=$WORK/switch
 SW_PIDFILE=$WORK/switch.pid
-declare -a PIDS=() STATE=() ELAPSED=()
+declare -a PIDS=() STATE=() ELAPSED=() BOOTED=()
 
 kill_pid() { # PID: TERM, then KILL if still there after 3 s
     local pid=$1 n=0
@@ -111,7 +135,7 @@ done
 NCPU=$(nproc)
 T0=$EPOCHREALTIME
 for ((i = 0; i < NODES; i++)); do
-    rm -rf "$OUT/node$i" "$OUT/node$i.console.log"
+    rm -rf "$OUT/node$i" "$OUT/node$i.console.log" "$OUT/killed"
     truncate -s "${DISK_MB}M" "$WORK/node$i.disk"
     cmd=(qemu-system-x86_64 -accel "tcg,thread=$TCG" -nographic -no-reboot
         -m "$MEM" -smp "$VCPUS"
@@ -125,13 +149,43 @@ for ((i = 0; i < NODES; i++)); do
     "${cmd[@]}" </dev/null >"$OUT/node$i.console.log" 2>&1 &
     PIDS[i]=$!
     STATE[i]=running
+    BOOTED[i]=$EPOCHREALTIME
 done
 
 # ---- wait ------------------------------------------------------------------------------
-elapsed() { LC_ALL=C awk -v a="$T0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b - a}'; }
+elapsed() { LC_ALL=C awk -v a="${1:-$T0}" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b - a}'; }
+# at_least A B: A >= B, for decimals
+at_least() { LC_ALL=C awk -v a="$1" -v b="$2" 'BEGIN{exit !(a >= b)}'; }
+# kill_node I WHY: the fault a test asked for. SIGKILL, like pulling the plug:
+# the guest gets no chance to write results.
+kill_node() {
+    step "killing node $1 (qemu pid ${PIDS[$1]}) as asked: $2"
+    kill -KILL "${PIDS[$1]}" 2>/dev/null || true
+    wait "${PIDS[$1]}" 2>/dev/null || true
+    STATE[$1]=killed
+    ELAPSED[$1]=$(elapsed)
+    echo "$1 ${ELAPSED[$1]}" >>"$OUT/killed"
+}
+check_kills() {
+    local i
+    for i in "${!KILL_AT[@]}"; do
+        [[ ${STATE[i]} == running ]] || continue
+        at_least "$(elapsed "${BOOTED[i]}")" "${KILL_AT[$i]}" || continue
+        kill_node "$i" "${KILL_AT[$i]} s after its boot"
+        unset "KILL_AT[$i]"
+    done
+    for i in "${!KILL_MARK[@]}"; do
+        [[ ${STATE[i]} == running ]] || continue
+        grep -qaF -- "${KILL_MARK[$i]}" "$OUT"/node*.console.log || continue
+        kill_node "$i" "a console printed '${KILL_MARK[$i]}'"
+        unset "KILL_MARK[$i]"
+    done
+}
 deadline=$((${EPOCHREALTIME%.*} + TIMEOUT))
+next_progress=$((${EPOCHREALTIME%.*} + 30))
 declare -a QRC=()
 while :; do
+    ((${#KILL_AT[@]} + ${#KILL_MARK[@]} == 0)) || check_kills
     left=0
     for i in "${!PIDS[@]}"; do
         [[ ${STATE[i]} == running ]] || continue
@@ -147,6 +201,12 @@ while :; do
         step "node $i powered off after ${ELAPSED[i]} s"
     done
     ((left)) || break
+    if ((${EPOCHREALTIME%.*} >= next_progress)); then
+        next_progress=$((${EPOCHREALTIME%.*} + 30))
+        running=()
+        for i in "${!PIDS[@]}"; do [[ ${STATE[i]} != running ]] || running+=("$i"); done
+        step "$(elapsed) s: node(s) ${running[*]} still running"
+    fi
     if ((${EPOCHREALTIME%.*} >= deadline)); then
         for i in "${!PIDS[@]}"; do
             [[ ${STATE[i]} == running ]] || continue
@@ -157,6 +217,10 @@ while :; do
         break
     fi
     sleep 0.2
+done
+
+for i in "${!KILL_AT[@]}" "${!KILL_MARK[@]}"; do
+    warn "node $i was to be killed (${KILL_AT[$i]:-mark: ${KILL_MARK[$i]:-}}) but was not running any more"
 done
 
 # ---- results ---------------------------------------------------------------------------
@@ -179,7 +243,9 @@ for ((i = 0; i < NODES; i++)); do
             step "node $i: results disk unreadable: $(head -n1 "$WORK/tar.err")"
     fi
     rcfile=$OUT/node$i/rc
-    if [[ ${STATE[i]} == timeout ]]; then
+    if [[ ${STATE[i]} == killed ]]; then
+        step "node $i: killed on purpose after ${ELAPSED[i]} s, no results expected"
+    elif [[ ${STATE[i]} == timeout ]]; then
         report_fail "$i" "timed out after ${TIMEOUT} s (killed)"
     elif ((QRC[i] != 0)); then
         report_fail "$i" "qemu exited with status ${QRC[i]}"
@@ -194,4 +260,8 @@ for ((i = 0; i < NODES; i++)); do
     fi
 done
 ((FAILED == 0)) || exit 1
-step "all $NODES node(s) passed"
+if [[ -s $OUT/killed ]]; then
+    step "all $NODES node(s) passed ($(wc -l <"$OUT/killed") killed on purpose)"
+else
+    step "all $NODES node(s) passed"
+fi

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Build the guest initramfs (busybox + our binaries + scenarios + kernel modules).
 # usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--scenarios DIR]
+#
+# Every node of a cluster boots the same image, so they share its cluster key
+# (/etc/gangd/cluster.key, mode 0600, fresh for every build, in the format of
+# `gangd keygen`). Users for jobs: root, alice (1000:1000), bob (1001:1001).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -83,12 +87,34 @@ if [[ -n $SCEN ]]; then
 fi
 
 install -m 0755 "$SCRIPTS_DIR/vm/init" "$ST/init"
-printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$ST/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' >"$ST/etc/group"
-printf 'root::0:0:99999:7:::\n' >"$ST/etc/shadow"
+cat >"$ST/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+alice:x:1000:1000:alice:/home/alice:/bin/sh
+bob:x:1001:1001:bob:/home/bob:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+PASSWD
+cat >"$ST/etc/group" <<'GROUP'
+root:x:0:
+alice:x:1000:
+bob:x:1001:
+nogroup:x:65534:
+GROUP
+printf 'root::0:0:99999:7:::\nalice:!:0:0:99999:7:::\nbob:!:0:0:99999:7:::\n' >"$ST/etc/shadow"
+chmod 0600 "$ST/etc/shadow"
+# Home directories: the archive makes every file root's, so a scenario that
+# needs them writable chowns them at run time.
+mkdir -p "$ST/home/alice" "$ST/home/bob"
+# The cluster key: 32 random bytes in hex plus a newline, like `gangd keygen`
+# (coordinator/src/proto/auth.rs generate_key), readable by root only.
+mkdir -m 0700 "$ST/etc/gangd"
+(umask 077 && head -c 32 /dev/urandom | od -An -v -tx1 | tr -d ' \n' >"$ST/etc/gangd/cluster.key" &&
+    echo >>"$ST/etc/gangd/cluster.key")
+chmod 0600 "$ST/etc/gangd/cluster.key"
+[[ $(tr -d '\n' <"$ST/etc/gangd/cluster.key" | wc -c) == 64 ]] || die "cluster key generation failed"
 echo "$VER" >"$ST/etc/scx_gang-kernel"
 
-# Pack: sorted names, fixed owner and mtime, no gzip timestamp -> same input, same bytes.
+# Pack: sorted names, fixed owner and mtime, no gzip timestamp -> same input, same
+# bytes (but for the cluster key, fresh in every build).
 mkdir -p "$(dirname "$OUT")"
 OUT_ABS=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 find "$ST" -exec touch -h -d @0 {} +

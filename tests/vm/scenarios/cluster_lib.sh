@@ -1,0 +1,285 @@
+# Helpers for the multi-node scenarios (busybox sh, sourced, not run). Every
+# node runs the same scenario; NODE_ID tells them apart. Node 0 runs gangd
+# and a tiny "board" (a key/value service on port 7999, busybox nc) through
+# which the nodes wait for each other; the other nodes stay up until node 0
+# says it is done.
+#
+# Typical scenario:
+#   . /scenarios/cluster_lib.sh
+#   cluster_init
+#   [ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+#   start_node_agent
+#   if [ "$NODE_ID" = 0 ]; then
+#       wait_nodes "$NNODES"; ...jobs...; board_put phase x; ...; cluster_done
+#   else
+#       wait_board phase x; ...; wait_done
+#   fi
+. /scenarios/lib.sh
+
+GANGD_KNOBS=/run/gangd
+CLUSTER_KEY=/etc/gangd/cluster.key
+GANGD_PORT=7070
+BOARD_PORT=7999
+BOARD=/run/board
+ALICE_UID=1000
+BOB_UID=1001
+
+# cluster_init: on every node, first. Homes for the test users, the board on
+# node 0, and every peer reachable.
+cluster_init() {
+	local i
+	chown alice:alice /home/alice 2>/dev/null
+	chown bob:bob /home/bob 2>/dev/null
+	mkdir -p "$BOARD"
+	[ "$NODE_ID" = 0 ] && start_board
+	i=0
+	while [ "$i" -lt "$NNODES" ]; do
+		[ "$i" = "$NODE_ID" ] || wait_for 60 ping -c 1 -W 1 "node$i" > /dev/null ||
+			fail "node$i does not answer ping"
+		i=$((i + 1))
+	done
+	log "node $NODE_ID: all $NNODES nodes reachable"
+	[ "$NODE_ID" = 0 ] || wait_board board up 60 || fail "node 0's board does not answer"
+}
+
+# ---- the board (node 0, port 7999) --------------------------------------------------
+
+start_board() {
+	cat > /run/board.sh <<'EOF'
+#!/bin/sh
+read -r cmd key val
+case $key in ''|*[!A-Za-z0-9_.-]*) echo "ERR bad key"; exit 0 ;; esac
+case $cmd in
+get) cat "/run/board/$key" 2>/dev/null ;;
+put) echo "$val" > "/run/board/$key.tmp" && mv "/run/board/$key.tmp" "/run/board/$key" && echo OK ;;
+*) echo "ERR bad command" ;;
+esac
+EOF
+	chmod 0755 /run/board.sh
+	echo up > "$BOARD/board"
+	nc -ll -p "$BOARD_PORT" -e /run/board.sh < /dev/null > /dev/null 2>&1 &
+	BOARD_PID=$!
+	wait_for 10 sh -c "netstat -ltn | grep -q ':$BOARD_PORT '" || fail "the board does not listen"
+}
+
+# board_get KEY: its value (empty if unset); fails if node 0 does not answer.
+board_get() {
+	if [ "$NODE_ID" = 0 ]; then
+		cat "$BOARD/$1" 2>/dev/null
+		return 0
+	fi
+	echo "get $1" | timeout 10 nc -w 3 node0 "$BOARD_PORT" 2>/dev/null
+}
+
+# board_put KEY VALUE...: fails if node 0 does not answer.
+board_put() {
+	local k=$1; shift
+	if [ "$NODE_ID" = 0 ]; then
+		echo "$*" > "$BOARD/$k.tmp" && mv "$BOARD/$k.tmp" "$BOARD/$k"
+		return
+	fi
+	[ "$(echo "put $k $*" | timeout 10 nc -w 3 node0 "$BOARD_PORT" 2>/dev/null)" = OK ] || {
+		log "board_put $k: node 0 did not answer"
+		return 1
+	}
+}
+
+# wait_board KEY VALUE [SECONDS]: until KEY has VALUE (default 300 s).
+wait_board() {
+	local until_ms=$(( $(now_ms) + ${3:-300} * 1000 ))
+	until [ "$(board_get "$1")" = "$2" ]; do
+		[ "$(now_ms)" -ge "$until_ms" ] && return 1
+		usleep 200000
+	done
+}
+
+# ---- gangd and the node agents -----------------------------------------------------
+
+# start_gangd ARGS...: node 0 only. gangd with the image's cluster key, its log
+# in $RESULTS/gangd.log; returns once it listens and serves its knob files.
+start_gangd() {
+	[ "$NODE_ID" = 0 ] || fail "start_gangd on node $NODE_ID: gangd runs on node 0"
+	gangd --cluster-key "$CLUSTER_KEY" "$@" > "$RESULTS/gangd.log" 2>&1 &
+	GANGD_PID=$!
+	wait_for 60 gangd_up_or_dead
+	kill -0 "$GANGD_PID" 2>/dev/null || fail "gangd exited: $(tail -5 "$RESULTS/gangd.log")"
+	gangd_up || fail "gangd did not come up: $(tail -5 "$RESULTS/gangd.log")"
+	board_put gangd up || fail "the board refused a put"
+	log "gangd up (pid $GANGD_PID)"
+}
+gangd_up() {
+	test -e "$GANGD_KNOBS/nodes" && netstat -ltn | grep -q ":$GANGD_PORT "
+}
+gangd_up_or_dead() { gangd_up || ! kill -0 "$GANGD_PID"; }
+
+# stop_gangd: Ctrl-C; its exit status goes to gangd.rc.
+stop_gangd() {
+	kill -INT "$GANGD_PID" 2>/dev/null
+	wait_for 20 sh -c "! kill -0 $GANGD_PID" || kill -KILL "$GANGD_PID" 2>/dev/null
+	wait "$GANGD_PID"
+	echo $? > "$RESULTS/gangd.rc"
+	log "gangd stopped"
+}
+
+# start_node_agent [ARGS...]: scx_gang joining gangd on node 0, as
+# node<NODE_ID>. Nodes join in order (node i after node i-1), so gangd numbers
+# them like their names. Returns once the scheduler is attached and the
+# agent logged its admission; SCX_PID is its PID, its log scx_gang.log.
+start_node_agent() {
+	wait_board gangd up 120 || fail "gangd did not come up on node 0"
+	[ "$NODE_ID" = 0 ] || wait_board "joined.node$((NODE_ID - 1))" yes 300 ||
+		fail "node$((NODE_ID - 1)) never joined"
+	scx_gang --coordinator "node0:$GANGD_PORT" --cluster-key "$CLUSTER_KEY" \
+		--node-name "node$NODE_ID" "$@" > "$RESULTS/scx_gang.log" 2>&1 &
+	SCX_PID=$!
+	wait_for 120 joined_or_dead
+	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
+	joined || fail "scx_gang did not join: $(tail -5 "$RESULTS/scx_gang.log")"
+	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE)"
+	board_put "joined.node$NODE_ID" yes || fail "node 0's board does not answer"
+	log "node $NODE_ID: $(grep -o 'joined cluster as node [0-9]*' "$RESULTS/scx_gang.log" | head -1)"
+}
+joined() { grep -q "joined cluster as node" "$RESULTS/scx_gang.log"; }
+joined_or_dead() { joined || ! kill -0 "$SCX_PID"; }
+
+# stop_node_agent: Ctrl-C; exit status to scx_gang.rc (lib.sh's stop_scx_gang).
+stop_node_agent() {
+	kill -0 "$SCX_PID" 2>/dev/null || { echo dead > "$RESULTS/scx_gang.rc"; return; }
+	stop_scx_gang
+}
+
+# node_count: the number of nodes gangd knows. The knob file holds either a
+# number or one line per node.
+node_count() {
+	local c
+	c=$(cat "$GANGD_KNOBS/nodes" 2>/dev/null)
+	case $c in
+	'' ) echo 0 ;;
+	*[!0-9]*) echo "$c" | grep -c . ;;
+	*) echo "$c" ;;
+	esac
+}
+
+# wait_nodes N [SECONDS]: until gangd knows N nodes.
+nodes_at_least() { [ "$(node_count)" -ge "$1" ]; }
+wait_nodes() {
+	wait_for "${2:-120}" nodes_at_least "$1" ||
+		fail "gangd knows $(node_count) node(s), not $1: $(cat $GANGD_KNOBS/nodes)"
+	log "gangd knows $1 nodes"
+}
+
+# ---- jobs ----------------------------------------------------------------------------
+
+# as_user UID CMD...: CMD as that user (its own group, no others).
+as_user() { local u=$1; shift; runas "$u" "$u" -- "$@"; }
+as_alice() { as_user $ALICE_UID "$@"; }
+
+# submit NAME N [GANG-RUN-ARGS...] -- PROG ARGS...: `gang run -n N --name NAME`
+# as alice in the background; stdout to NAME.out, stderr to NAME.err, its
+# PID in JOB_PID. finish_job NAME PID writes the exit status to NAME.rc.
+submit() {
+	local name=$1 n=$2; shift 2
+	as_alice gang run -n "$n" --name "$name" "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" &
+	JOB_PID=$!
+	log "submitted $name (-n $n, gang run pid $JOB_PID)"
+}
+finish_job() {
+	local rc
+	wait "$2"
+	rc=$?
+	echo $rc > "$RESULTS/$1.rc"
+	log "job $1 ended with rc $rc"
+	return 0
+}
+
+# jobs_in_state STATE: how many jobs `gang ps --json` shows in STATE
+# (case-insensitive, whatever the JSON's spacing).
+jobs_in_state() {
+	as_alice gang ps --json 2>/dev/null | tr ',{}' '\n\n\n' | grep -ic "\"state\": *\"$1\""
+}
+
+# wait_jobs STATE N [SECONDS]: until N jobs are in STATE.
+jobs_at_least() { [ "$(jobs_in_state "$1")" -ge "$2" ]; }
+wait_jobs() {
+	wait_for "${3:-120}" jobs_at_least "$1" "$2" ||
+		fail "$(jobs_in_state "$1") job(s) $1, not $2: $(as_alice gang ps 2>&1)"
+}
+
+# record_ranks PROG FILE: one line per running PROG process on this node:
+# pid, real/effective uid, gid, cgroup.
+record_ranks() {
+	local pid
+	: > "$2"
+	for pid in $(pidof "$1"); do
+		echo "$pid uid $(awk '/^Uid:/ {print $2, $3}' /proc/$pid/status 2>/dev/null)" \
+			"gid $(awk '/^Gid:/ {print $2, $3}' /proc/$pid/status 2>/dev/null)" \
+			"cgroup $(cut -d: -f3 /proc/$pid/cgroup 2>/dev/null)" >> "$2"
+	done
+}
+
+# job_cgroups_empty: every job cgroup below the gang root is gone or empty.
+job_cgroups_empty() {
+	local d
+	for d in "$GANG_ROOT"/job*; do
+		[ -d "$d" ] || continue
+		[ -z "$(cat "$d/cgroup.procs" 2>/dev/null)" ] || return 1
+	done
+	return 0
+}
+
+# ---- the end -------------------------------------------------------------------------
+
+# save_node_state: what the scheduler and gangd show now, into $RESULTS.
+save_node_state() {
+	local f
+	for f in "$KNOBS"/*; do
+		[ -f "$f" ] && echo "$(basename "$f"): $(cat "$f" 2>/dev/null | tr '\n' ';')"
+	done > "$RESULTS/scx_gang.knobs" 2>&1
+	ls -la "$GANG_ROOT" > "$RESULTS/gang_root.ls" 2>&1
+	[ "$NODE_ID" = 0 ] && for f in "$GANGD_KNOBS"/*; do
+		[ -f "$f" ] && echo "$(basename "$f"): $(cat "$f" 2>/dev/null | tr '\n' ';')"
+	done > "$RESULTS/gangd.knobs" 2>&1
+	return 0
+}
+
+# wait_done: nodes other than 0 stay up (their agents serving) until node 0
+# says it is done, or is gone; then stop the agent, save state and tell
+# node 0 this node is finished.
+wait_done() {
+	local misses=0 v
+	while :; do
+		if v=$(board_get done); then
+			misses=0
+			[ "$v" = yes ] && break
+		else
+			misses=$((misses + 1))
+			[ "$misses" -ge 10 ] && { log "node 0 is gone"; break; }
+		fi
+		sleep 1
+	done
+	save_node_state
+	[ -n "$SCX_PID" ] && stop_node_agent
+	board_put "finished.node$NODE_ID" yes || true
+	log "node $NODE_ID done"
+}
+
+# cluster_done [NODE...]: node 0, at the end: tells the others, waits (at most
+# 60 s) until every other node, except the ones named (e.g. killed on
+# purpose), finished; then stops its own agent and gangd.
+cluster_done() {
+	local i
+	save_node_state
+	board_put done yes
+	i=1
+	while [ "$i" -lt "$NNODES" ]; do
+		case " $* " in
+		*" $i "*) ;;
+		*) wait_board "finished.node$i" yes 60 || log "node$i did not finish" ;;
+		esac
+		i=$((i + 1))
+	done
+	[ -n "$SCX_PID" ] && stop_node_agent
+	[ -n "$GANGD_PID" ] && stop_gangd
+	kill "$BOARD_PID" 2>/dev/null
+	log "cluster done"
+}
