@@ -420,9 +420,51 @@ pub fn format_cpus(cpus: &[u32]) -> String {
     parts.join(",")
 }
 
+/// Parses a CPU list in the kernel's text form ("0-3,8"; empty = none), as
+/// a node reports its housekeeping CPUs. Ascending, without duplicates.
+pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for part in text
+        .trim()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("bad CPU list {text:?}: {t:?} is not a CPU number"))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi >= NODE_MAX_CPUS {
+            return Err(format!("bad CPU list {text:?}: range {part:?}"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_parse_back_what_format_writes() {
+        assert_eq!(parse_cpus("").unwrap(), Vec::<u32>::new());
+        assert_eq!(parse_cpus("0-3,8\n").unwrap(), vec![0, 1, 2, 3, 8]);
+        assert_eq!(
+            parse_cpus(&format_cpus(&[5, 1, 2, 3])).unwrap(),
+            vec![1, 2, 3, 5]
+        );
+        for bad in ["x", "3-1", "1-", "256", "0,,a"] {
+            assert!(parse_cpus(bad).is_err(), "{bad}");
+        }
+    }
 
     fn spec(id: NodeId, name: &str, nr_cpus: u32, housekeeping: &[u32]) -> NodeSpec {
         NodeSpec {
