@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod barrier;
+pub mod daemon;
 pub mod knobfs;
 pub mod matrix;
 pub mod proto;
