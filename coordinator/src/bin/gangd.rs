@@ -30,9 +30,13 @@ struct Opts {
     #[arg(long, default_value = "/run/gangd.sock")]
     socket: PathBuf,
 
-    /// Where the knob files are served ("" for none).
+    /// Where the knob files are served.
     #[arg(long, default_value = "/run/gangd")]
     knob_dir: PathBuf,
+
+    /// Serve no knob files (hosts without FUSE; tests).
+    #[arg(long)]
+    no_knobs: bool,
 
     /// The cluster key agents must prove (mode 0600; `gangd keygen PATH`).
     #[arg(long, default_value = "/etc/gangd/cluster.key")]
@@ -136,7 +140,7 @@ fn run(opts: Opts) -> Result<()> {
     let cfg = Config {
         listen: opts.listen,
         socket: opts.socket,
-        knob_dir: (!opts.knob_dir.as_os_str().is_empty()).then_some(opts.knob_dir),
+        knob_dir: (!opts.no_knobs).then_some(opts.knob_dir),
         key,
         min_nodes: opts.nodes,
         knobs,

@@ -1,0 +1,577 @@
+//! gangd as its agents and front ends see it: the real daemon on loopback,
+//! with fake node agents that answer the protocol at once and a front end
+//! speaking frames on the Unix socket. Scheduling itself is shown in the VM
+//! cluster; these tests pin down the coordinator's side of every exchange.
+
+use std::io::{BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gang_coordinator::proto::auth::{self, ClusterKey};
+use gang_coordinator::proto::*;
+
+const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+struct Gangd {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Drop for Gangd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Gangd {
+    fn start(name: &str, nodes: usize, extra: &[&str]) -> Gangd {
+        let dir = std::env::temp_dir().join(format!("gangd-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = dir.join("key");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .open(&key)
+            .unwrap()
+            .write_all(KEY)
+            .unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_gangd"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--no-knobs",
+                "--nodes",
+                &nodes.to_string(),
+            ])
+            .arg("--socket")
+            .arg(dir.join("sock"))
+            .arg("--cluster-key")
+            .arg(&key)
+            .arg("--switch-log")
+            .arg(dir.join("switches.jsonl"))
+            .args(extra)
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("gangd.log")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        let g = Gangd { child, dir, port };
+        wait_until("gangd listening", || {
+            TcpStream::connect(("127.0.0.1", g.port)).is_ok() && g.sock().exists()
+        });
+        g
+    }
+
+    fn sock(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("gangd.log")).unwrap_or_default()
+    }
+
+    fn switches(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("switches.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A node agent that answers everything at once, and remembers what it got.
+struct FakeAgent {
+    name: String,
+    got: Arc<Mutex<Vec<ToAgent>>>,
+    tx: Arc<Mutex<TcpStream>>,
+}
+
+impl FakeAgent {
+    fn join(g: &Gangd, name: &str, cpus: u32) -> FakeAgent {
+        Self::try_join(g, name, cpus, KEY).unwrap_or_else(|e| panic!("{name} not admitted: {e}"))
+    }
+
+    fn try_join(g: &Gangd, name: &str, cpus: u32, key: &[u8]) -> Result<FakeAgent, String> {
+        let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+        let mut r = BufReader::new(stream.try_clone().unwrap());
+        let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
+            panic!("no challenge")
+        };
+        let key = ClusterKey::from_bytes(key.to_vec()).unwrap();
+        let hello = FromAgent::Hello {
+            node: name.into(),
+            nr_cpus: cpus,
+            housekeeping_cpus: String::new(),
+            agent_version: "test".into(),
+            proof: auth::prove(&key, &nonce.0, name).into(),
+            jobs: vec![],
+            schedule: vec![],
+        };
+        let mut w = stream.try_clone().unwrap();
+        write_frame(&mut w, &hello).unwrap();
+        match read_frame::<ToAgent>(&mut r) {
+            Ok(Some(ToAgent::Welcome { .. })) => {}
+            Ok(Some(ToAgent::Refused { reason })) => return Err(reason),
+            other => return Err(format!("{other:?}")),
+        }
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let tx = Arc::new(Mutex::new(stream));
+        let (g2, t2) = (got.clone(), tx.clone());
+        thread::spawn(move || {
+            while let Ok(Some(msg)) = read_frame::<ToAgent>(&mut r) {
+                let answer = match &msg {
+                    ToAgent::Prepare { job, .. } => Some(FromAgent::Prepared {
+                        job: *job,
+                        error: None,
+                    }),
+                    ToAgent::SpawnRank { job, rank, .. } => Some(FromAgent::RankStarted {
+                        job: *job,
+                        rank: *rank,
+                        pid: 1000 + rank,
+                    }),
+                    ToAgent::Freeze { gen, from_slot, .. } => Some(FromAgent::Frozen {
+                        gen: *gen,
+                        slot: *from_slot,
+                        drained_bytes: 0,
+                        drain_us: 5,
+                        timed_out: false,
+                        freeze_us: 10,
+                    }),
+                    ToAgent::Switch { gen, slot } => Some(FromAgent::Running {
+                        gen: *gen,
+                        slot: *slot,
+                        switch_us: 7,
+                    }),
+                    ToAgent::Heartbeat { seq } => Some(FromAgent::Heartbeat {
+                        seq: *seq,
+                        mono_ns: 1,
+                    }),
+                    _ => None,
+                };
+                g2.lock().unwrap().push(msg);
+                if let Some(a) = answer {
+                    if write_frame(&mut *t2.lock().unwrap(), &a).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(FakeAgent {
+            name: name.into(),
+            got,
+            tx,
+        })
+    }
+
+    fn send(&self, msg: FromAgent) {
+        write_frame(&mut *self.tx.lock().unwrap(), &msg).unwrap();
+    }
+
+    fn got(&self) -> Vec<ToAgent> {
+        self.got.lock().unwrap().clone()
+    }
+
+    fn spawned(&self, job: JobId) -> Vec<u32> {
+        self.got()
+            .iter()
+            .filter_map(|m| match m {
+                ToAgent::SpawnRank { job: j, rank, .. } if *j == job => Some(*rank),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every rank it was asked to start exits with `status`.
+    fn exit_all(&self, job: JobId, status: ExitStatus) {
+        for rank in self.spawned(job) {
+            self.send(FromAgent::RankExited { job, rank, status });
+        }
+    }
+
+    fn kill(&self) {
+        let _ = self.tx.lock().unwrap().shutdown(std::net::Shutdown::Both);
+    }
+}
+
+struct FrontEnd {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+}
+
+impl FrontEnd {
+    fn connect(g: &Gangd) -> FrontEnd {
+        let s = UnixStream::connect(g.sock()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        FrontEnd {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn send(&mut self, msg: FromClient) {
+        write_frame(&mut self.w, &msg).unwrap();
+    }
+
+    fn recv(&mut self) -> ToClient {
+        read_frame::<ToClient>(&mut self.r)
+            .unwrap()
+            .expect("gangd closed the connection")
+    }
+
+    fn submit(&mut self, name: &str, ranks: u32, argv: &[&str]) -> ToClient {
+        self.send(FromClient::Submit {
+            name: name.into(),
+            ranks,
+            per_node: None,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![("HOME".into(), "/root".into())],
+            cwd: "/".into(),
+            label_output: false,
+            ship_executable: false,
+        });
+        self.recv()
+    }
+
+    fn ended(&mut self) -> (i32, String, Option<RankFailure>) {
+        loop {
+            if let ToClient::JobEnded {
+                exit_code,
+                summary,
+                failure,
+                ..
+            } = self.recv()
+            {
+                return (exit_code, summary, failure);
+            }
+        }
+    }
+}
+
+fn accepted(reply: ToClient) -> JobId {
+    match reply {
+        ToClient::Accepted { job } => job,
+        other => panic!("not accepted: {other:?}"),
+    }
+}
+
+fn three_nodes(g: &Gangd) -> Vec<FakeAgent> {
+    (0..3)
+        .map(|i| FakeAgent::join(g, &format!("n{i}"), 1))
+        .collect()
+}
+
+#[test]
+fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() {
+    let g = Gangd::start("alternate", 3, &["--slot-ms", "50"]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let a = accepted(fe.submit("a", 3, &["/bin/true"]));
+    let mut fe2 = FrontEnd::connect(&g);
+    let b = accepted(fe2.submit("b", 3, &["/bin/true"]));
+    for ag in &agents {
+        wait_until("spawns", || {
+            ag.spawned(a).len() == 1 && ag.spawned(b).len() == 1
+        });
+    }
+    // Every rank knows every peer, in rank order, one per node.
+    let peers = agents[0]
+        .got()
+        .iter()
+        .find_map(|m| match m {
+            ToAgent::SpawnRank {
+                job, peers, size, ..
+            } if *job == a => Some((peers.clone(), *size)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(peers.1, 3);
+    assert_eq!(peers.0.len(), 3);
+    assert!(
+        peers.0.iter().all(|p| p.starts_with("127.0.0.1:")),
+        "{:?}",
+        peers.0
+    );
+    wait_until("ten switches", || g.switches().len() >= 10);
+    for ag in &agents {
+        let got = ag.got();
+        let slots: Vec<Vec<Placement>> = got
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                ToAgent::Schedule { slots } => Some(slots.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(slots.len(), 2, "{}: one slot per job: {slots:?}", ag.name);
+        let switched: Vec<u32> = got
+            .iter()
+            .filter_map(|m| match m {
+                ToAgent::Switch { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        let tail = &switched[switched.len() - 6..];
+        assert!(
+            tail.windows(2).all(|w| w[0] != w[1]),
+            "{}: slots alternate: {switched:?}",
+            ag.name
+        );
+        // Strict: a Freeze of the same generation comes before each Switch.
+        let mut frozen = None;
+        for m in &got {
+            match m {
+                ToAgent::Freeze { gen, .. } => frozen = Some(*gen),
+                ToAgent::Switch { gen, .. } => {
+                    assert_eq!(
+                        frozen,
+                        Some(*gen),
+                        "{}: switch {gen} without freeze",
+                        ag.name
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+    let rec = g.switches().pop().unwrap();
+    assert_eq!(rec["barrier"], "strict");
+    assert!(
+        rec["freeze_us"].is_u64() && rec["switch_us"].is_u64() && rec["skew_us"].is_u64(),
+        "{rec}"
+    );
+    assert_eq!(rec["nodes"].as_object().unwrap().len(), 3);
+
+    fe.send(FromClient::Ps);
+    let ToClient::PsReply { jobs } = fe.recv() else {
+        panic!()
+    };
+    assert_eq!(jobs.len(), 2);
+    assert!(
+        jobs.iter()
+            .all(|j| j.state == JobState::Running && j.nodes.len() == 3),
+        "{jobs:?}"
+    );
+    fe.send(FromClient::Matrix);
+    let ToClient::MatrixReply { text } = fe.recv() else {
+        panic!()
+    };
+    assert!(text.contains("n0:0") && text.contains("n2:0"), "{text}");
+
+    for ag in &agents {
+        ag.exit_all(a, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe.ended(), (0, format!("job {a}: 3 ranks exited 0"), None));
+    for ag in &agents {
+        ag.exit_all(b, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe2.ended().0, 0);
+}
+
+#[test]
+fn a_rank_that_dies_ends_its_job_everywhere_with_a_report() {
+    let g = Gangd::start("rankdies", 3, &[]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("r", 3, &["/bin/sleep", "100"]));
+    for ag in &agents {
+        wait_until("spawn", || ag.spawned(job).len() == 1);
+    }
+    let rank = agents[1].spawned(job)[0];
+    agents[1].send(FromAgent::RankExited {
+        job,
+        rank,
+        status: ExitStatus::Signaled(9),
+    });
+    for ag in [&agents[0], &agents[2]] {
+        wait_until("kill", || {
+            ag.got()
+                .iter()
+                .any(|m| matches!(m, ToAgent::KillJob { job: j, signal: 9 } if *j == job))
+        });
+        ag.exit_all(job, ExitStatus::Signaled(9));
+    }
+    let (code, summary, failure) = fe.ended();
+    assert_eq!(code, 137);
+    assert_eq!(
+        summary,
+        format!("job {job} failed: rank {rank} on n1 killed by signal 9 (SIGKILL)")
+    );
+    assert_eq!(
+        failure,
+        Some(RankFailure {
+            rank,
+            node: "n1".into(),
+            status: ExitStatus::Signaled(9)
+        })
+    );
+}
+
+#[test]
+fn losing_a_node_fails_its_job_and_spares_the_others() {
+    let g = Gangd::start("nodeloss", 3, &["--node-timeout-ms", "1000"]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    // 2 ranks on n0-n1, then 1 rank: first fit puts it on n2.
+    let wide = accepted(fe.submit("wide", 2, &["/bin/true"]));
+    let mut fe2 = FrontEnd::connect(&g);
+    let narrow = accepted(fe2.submit("narrow", 1, &["/bin/true"]));
+    wait_until("spawn", || agents[2].spawned(narrow).len() == 1);
+    agents[2].kill();
+    let (code, summary, failure) = fe2.ended();
+    assert_eq!(code, 1);
+    assert!(summary.contains("node n2 was lost"), "{summary}");
+    assert_eq!(failure.unwrap().node, "n2");
+    assert!(g.log().contains("node n2 lost"), "{}", g.log());
+    // The other job is untouched and ends normally.
+    assert!(!agents[0]
+        .got()
+        .iter()
+        .any(|m| matches!(m, ToAgent::KillJob { job, .. } if *job == wide)));
+    for ag in &agents[..2] {
+        ag.exit_all(wide, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe.ended().0, 0);
+}
+
+#[test]
+fn bad_input_is_refused_and_disturbs_nothing() {
+    let g = Gangd::start("badinput", 3, &[]);
+    // A node must be admitted before the cluster is up.
+    let mut fe = FrontEnd::connect(&g);
+    match fe.submit("early", 1, &["/bin/true"]) {
+        ToClient::Refused { reason } => assert!(reason.contains("0 of 3 nodes"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let err = FakeAgent::try_join(&g, "intruder", 1, b"not-the-key-not-the-key-not-the-k")
+        .err()
+        .unwrap();
+    assert!(err.contains("wrong cluster key"), "{err}");
+    let agents = three_nodes(&g);
+    match fe.submit("huge", 99, &["/bin/true"]) {
+        ToClient::Refused { reason } => {
+            assert!(reason.contains("99") && reason.contains("3"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Garbage on the agents' port: that connection is dropped with a log line.
+    let mut s = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\nthis is not a frame at all")
+        .unwrap();
+    wait_until("garbage logged", || g.log().contains("refused"));
+    // A node that cannot run the program refuses before anything starts.
+    agents[1].send(FromAgent::Error {
+        message: "ignored".into(),
+    });
+    let job = accepted(fe.submit("ok", 3, &["/bin/true"]));
+    fe.send(FromClient::Ps);
+    let ToClient::PsReply { jobs } = fe.recv() else {
+        panic!()
+    };
+    assert_eq!(jobs[0].job, job, "gangd still serves after the garbage");
+    // Another user cannot act on the job: root can, so check the refusal
+    // of an unknown job instead (the owner check needs two uids).
+    fe.send(FromClient::Kill { job: JobId(999) });
+    assert!(matches!(fe.recv(), ToClient::Refused { .. }));
+    for ag in &agents {
+        ag.exit_all(job, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe.ended().0, 0);
+}
+
+#[test]
+fn a_missing_program_is_refused_before_any_rank_starts() {
+    let g = Gangd::start("prepare", 2, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    // n1 cannot run the program.
+    let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+    let mut r = BufReader::new(stream.try_clone().unwrap());
+    let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
+        panic!()
+    };
+    let key = ClusterKey::from_bytes(KEY.to_vec()).unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let hello = FromAgent::Hello {
+        node: "n1".into(),
+        nr_cpus: 1,
+        housekeeping_cpus: String::new(),
+        agent_version: "test".into(),
+        proof: auth::prove(&key, &nonce.0, "n1").into(),
+        jobs: vec![],
+        schedule: vec![],
+    };
+    write_frame(&mut w, &hello).unwrap();
+    let n1 = thread::spawn(move || {
+        let mut spawned = false;
+        while let Ok(Some(m)) = read_frame::<ToAgent>(&mut r) {
+            match m {
+                ToAgent::Prepare { job, .. } => write_frame(
+                    &mut w,
+                    &FromAgent::Prepared {
+                        job,
+                        error: Some("n1: /no/such: no such file or directory".into()),
+                    },
+                )
+                .unwrap(),
+                ToAgent::SpawnRank { .. } => spawned = true,
+                ToAgent::Heartbeat { seq } => {
+                    write_frame(&mut w, &FromAgent::Heartbeat { seq, mono_ns: 1 }).unwrap()
+                }
+                _ => {}
+            }
+            if spawned {
+                break;
+            }
+        }
+        spawned
+    });
+    let mut fe = FrontEnd::connect(&g);
+    match fe.submit("nosuch", 2, &["/no/such"]) {
+        ToClient::Refused { reason } => assert!(reason.contains("/no/such"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    thread::sleep(Duration::from_millis(300));
+    assert!(n0.spawned(JobId(1)).is_empty(), "nothing started anywhere");
+    fe.send(FromClient::Ps);
+    assert_eq!(fe.recv(), ToClient::PsReply { jobs: vec![] });
+    drop(g);
+    assert!(!n1.join().unwrap());
+}
+
+#[test]
+fn the_front_end_going_away_kills_its_job() {
+    let g = Gangd::start("frontend", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 2);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("x", 2, &["/bin/sleep", "100"]));
+    wait_until("spawn", || n0.spawned(job).len() == 2);
+    drop(fe);
+    wait_until("kill", || {
+        n0.got()
+            .iter()
+            .any(|m| matches!(m, ToAgent::KillJob { job: j, signal: 9 } if *j == job))
+    });
+}
