@@ -10,6 +10,7 @@
 pub mod alloc;
 pub mod barrier;
 pub mod daemon;
+pub mod frontend;
 pub mod knobfs;
 pub mod matrix;
 pub mod proto;

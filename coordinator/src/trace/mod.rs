@@ -16,9 +16,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod analysis;
+pub mod cluster;
 mod svg;
 
 pub use analysis::{analyze, percentile_nearest_rank};
+pub use cluster::{merge, parse_node, render_cluster_svg, ClusterTrace, NodeTrace};
 pub use svg::render_svg;
 
 // Mirrors of enum gang_ids / gang_run_flags in bpf/intf.h. Kept as plain

@@ -5,14 +5,18 @@
 //! one row that are less than a pixel apart are merged, so a row holds at
 //! most about one segment per pixel per style, and each style of all rows
 //! is a single `<path>`.
+//!
+//! The drawing itself works on a [`Timeline`] (labelled rows of intervals,
+//! switch times, legend figures), so that the cluster view (cluster.rs)
+//! draws many nodes' CPUs the same way as [`render_svg`] draws one node's.
 
 use super::*;
+use std::borrow::Cow;
 use std::fmt::Write;
 
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
-const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
 const TOP: f64 = 56.0;
 
 /// Distinct gang colours, indexed by gang id modulo length. Grey and red are
@@ -35,7 +39,7 @@ enum Style {
     Gang(i32),
 }
 
-fn gang_colour(gang: i32) -> &'static str {
+pub(crate) fn gang_colour(gang: i32) -> &'static str {
     PALETTE[gang.rem_euclid(PALETTE.len() as i32) as usize]
 }
 
@@ -111,16 +115,60 @@ fn tick_label(v: f64, step: f64) -> String {
     format!("{:.*}", decimals.min(9), v)
 }
 
+/// One row of the picture: a label (e.g. "cpu3") and what ran there, in
+/// time order, on the timeline's clock.
+pub(crate) struct Row<'a> {
+    pub label: String,
+    pub intervals: Cow<'a, [Interval]>,
+}
+
+/// One gang's legend entry: colour from `id` (see [`gang_colour`]).
+pub(crate) struct LegendGang {
+    pub id: i32,
+    pub name: String,
+    pub share_of_cpu: f64,
+    pub share_of_gang_time: f64,
+}
+
+/// Figures of the legend.
+pub(crate) struct Legend {
+    /// In the order shown.
+    pub gangs: Vec<LegendGang>,
+    pub cpu_time_ns: u64,
+    pub other_ns: u64,
+    pub idle_ns: u64,
+    pub fill_ns: u64,
+    /// Gang whose tint shows on the fill swatch.
+    pub filler: i32,
+    pub overlap_fraction: f64,
+}
+
+/// Everything a picture shows.
+pub(crate) struct Timeline<'a> {
+    pub title: String,
+    pub subtitle: String,
+    /// Window `[start_ns, end_ns)` on the rows' clock.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub rows: Vec<Row<'a>>,
+    /// Times of the slot switches, ascending.
+    pub switches: Vec<u64>,
+    pub legend: Legend,
+}
+
 struct Layout {
     row_h: f64,
     row_pitch: f64,
     start: u64,
     scale: f64,
+    /// Left edge of the plot: wide enough for the longest row label.
+    left: f64,
+    plot_w: f64,
 }
 
 impl Layout {
-    fn new(trace: &Trace) -> Self {
-        let nr = trace.cpus.len();
+    fn new(t: &Timeline) -> Self {
+        let nr = t.rows.len();
         // Rows shrink for big machines so the picture stays readable.
         let row_h = if nr <= 32 {
             18.0
@@ -129,17 +177,30 @@ impl Layout {
         } else {
             4.0
         };
-        let dur = trace.meta.end_ns.saturating_sub(trace.meta.start_ns);
-        let scale = if dur == 0 { 0.0 } else { PLOT_W / dur as f64 };
+        // About 7 px per character at 12 px sans; never narrower than the
+        // classic margin, never more than a third of the picture.
+        let font = f64::min(row_h, 12.0);
+        let longest = t
+            .rows
+            .iter()
+            .map(|r| r.label.chars().count())
+            .max()
+            .unwrap_or(0);
+        let left = (10.0 + longest as f64 * 7.0 * font / 12.0).clamp(LEFT, WIDTH / 3.0);
+        let plot_w = WIDTH - left - RIGHT;
+        let dur = t.end_ns.saturating_sub(t.start_ns);
+        let scale = if dur == 0 { 0.0 } else { plot_w / dur as f64 };
         Layout {
             row_h,
             row_pitch: row_h + (row_h / 4.0).max(1.0),
-            start: trace.meta.start_ns,
+            start: t.start_ns,
             scale,
+            left,
+            plot_w,
         }
     }
     fn x(&self, ts: u64) -> f64 {
-        LEFT + ts.saturating_sub(self.start) as f64 * self.scale
+        self.left + ts.saturating_sub(self.start) as f64 * self.scale
     }
     fn row_y(&self, cpu: usize) -> f64 {
         TOP + cpu as f64 * self.row_pitch
@@ -169,26 +230,26 @@ fn rects(d: &mut String, segs: &[(f64, f64)], y: f64, h: f64) {
     }
 }
 
-fn draw_rows(svg: &mut String, trace: &Trace, lay: &Layout) {
+fn draw_rows(svg: &mut String, t: &Timeline, lay: &Layout) {
     let mut paths: BTreeMap<Style, String> = BTreeMap::new();
     let mut hatch = String::new();
     let mut marks = String::new();
     let mut outlines = String::new();
-    for (cpu, row) in trace.cpus.iter().enumerate() {
-        let y = lay.row_y(cpu);
+    for (i, row) in t.rows.iter().enumerate() {
+        let y = lay.row_y(i);
         let _ = write!(
             outlines,
             "M{} {}h{}v{}h-{}z",
-            num(LEFT),
+            num(lay.left),
             num(y),
-            num(PLOT_W),
+            num(lay.plot_w),
             num(lay.row_h),
-            num(PLOT_W)
+            num(lay.plot_w)
         );
         let mut segs: BTreeMap<Style, Vec<(f64, f64)>> = BTreeMap::new();
         let mut over: Vec<(f64, f64)> = Vec::new();
         let mut over_marks: Vec<(f64, f64)> = Vec::new();
-        for iv in row {
+        for iv in row.intervals.iter() {
             let (x0, x1) = (lay.x(iv.start_ns), lay.x(iv.end_ns));
             let style = match iv.class() {
                 IntervalClass::Idle => Style::Idle,
@@ -224,21 +285,22 @@ fn draw_rows(svg: &mut String, trace: &Trace, lay: &Layout) {
         let _ = writeln!(svg, r#"<path fill="{OVERLAP_COLOUR}" d="{marks}"/>"#);
     }
     let font = lay.row_h.min(12.0);
-    for cpu in 0..trace.cpus.len() {
-        let y = lay.row_y(cpu) + lay.row_h / 2.0 + font * 0.35;
+    for (i, row) in t.rows.iter().enumerate() {
+        let y = lay.row_y(i) + lay.row_h / 2.0 + font * 0.35;
         let _ = writeln!(
             svg,
-            r#"<text x="{}" y="{}" font-size="{}" text-anchor="end">cpu{cpu}</text>"#,
-            num(LEFT - 6.0),
+            r#"<text x="{}" y="{}" font-size="{}" text-anchor="end">{}</text>"#,
+            num(lay.left - 6.0),
             num(y),
-            num(font)
+            num(font),
+            xml_escape(&row.label)
         );
     }
 }
 
-fn draw_switches(svg: &mut String, trace: &Trace, lay: &Layout) {
-    let bottom = lay.rows_bottom(trace.cpus.len());
-    let xs: Vec<f64> = trace.switches.iter().map(|sw| lay.x(sw.ts_ns)).collect();
+fn draw_switches(svg: &mut String, t: &Timeline, lay: &Layout) {
+    let bottom = lay.rows_bottom(t.rows.len());
+    let xs: Vec<f64> = t.switches.iter().map(|&ts| lay.x(ts)).collect();
     // Lines through the rows help while slots are several pixels wide; when
     // they are denser they would grey the whole plot, so only a tick above
     // the rows marks each switch.
@@ -265,11 +327,11 @@ fn draw_switches(svg: &mut String, trace: &Trace, lay: &Layout) {
 }
 
 /// Time axis under the rows; returns the y below it.
-fn draw_axis(svg: &mut String, trace: &Trace, lay: &Layout) -> f64 {
-    let y = lay.rows_bottom(trace.cpus.len()) + 4.0;
-    let dur_ms = trace.summary.duration_ns as f64 / 1e6;
+fn draw_axis(svg: &mut String, t: &Timeline, lay: &Layout) -> f64 {
+    let y = lay.rows_bottom(t.rows.len()) + 4.0;
+    let dur_ms = t.end_ns.saturating_sub(t.start_ns) as f64 / 1e6;
     let step = nice_step(dur_ms, 10.0);
-    let mut d = format!("M{} {}h{}", num(LEFT), num(y), num(PLOT_W));
+    let mut d = format!("M{} {}h{}", num(lay.left), num(y), num(lay.plot_w));
     let mut labels = String::new();
     let n = if dur_ms > 0.0 {
         (dur_ms / step + 1e-9).floor() as u64
@@ -279,9 +341,9 @@ fn draw_axis(svg: &mut String, trace: &Trace, lay: &Layout) -> f64 {
     for i in 0..=n {
         let v = i as f64 * step;
         let x = if dur_ms > 0.0 {
-            LEFT + v / dur_ms * PLOT_W
+            lay.left + v / dur_ms * lay.plot_w
         } else {
-            LEFT
+            lay.left
         };
         let _ = write!(d, "M{} {}v5", num(x), num(y));
         let _ = writeln!(
@@ -300,7 +362,7 @@ fn draw_axis(svg: &mut String, trace: &Trace, lay: &Layout) -> f64 {
     let _ = writeln!(
         svg,
         r#"<text x="{}" y="{}" text-anchor="middle">time (ms since start)</text>"#,
-        num(LEFT + PLOT_W / 2.0),
+        num(lay.left + lay.plot_w / 2.0),
         num(y + 33.0)
     );
     y + 44.0
@@ -311,15 +373,13 @@ fn pct(v: f64) -> String {
 }
 
 /// Legend entries: (swatch fill, text). Returns the y below the legend.
-fn draw_legend(svg: &mut String, trace: &Trace, y0: f64) -> f64 {
-    let s = &trace.summary;
+fn draw_legend(svg: &mut String, legend: &Legend, lay: &Layout, y0: f64) -> f64 {
+    let s = legend;
     let mut items: Vec<(String, String)> = Vec::new();
-    let mut gangs: Vec<(&String, &GangSummary)> = s.gangs.iter().collect();
-    gangs.sort_by_key(|(_, g)| g.id);
-    for (name, g) in gangs {
+    for g in &s.gangs {
         let text = format!(
             "{}: {} of CPU, {} of gang time",
-            name,
+            g.name,
             pct(g.share_of_cpu),
             pct(g.share_of_gang_time)
         );
@@ -335,10 +395,8 @@ fn draw_legend(svg: &mut String, trace: &Trace, y0: f64) -> f64 {
         IDLE_COLOUR.into(),
         format!("idle: {} of CPU", pct(frac(s.idle_ns))),
     ));
-    // Show the tint of a gang that actually filled, so the swatch matches.
-    let filler = s.gangs.values().find(|g| g.fill_ns > 0).map_or(0, |g| g.id);
     items.push((
-        tint(gang_colour(filler)),
+        tint(gang_colour(s.filler)),
         format!("fill (light tint): {} of CPU", pct(frac(s.fill_ns))),
     ));
     items.push((
@@ -348,11 +406,11 @@ fn draw_legend(svg: &mut String, trace: &Trace, y0: f64) -> f64 {
 
     // Flow layout: items advance by their estimated text width (about 7 px
     // per character at 12 px sans) and wrap at the right edge.
-    let (mut x, mut y) = (LEFT, y0);
+    let (mut x, mut y) = (lay.left, y0);
     for (fill, text) in &items {
         let w = 19.0 + text.chars().count() as f64 * 7.0 + 24.0;
-        if x > LEFT && x + w > WIDTH - RIGHT {
-            x = LEFT;
+        if x > lay.left && x + w > WIDTH - RIGHT {
+            x = lay.left;
             y += 20.0;
         }
         let _ = writeln!(
@@ -369,7 +427,7 @@ fn draw_legend(svg: &mut String, trace: &Trace, y0: f64) -> f64 {
     y + 28.0
 }
 
-fn fmt_duration(ns: u64) -> String {
+pub(crate) fn fmt_duration(ns: u64) -> String {
     if ns >= 1_000_000_000 {
         format!("{:.2} s", ns as f64 / 1e9)
     } else {
@@ -409,25 +467,70 @@ fn title_lines(trace: &Trace) -> (String, String) {
 /// Renders the timeline. Pure function of the trace; never panics on any
 /// trace `analyze` can produce (nor on hand-made ones with odd windows).
 pub fn render_svg(trace: &Trace) -> String {
-    let lay = Layout::new(trace);
+    let s = &trace.summary;
+    let (title, subtitle) = title_lines(trace);
+    let mut gangs: Vec<LegendGang> = s
+        .gangs
+        .iter()
+        .map(|(name, g)| LegendGang {
+            id: g.id,
+            name: name.clone(),
+            share_of_cpu: g.share_of_cpu,
+            share_of_gang_time: g.share_of_gang_time,
+        })
+        .collect();
+    gangs.sort_by_key(|g| g.id);
+    let timeline = Timeline {
+        title,
+        subtitle,
+        start_ns: trace.meta.start_ns,
+        end_ns: trace.meta.end_ns,
+        rows: trace
+            .cpus
+            .iter()
+            .enumerate()
+            .map(|(cpu, row)| Row {
+                label: format!("cpu{cpu}"),
+                intervals: Cow::Borrowed(row.as_slice()),
+            })
+            .collect(),
+        switches: trace.switches.iter().map(|sw| sw.ts_ns).collect(),
+        legend: Legend {
+            gangs,
+            cpu_time_ns: s.cpu_time_ns,
+            other_ns: s.other_ns,
+            idle_ns: s.idle_ns,
+            fill_ns: s.fill_ns,
+            // Show the tint of a gang that actually filled, so the swatch
+            // matches.
+            filler: s.gangs.values().find(|g| g.fill_ns > 0).map_or(0, |g| g.id),
+            overlap_fraction: s.overlap_fraction,
+        },
+    };
+    render_timeline(&timeline)
+}
+
+/// Renders any [`Timeline`]; [`render_svg`] is the one-node case.
+pub(crate) fn render_timeline(t: &Timeline) -> String {
+    let lay = Layout::new(t);
     let mut body = String::new();
-    let (title, sub) = title_lines(trace);
+    let (title, sub) = (&t.title, &t.subtitle);
     let _ = writeln!(
         body,
         r#"<text x="{}" y="20" font-size="15" font-weight="bold">{}</text>"#,
-        num(LEFT),
-        xml_escape(&title)
+        num(lay.left),
+        xml_escape(title)
     );
     let _ = writeln!(
         body,
         r##"<text x="{}" y="38" fill="#444444">{}</text>"##,
-        num(LEFT),
-        xml_escape(&sub)
+        num(lay.left),
+        xml_escape(sub)
     );
-    draw_rows(&mut body, trace, &lay);
-    draw_switches(&mut body, trace, &lay);
-    let y = draw_axis(&mut body, trace, &lay);
-    let height = draw_legend(&mut body, trace, y);
+    draw_rows(&mut body, t, &lay);
+    draw_switches(&mut body, t, &lay);
+    let y = draw_axis(&mut body, t, &lay);
+    let height = draw_legend(&mut body, &t.legend, &lay, y);
 
     let mut svg = String::with_capacity(body.len() + 600);
     let _ = writeln!(
@@ -436,7 +539,7 @@ pub fn render_svg(trace: &Trace) -> String {
         w = num(WIDTH),
         h = num(height)
     );
-    let _ = writeln!(svg, "<title>{}</title>", xml_escape(&title));
+    let _ = writeln!(svg, "<title>{}</title>", xml_escape(title));
     svg.push_str("<style>text{font-family:sans-serif;font-size:12px}</style>\n");
     // Red stripes on a transparent ground: the overrunning gang's colour
     // stays visible between them.
