@@ -205,6 +205,28 @@ wait_jobs() {
 		fail "$(jobs_in_state "$1") job(s) $1, not $2: $(as_alice gang ps 2>&1)"
 }
 
+# job_id NAME: the id of alice's job NAME, from `gang ps --json`.
+job_id() {
+	as_alice gang ps --json 2>/dev/null | tr '}' '\n' | grep "\"name\": *\"$1\"" |
+		sed -n 's/.*"job": *\([0-9][0-9]*\).*/\1/p' | head -n 1
+}
+
+# job_nodes NAME: the nodes of alice's job NAME, from `gang ps --json`.
+job_nodes() {
+	as_alice gang ps --json 2>/dev/null | tr '}' '\n' | grep "\"name\": *\"$1\"" |
+		sed -n 's/.*"nodes": *\[\([^]]*\)\].*/\1/p' | tr -d '" ' | tr ',' ' ' | head -n 1
+}
+
+# cpu_ticks PID: user + system time of a process so far, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# gang_frame CHANNEL JSON: one frame of gangd's wire protocol
+# (coordinator/src/proto/frame.rs: magic, version 1, channel, length, payload).
+be32() {
+	printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"
+}
+gang_frame() { printf 'GANG\000\001\'"$(printf %03o "$1")"; be32 ${#2}; printf '%s' "$2"; }
+
 # record_ranks PROG FILE: one line per running PROG process on this node:
 # pid, real/effective uid, gid, cgroup.
 record_ranks() {

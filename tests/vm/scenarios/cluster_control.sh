@@ -1,0 +1,118 @@
+# Cluster acceptance 3: job control from the front end.
+#  1. Ctrl-C (SIGINT to `gang run`) leaves no rank on any node: no burn
+#     process, every job cgroup empty or gone.
+#  2. Ctrl-Z (SIGTSTP) suspends the job cluster-wide: `gang ps` shows it
+#     suspended and no rank gets CPU time for 2 s; SIGCONT runs it again.
+#  3. kill -9 of the rank on node 1 ends the job with a non-zero status and
+#     a report naming the rank, the node and signal 9; no rank is left.
+# Node 0 drives, every node checks its own ranks; results per node in
+# ctrlc.*, tstp.*, kill9.*.
+. /scenarios/cluster_lib.sh
+
+cluster_init
+[ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+start_node_agent
+
+# check_gone PHASE: no burn left here (within 10 s), job cgroups empty.
+check_gone() {
+	wait_for 10 sh -c '[ -z "$(pidof burn)" ]'
+	echo "$(pidof burn)" > "$RESULTS/$1.burn"
+	wait_for 10 job_cgroups_empty
+	for d in "$GANG_ROOT"/job*; do
+		[ -d "$d" ] && echo "$d: $(cat "$d/cgroup.procs" | tr '\n' ' ')"
+	done > "$RESULTS/$1.cgroups"
+	board_put "$1.node$NODE_ID" checked || fail "board_put"
+}
+
+# progress PHASE: CPU time the local burn rank gets in 2 s.
+progress() {
+	pid=$(pidof burn | cut -d' ' -f1)
+	[ -n "$pid" ] || { echo "no rank" > "$RESULTS/$1.progress"; return; }
+	t0=$(cpu_ticks "$pid")
+	sleep 2
+	echo $(( $(cpu_ticks "$pid") - t0 )) > "$RESULTS/$1.progress"
+	board_put "$1.node$NODE_ID" measured || fail "board_put"
+}
+
+# all_nodes KEY VALUE: node 0 waits until every node put KEY.node<i> VALUE.
+all_nodes() {
+	i=0
+	while [ "$i" -lt "$NNODES" ]; do
+		wait_board "$1.node$i" "$2" 60 || fail "node$i never reported $1"
+		i=$((i + 1))
+	done
+}
+
+if [ "$NODE_ID" = 0 ]; then
+	wait_nodes "$NNODES"
+
+	# 1. Ctrl-C
+	submit C 3 -- burn --seconds 120 --name C; C=$JOB_PID
+	wait_jobs running 1 60
+	sleep 2
+	log "Ctrl-C to gang run"
+	kill -INT "$C"
+	finish_job ctrlc "$C"
+	wait_for 20 sh -c '! runas 1000 1000 -- gang ps --json | grep -q "\"name\": *\"C\""'
+	as_alice gang ps > "$RESULTS/ctrlc.ps" 2>&1
+	board_put phase ctrlc
+	check_gone ctrlc
+	all_nodes ctrlc checked
+
+	# 2. Ctrl-Z, then SIGCONT
+	submit Z 3 -- burn --seconds 120 --name Z; Z=$JOB_PID
+	wait_jobs running 1 60
+	sleep 1
+	log "Ctrl-Z to gang run"
+	kill -TSTP "$Z"
+	wait_jobs suspended 1 20
+	as_alice gang ps --json > "$RESULTS/tstp.ps.json" 2>&1
+	board_put phase suspended
+	progress suspended
+	all_nodes suspended measured
+	log "SIGCONT to gang run"
+	kill -CONT "$Z"
+	wait_jobs running 1 20
+	as_alice gang ps --json > "$RESULTS/cont.ps.json" 2>&1
+	board_put phase resumed
+	progress resumed
+	all_nodes resumed measured
+	kill -INT "$Z"
+	finish_job tstp "$Z"
+	board_put phase tstp_done
+	check_gone tstp
+	all_nodes tstp checked
+
+	# 3. kill -9 of the rank on node 1
+	submit K 3 -- burn --seconds 120 --name K; K=$JOB_PID
+	wait_jobs running 1 60
+	as_alice gang ps --json > "$RESULTS/kill9.ps.json" 2>&1
+	board_put phase kill9
+	wait_board kill9.node1 killed 60 || fail "node 1 did not kill its rank"
+	finish_job kill9 "$K"
+	board_put phase kill9_done
+	check_gone kill9
+	all_nodes kill9 checked
+	cluster_done
+else
+	wait_board phase ctrlc 300 || fail "no ctrlc phase"
+	check_gone ctrlc
+	wait_board phase suspended 300 || fail "no suspended phase"
+	progress suspended
+	wait_board phase resumed 300 || fail "no resumed phase"
+	progress resumed
+	wait_board phase tstp_done 300 || fail "no tstp_done phase"
+	check_gone tstp
+	wait_board phase kill9 300 || fail "no kill9 phase"
+	if [ "$NODE_ID" = 1 ]; then
+		pid=$(pidof burn | cut -d' ' -f1)
+		[ -n "$pid" ] || fail "no rank of K on node 1"
+		echo "$pid" > "$RESULTS/kill9.pid"
+		kill -9 "$pid"
+		board_put kill9.node1 killed || fail "board_put"
+	fi
+	wait_board phase kill9_done 300 || fail "no kill9_done phase"
+	check_gone kill9
+	wait_done
+fi
+exit 0

@@ -1,0 +1,35 @@
+# Cluster acceptance 1: two jobs of 3 ranks on 3 nodes of 1 CPU, submitted
+# by alice, take turns cluster-wide (slot 100 ms). While both run, node 0
+# records `gang ps --json`, `gang matrix` and a merged trace of every node;
+# every node records its ranks' uid and cgroup. Both `gang run` exit 0.
+. /scenarios/cluster_lib.sh
+
+cluster_init
+[ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+start_node_agent
+
+if [ "$NODE_ID" = 0 ]; then
+	wait_nodes "$NNODES"
+	submit A 3 -- burn --seconds 16 --name A; A=$JOB_PID
+	submit B 3 -- burn --seconds 16 --name B; B=$JOB_PID
+	wait_jobs running 2 60
+	board_put phase running
+	as_alice gang ps --json > "$RESULTS/ps.json" 2> "$RESULTS/ps.err"
+	echo $? > "$RESULTS/ps.rc"
+	as_alice gang matrix > "$RESULTS/matrix.txt" 2> "$RESULTS/matrix.err"
+	echo $? > "$RESULTS/matrix.rc"
+	record_ranks burn "$RESULTS/ranks.txt"
+	as_alice gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
+		> "$RESULTS/trace.out" 2>&1
+	echo $? > "$RESULTS/trace.rc"
+	cp /tmp/cluster_trace.json /tmp/cluster_trace.svg "$RESULTS/" 2>/dev/null
+	cat "$RESULTS/trace.out"
+	finish_job A "$A"
+	finish_job B "$B"
+	cluster_done
+else
+	wait_board phase running 120 || fail "the jobs never ran"
+	record_ranks burn "$RESULTS/ranks.txt"
+	wait_done
+fi
+exit 0
