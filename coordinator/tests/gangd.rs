@@ -28,7 +28,9 @@ impl Drop for Gangd {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::env::var_os("GANGD_TEST_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -116,6 +118,17 @@ impl FakeAgent {
     }
 
     fn try_join(g: &Gangd, name: &str, cpus: u32, key: &[u8]) -> Result<FakeAgent, String> {
+        Self::join_with(g, name, cpus, key, vec![], vec![])
+    }
+
+    fn join_with(
+        g: &Gangd,
+        name: &str,
+        cpus: u32,
+        key: &[u8],
+        jobs: Vec<LiveJob>,
+        schedule: Vec<Vec<Placement>>,
+    ) -> Result<FakeAgent, String> {
         let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
         let mut r = BufReader::new(stream.try_clone().unwrap());
         let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
@@ -128,8 +141,8 @@ impl FakeAgent {
             housekeeping_cpus: String::new(),
             agent_version: "test".into(),
             proof: auth::prove(&key, &nonce.0, name).into(),
-            jobs: vec![],
-            schedule: vec![],
+            jobs,
+            schedule,
         };
         let mut w = stream.try_clone().unwrap();
         write_frame(&mut w, &hello).unwrap();
@@ -207,6 +220,7 @@ impl FakeAgent {
 
     /// Every rank it was asked to start exits with `status`.
     fn exit_all(&self, job: JobId, status: ExitStatus) {
+        wait_until("a rank to exit", || !self.spawned(job).is_empty());
         for rank in self.spawned(job) {
             self.send(FromAgent::RankExited { job, rank, status });
         }
@@ -574,4 +588,66 @@ fn the_front_end_going_away_kills_its_job() {
             .iter()
             .any(|m| matches!(m, ToAgent::KillJob { job: j, signal: 9 } if *j == job))
     });
+}
+
+#[test]
+fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
+    let g = Gangd::start("adopt", 2, &[]);
+    let old = JobId(41);
+    let live = |ranks: Vec<u32>| LiveJob {
+        job: old,
+        name: "lu".into(),
+        size: 2,
+        uid: 1000,
+        gid: 1000,
+        ranks,
+    };
+    // The old gangd had the job in slot 1 (slot 0's job has ended since).
+    let sched = vec![
+        vec![],
+        vec![Placement {
+            job: old,
+            cpus: "0".into(),
+        }],
+    ];
+    let n0 = FakeAgent::join_with(&g, "n0", 1, KEY, vec![live(vec![0])], sched.clone()).unwrap();
+    let n1 = FakeAgent::join_with(&g, "n1", 1, KEY, vec![live(vec![1])], sched).unwrap();
+    let mut fe = FrontEnd::connect(&g);
+    fe.send(FromClient::Ps);
+    let ToClient::PsReply { jobs } = fe.recv() else {
+        panic!()
+    };
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(
+        (jobs[0].job, jobs[0].uid, jobs[0].state),
+        (old, 1000, JobState::Running)
+    );
+    assert_eq!(jobs[0].nodes, vec!["n0".to_string(), "n1".to_string()]);
+    // Nothing of it is killed; its table is sent back with it in it.
+    wait_until("schedule", || {
+        n1.got().iter().any(|m| matches!(m, ToAgent::Schedule { slots } if slots.iter().flatten().any(|p| p.job == old)))
+    });
+    assert!(!n0
+        .got()
+        .iter()
+        .any(|m| matches!(m, ToAgent::KillJob { .. })));
+    // Its front end comes back, and new jobs are numbered after it.
+    fe.send(FromClient::Attach { job: old });
+    assert_eq!(fe.recv(), ToClient::Done);
+    let mut fe2 = FrontEnd::connect(&g);
+    match fe2.submit("new", 2, &["/bin/true"]) {
+        ToClient::Accepted { job } => assert!(job.0 > old.0, "{job}"),
+        other => panic!("{other:?}"),
+    }
+    n0.send(FromAgent::RankExited {
+        job: old,
+        rank: 0,
+        status: ExitStatus::Exited(0),
+    });
+    n1.send(FromAgent::RankExited {
+        job: old,
+        rank: 1,
+        status: ExitStatus::Exited(0),
+    });
+    assert_eq!(fe.ended().0, 0);
 }

@@ -12,6 +12,11 @@ pub enum AllocError {
     UnknownPolicy {
         given: String,
     },
+    /// A job reported by the nodes after a gangd restart does not fit what
+    /// is already known.
+    AdoptConflict {
+        job: JobId,
+    },
     /// A policy change to or from scs while jobs are live.
     PolicyBusy {
         from: Policy,
@@ -99,6 +104,9 @@ pub enum AllocError {
 impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::AdoptConflict { job } => {
+                write!(f, "job {job} as the nodes report it conflicts with the matrix (unknown or taken cells)")
+            }
             Self::PolicyBusy { from, to, jobs } => write!(
                 f,
                 "cannot change policy from {from} to {to} while {jobs} job(s) are live: scs places jobs differently; wait until the cluster is empty"

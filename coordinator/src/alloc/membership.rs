@@ -7,8 +7,8 @@
 //! failed them). Settings change the same way: running jobs stay where they
 //! are and the new values apply to what is placed next.
 
-use super::{AllocError, Allocator, JobState, Policy, Settings};
-use crate::matrix::{Cluster, Entry, JobId, Matrix, NODE_MAX_SLOTS};
+use super::{AllocError, Allocator, Job, JobSpec, JobState, Need, Policy, Settings};
+use crate::matrix::{Cell, Cluster, Entry, JobId, Matrix, NODE_MAX_SLOTS};
 
 impl Allocator {
     /// Moves every job onto `cluster`, cell for cell. Jobs with a cell the
@@ -91,6 +91,78 @@ impl Allocator {
         Ok(())
     }
 
+    /// Takes back a job that a previous gangd placed, as its nodes report
+    /// it after a restart: its `cells` on one node (other nodes' cells of
+    /// the same job come with their own calls). The job keeps its id, and
+    /// new ids count on after it. The slot the old gangd used is only a
+    /// preference: slots are renumbered by slice reduction as jobs come
+    /// back, so a job goes to the first slot where its cells are free. Its
+    /// later cells join it in its slot. Refused if a cell is unknown or the
+    /// job's slot has it taken.
+    pub fn adopt(
+        &mut self,
+        id: JobId,
+        spec: JobSpec,
+        slot: usize,
+        cells: &[Cell],
+    ) -> Result<(), AllocError> {
+        let conflict = AllocError::AdoptConflict { job: id };
+        let cols: Vec<usize> = cells
+            .iter()
+            .map(|&c| self.matrix.cluster().column(c).ok_or(conflict.clone()))
+            .collect::<Result<_, _>>()?;
+        self.matrix.clear_fill();
+        let free = |m: &Matrix, s: usize| {
+            cols.iter()
+                .all(|&c| m.get(s, c).is_none_or(|e| e.job == id))
+        };
+        let slot = match self.jobs.get(&id) {
+            Some(j) if j.state == JobState::Queued => None,
+            Some(j) => free(&self.matrix, j.slot).then_some(j.slot),
+            None => std::iter::once(slot)
+                .chain(0..self.matrix.nr_slots())
+                .find(|&s| s < self.matrix.nr_slots() && free(&self.matrix, s))
+                .or_else(|| {
+                    (self.matrix.nr_slots() < NODE_MAX_SLOTS).then(|| self.matrix.add_slot())
+                }),
+        };
+        let Some(slot) = slot else {
+            self.reschedule();
+            return Err(conflict);
+        };
+        self.matrix.fill_cells(
+            slot,
+            &cols,
+            Entry {
+                job: id,
+                fill: false,
+            },
+        );
+        let need = Need {
+            cells: spec.ranks as usize,
+            cap: spec.per_node.map_or(usize::MAX, |k| k as usize),
+        };
+        let job = self.jobs.entry(id).or_insert_with(|| Job {
+            id,
+            spec,
+            state: JobState::Running,
+            need,
+            slot,
+            cells: vec![],
+            initial: vec![],
+            shares: vec![],
+        });
+        for c in cols {
+            if let Err(at) = job.cells.binary_search(&c) {
+                job.cells.insert(at, c);
+            }
+        }
+        job.initial = job.cells.clone();
+        self.next_id = self.next_id.max(id.0 + 1);
+        self.reschedule();
+        Ok(())
+    }
+
     /// The nodes (by id) holding a home cell of `job`.
     pub fn nodes_of(&self, job: JobId) -> Vec<crate::matrix::NodeId> {
         let Some(j) = self.jobs.get(&job) else {
@@ -106,8 +178,7 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::JobSpec;
-    use crate::matrix::{Cell, NodeSpec};
+    use crate::matrix::NodeSpec;
 
     fn spec(name: &str, ranks: u32) -> JobSpec {
         JobSpec {
@@ -216,6 +287,47 @@ mod tests {
             ..Settings::default()
         })
         .unwrap();
+    }
+
+    #[test]
+    fn an_adopted_job_keeps_its_id_slot_and_cells_and_new_ids_count_on() {
+        let mut a = Allocator::new(nodes(&[0, 1], 1), Settings::default()).unwrap();
+        let s = JobSpec {
+            name: "old".into(),
+            ranks: 2,
+            per_node: None,
+        };
+        a.adopt(JobId(7), s.clone(), 1, &[Cell { node: 1, cpu: 0 }])
+            .unwrap();
+        a.adopt(JobId(7), s.clone(), 1, &[Cell { node: 0, cpu: 0 }])
+            .unwrap();
+        let v = a.job(JobId(7)).unwrap();
+        assert_eq!(
+            (v.state, v.slot),
+            (JobState::Running, Some(0)),
+            "the empty slot 0 is reduced away"
+        );
+        assert_eq!(v.cells.len(), 2);
+        // Another old job on the same cells goes to a slot of its own.
+        a.adopt(
+            JobId(3),
+            JobSpec {
+                name: "older".into(),
+                ranks: 1,
+                per_node: None,
+            },
+            0,
+            &[Cell { node: 0, cpu: 0 }],
+        )
+        .unwrap();
+        assert_eq!(a.job(JobId(3)).unwrap().slot, Some(1));
+        assert!(
+            a.adopt(JobId(9), s, 0, &[Cell { node: 5, cpu: 0 }])
+                .is_err(),
+            "no such node"
+        );
+        let next = a.submit(spec("new", 1)).unwrap();
+        assert_eq!(next, JobId(8), "ids count on after the adopted ones");
     }
 
     #[test]

@@ -160,7 +160,9 @@ impl Allocator {
         match (job.state, self.settings.policy) {
             (JobState::Queued, _) => vec![],
             (_, Policy::Scs) => scs::rank_columns(self.cluster(), &job.shares, &job.cells),
-            _ => job.cells[..job.spec.ranks as usize].to_vec(),
+            // An adopted job may be known on fewer cells than it has ranks
+            // until all its nodes are back.
+            _ => job.cells[..(job.spec.ranks as usize).min(job.cells.len())].to_vec(),
         }
     }
 

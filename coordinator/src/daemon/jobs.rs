@@ -63,8 +63,14 @@ impl Job {
             .collect()
     }
 
+    /// Nodes of the job's ranks (an adopted job's ranks on nodes that have
+    /// not rejoined yet are at NodeId(u32::MAX) and left out).
     pub fn nodes(&self) -> BTreeSet<NodeId> {
-        self.rank_node.iter().copied().collect()
+        self.rank_node
+            .iter()
+            .copied()
+            .filter(|&n| n != NodeId(u32::MAX))
+            .collect()
     }
 }
 

@@ -328,19 +328,82 @@ impl Coordinator {
             "node {name} joined as node {} ({addr}, {} CPUs, agent {})",
             id.0, hello.nr_cpus, hello.agent_version
         );
-        if !hello.jobs.is_empty() {
-            // A restarted gangd does not know these jobs; they keep running
-            // unscheduled (as tasks of no gang) rather than being killed.
-            let ids: Vec<String> = hello.jobs.iter().map(|j| j.job.0.to_string()).collect();
-            warn!(
-                "node {name} reports live jobs gangd does not know: {}",
-                ids.join(" ")
-            );
-        }
         self.conn_node.insert(conn, id);
         self.nodes.insert(id, node);
+        for lj in &hello.jobs {
+            self.adopt(id, &name, lj, &hello.schedule);
+        }
         self.placement_changed();
         self.publish_status();
+    }
+
+    /// A job a previous gangd started, reported live by a node that joins:
+    /// it is taken back as it is (same id, same CPUs, ranks untouched), so
+    /// a gangd restart kills nothing. Its front end may `Attach` again.
+    fn adopt(
+        &mut self,
+        node: NodeId,
+        node_name: &str,
+        lj: &crate::proto::LiveJob,
+        schedule: &[Vec<crate::proto::Placement>],
+    ) {
+        let mut pref = None;
+        let mut cells = Vec::new();
+        for (slot, row) in schedule.iter().enumerate() {
+            for p in row.iter().filter(|p| p.job == lj.job) {
+                pref.get_or_insert(slot);
+                if pref == Some(slot) {
+                    for cpu in matrix::parse_cpus(&p.cpus).unwrap_or_default() {
+                        cells.push(matrix::Cell { node: node.0, cpu });
+                    }
+                }
+            }
+        }
+        let spec = JobSpec {
+            name: format!("{}#adopted{}", lj.name, lj.job.0),
+            ranks: lj.size,
+            per_node: None,
+        };
+        if !cells.is_empty() {
+            if let Err(e) = self
+                .alloc
+                .adopt(aid(lj.job), spec, pref.unwrap_or(0), &cells)
+            {
+                warn!("node {node_name}: {e}; its ranks keep running unscheduled");
+            }
+        }
+        let job = self.jobs.entry(lj.job).or_insert_with(|| Job {
+            name: lj.name.clone(),
+            cred: Cred {
+                uid: lj.uid,
+                gid: lj.gid,
+                pid: 0,
+            },
+            ranks: lj.size,
+            argv: vec![],
+            env: vec![],
+            cwd: String::new(),
+            client: None,
+            accepted: true,
+            phase: Phase::Started,
+            rank_node: vec![NodeId(u32::MAX); lj.size as usize],
+            live: BTreeSet::new(),
+            exits: BTreeMap::new(),
+            failure: None,
+            ending: None,
+            kill_sent: None,
+            submitted: Instant::now(),
+        });
+        for &r in &lj.ranks {
+            if let Some(slot) = job.rank_node.get_mut(r as usize) {
+                *slot = node;
+                job.live.insert(r);
+            }
+        }
+        info!(
+            "job {} ({}) adopted: ranks {:?} live on {node_name}",
+            lj.job, lj.name, lj.ranks
+        );
     }
 
     /// Rebuilds the allocator's cluster from the live nodes, plus `add`,
