@@ -47,6 +47,21 @@ pub enum Request {
     /// TCP traffic to reach steady state. Answered with a `frozen` report;
     /// the next `Switch` thaws them.
     Freeze { gen: u64, drain_timeout_ms: u64 },
+    /// The cluster coordinator's schedule for this node (its column of the
+    /// matrix), as the node agent installs it. Like `Schedule`, with three
+    /// differences that keep a node in step with the cluster: a gang that
+    /// is not (or no longer) populated here is left out instead of refusing
+    /// the table, and gets its CPUs as soon as it appears (the table is
+    /// kept by name and resolved again whenever gangs come and go); the
+    /// table has `slots.len()` slots even if the last ones are empty here,
+    /// so the coordinator's slot numbers stay valid for `Switch`. A bad CPU
+    /// list or a CPU given twice still refuses it.
+    Column { slots: Vec<Vec<Placement>> },
+    /// Rotate the explicit schedule in force on the node's own timer
+    /// (slot_ms), e.g. while the coordinator is away, and thaw the gangs a
+    /// freeze left parked. The next `Schedule`, `Column`, `Switch` or
+    /// `Freeze` hands the switches back to commands.
+    Rotate,
 }
 
 /// What a freeze found: how long parking and draining took, and what was
@@ -249,6 +264,14 @@ mod tests {
             serde_json::from_str(r#"{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}"#)
                 .unwrap();
         assert!(matches!(sched, Request::Schedule { .. }));
+        assert_eq!(
+            serde_json::to_string(&Request::Rotate).unwrap(),
+            r#"{"op":"rotate"}"#
+        );
+        let column: Request =
+            serde_json::from_str(r#"{"op":"column","slots":[[],[{"gang":"job3","cpus":"1"}]]}"#)
+                .unwrap();
+        assert!(matches!(column, Request::Column { ref slots } if slots.len() == 2));
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //!
 //! The library holds what does not touch the kernel, so it is tested on the
 //! host: CPU lists, the slot table, the gang registry, knob values, the knob
-//! file system, the control protocol and trace analysis. The daemon
-//! (src/main.rs, src/scheduler.rs) adds the BPF side.
+//! file system, the control protocol and trace analysis, and the node agent
+//! that joins a gangd cluster (its scheduling goes through the daemon's main
+//! loop). The daemon (src/main.rs, src/scheduler.rs) adds the BPF side.
 
+pub mod agent;
 pub mod bpf_intf;
 pub mod control;
 pub mod cpulist;

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use log::{info, warn};
 
+use scx_gang::agent::{self, freeze::FreezeHolds, AgentConfig};
 use scx_gang::control::{self, Request};
 use scx_gang::knobfs::KnobMount;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
@@ -70,6 +71,21 @@ struct Opts {
     #[arg(long)]
     monitor: Option<f64>,
 
+    /// Join the cluster run by gangd at HOST:PORT (node agent): gangd then
+    /// starts the jobs' ranks here and drives the slot switches.
+    #[arg(long, value_name = "HOST:PORT")]
+    coordinator: Option<String>,
+
+    /// The cluster key (mode 0600), the same on every node and on gangd's
+    /// host (with --coordinator).
+    #[arg(long, default_value = "/etc/gangd/cluster.key")]
+    cluster_key: PathBuf,
+
+    /// This node's name in the cluster (with --coordinator; default: the
+    /// hostname).
+    #[arg(long)]
+    node_name: Option<String>,
+
     /// Exit debug dump buffer length (0: default).
     #[arg(long, default_value = "0")]
     exit_dump_len: u32,
@@ -118,6 +134,8 @@ pub struct Config {
     pub gang_root: PathBuf,
     pub verbose: bool,
     pub exit_dump_len: u32,
+    /// Who holds which gang frozen, shared with the node agent.
+    pub holds: FreezeHolds,
 }
 
 fn main() {
@@ -183,6 +201,15 @@ fn run(opts: Opts) -> Result<()> {
 
     let nr_cpus = *scx_utils::NR_CPU_IDS as u32;
     let knobs = initial_knobs(&opts, nr_cpus)?;
+    // A missing or unsafe key is a startup error, not something to retry.
+    let cluster = match &opts.coordinator {
+        Some(addr) => Some((
+            addr.clone(),
+            gang_coordinator::proto::auth::load_key(&opts.cluster_key)?,
+            node_name(opts.node_name.as_deref())?,
+        )),
+        None => None,
+    };
     scx_gang::preflight::check(&opts.cgroup_mount)?;
     fs::create_dir_all(&opts.gang_root)
         .with_context(|| format!("creating the gang root {}", opts.gang_root.display()))?;
@@ -192,6 +219,23 @@ fn run(opts: Opts) -> Result<()> {
     let _knob_mount = KnobMount::mount(&opts.knob_dir, shared.clone())
         .with_context(|| format!("serving knob files in {}", opts.knob_dir.display()))?;
     let (inbox, requests) = control::serve(&opts.socket)?;
+    let holds = FreezeHolds::new();
+    if let Some((coordinator, key, node)) = cluster {
+        agent::start(
+            AgentConfig {
+                coordinator,
+                key,
+                node,
+                nr_cpus,
+                gang_root: Some(opts.gang_root.clone()),
+                knobs: shared.clone(),
+                holds: holds.clone(),
+            },
+            inbox.clone(),
+            shutdown.clone(),
+        )
+        .context("starting the node agent")?;
+    }
     shared.on_change(move || {
         let _ = inbox.send(control::Inbox::KnobsChanged);
     });
@@ -200,6 +244,7 @@ fn run(opts: Opts) -> Result<()> {
         gang_root: opts.gang_root.clone(),
         verbose: opts.verbose,
         exit_dump_len: opts.exit_dump_len,
+        holds,
     };
 
     let mut open_object = MaybeUninit::uninit();
@@ -214,6 +259,21 @@ fn run(opts: Opts) -> Result<()> {
     }
     let _ = fs::remove_file(&opts.socket);
     Ok(())
+}
+
+/// The node's name in the cluster: --node-name, else the hostname.
+fn node_name(given: Option<&str>) -> Result<String> {
+    let name = match given {
+        Some(n) => n.to_string(),
+        None => nix::unistd::gethostname()
+            .context("reading the hostname (or give --node-name)")?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    if name.trim().is_empty() {
+        anyhow::bail!("the node name is empty: give --node-name");
+    }
+    Ok(name)
 }
 
 /// The knobs given on the command line, checked like knob file writes.

@@ -6,6 +6,7 @@
 //! loop); the knob files and the control socket only hand it work.
 
 use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -20,13 +21,14 @@ use log::{info, warn};
 use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
 
+use scx_gang::agent::freeze::FreezeHolds;
 use scx_gang::bpf_intf::*;
 use scx_gang::control::{Inbox, Pending, Placement, RawTrace, Request, Response};
 use scx_gang::cpulist::CpuList;
 use scx_gang::freezer;
 use scx_gang::gangs::{self, GangRegistry};
 use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
-use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
+use scx_gang::slots::{GangId, SlotTable, MAX_GANGS, MAX_SLOTS};
 use scx_gang::trace::{EventKind, TraceEvent, TraceMeta};
 
 use crate::bpf_skel::*;
@@ -50,6 +52,9 @@ enum Mode {
     Standalone,
     /// An explicit slot table; switches come by command.
     Coordinated,
+    /// The explicit slot table, rotated by the BPF timer every slot_ms
+    /// (the coordinator is away); the next command takes over again.
+    Autonomous,
 }
 
 impl Mode {
@@ -57,6 +62,7 @@ impl Mode {
         match self {
             Mode::Standalone => "standalone",
             Mode::Coordinated => "coordinated",
+            Mode::Autonomous => "autonomous",
         }
     }
 }
@@ -79,8 +85,17 @@ pub struct Scheduler<'a> {
     table: SlotTable,
     slot_masks: Vec<u32>,
     mode: Mode,
+    /// The coordinator's column (Request::Column) by gang name, resolved
+    /// again into `table` whenever gangs come and go.
+    column: Option<Vec<Vec<Placement>>>,
+    /// Slots the table has at least (a column's trailing slots may be empty
+    /// here), so the coordinator's slot numbers stay valid.
+    min_slots: usize,
     /// Gang directories parked by the last freeze, thawed at the next switch.
     frozen: Vec<PathBuf>,
+    /// Who holds which gang frozen (switch or suspended job), shared with
+    /// the node agent: a thaw never thaws a suspended job.
+    holds: FreezeHolds,
     control: &'a Receiver<Inbox>,
     stats_server: StatsServer<(), Metrics>,
     traces: Vec<TraceSession>,
@@ -141,17 +156,21 @@ impl<'a> Scheduler<'a> {
             table,
             slot_masks: vec![0; MAX_GANGS],
             mode: Mode::Standalone,
+            column: None,
+            min_slots: 0,
             frozen: Vec::new(),
+            holds: cfg.holds.clone(),
             control,
             stats_server,
             traces: Vec::new(),
         };
-        // A daemon killed between a freeze and its switch left gangs parked.
+        // A daemon killed between a freeze and its switch left gangs parked
+        // (suspended jobs stay frozen).
         for dir in gangs::scan(&cfg.gang_root)?
             .iter()
             .map(|d| gangs::gang_path(&cfg.gang_root, &d.name))
         {
-            let _ = freezer::set_frozen(&dir, false);
+            let _ = sched.holds.unpark(&dir);
         }
         sched.scan_gangs()?;
         sched.publish_status();
@@ -248,8 +267,10 @@ impl<'a> Scheduler<'a> {
                 )
                 .with_context(|| format!("registering gang {}", g.name))?;
         }
-        if self.mode == Mode::Standalone {
-            self.table = self.standalone_table();
+        match (self.mode, &self.column) {
+            (Mode::Standalone, _) => self.table = self.standalone_table(),
+            (_, Some(column)) => self.table = self.column_table(column, false)?.0,
+            _ => {}
         }
         self.push_table()
     }
@@ -282,6 +303,7 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
+        let nr_slots = self.nr_slots() as u32;
         let bss = self.skel.maps.bss_data.as_mut().unwrap();
         for (g, list) in cpus.iter().enumerate() {
             bss.gang_cpus[g] = list.to_words();
@@ -290,7 +312,7 @@ impl<'a> Scheduler<'a> {
             bss.slot_table[s] = *row;
         }
         bss.gang_slot_mask.copy_from_slice(&masks);
-        bss.nr_slots = self.table.nr_slots() as u32;
+        bss.nr_slots = nr_slots;
         let (cur, gen) = (bss.cur_slot, bss.cur_gen);
 
         // Tasks of a gang that lost its last slot must not wait for one.
@@ -303,7 +325,7 @@ impl<'a> Scheduler<'a> {
         }
 
         self.warn_if_slots_shortened();
-        let n = self.table.nr_slots() as u32;
+        let n = self.nr_slots() as u32;
         if n > 0 {
             self.switch_slot(
                 if cur < n { cur } else { 0 },
@@ -322,12 +344,12 @@ impl<'a> Scheduler<'a> {
         self.applied = (generation, new);
         self.warn_if_slots_shortened();
         if housekeeping_changed {
-            self.table = match self.mode {
-                Mode::Standalone => self.standalone_table(),
-                // The coordinator's table must not use housekeeping CPUs either.
-                Mode::Coordinated => {
-                    SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone())
-                }
+            self.table = match (self.mode, &self.column) {
+                (Mode::Standalone, _) => self.standalone_table(),
+                // The coordinator's table must not use housekeeping CPUs
+                // either: a column keeps what still fits.
+                (_, Some(column)) => self.column_table(column, false)?.0,
+                _ => SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone()),
             };
             self.push_table()?;
         }
@@ -337,8 +359,8 @@ impl<'a> Scheduler<'a> {
     /// The BPF timer shortens slots so one rotation stays within
     /// GANG_ROTATION_MAX_MS; say so when that changes what the operator set.
     fn warn_if_slots_shortened(&self) {
-        let (n, slot_ms) = (self.table.nr_slots() as u32, self.applied.1.slot_ms);
-        if self.mode == Mode::Standalone && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS
+        let (n, slot_ms) = (self.nr_slots() as u32, self.applied.1.slot_ms);
+        if self.mode != Mode::Coordinated && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS
         {
             warn!(
                 "{n} slots of {slot_ms} ms exceed the {gang_limits_GANG_ROTATION_MAX_MS} ms rotation limit: \
@@ -355,11 +377,22 @@ impl<'a> Scheduler<'a> {
                 gen,
                 drain_timeout_ms,
             } => return self.freeze(gen, drain_timeout_ms, pending.reply),
-            Request::Schedule { slots } => self.schedule(&slots),
+            Request::Schedule { slots } => {
+                // A gang created a moment ago must be known.
+                self.rescan();
+                self.schedule(&slots)
+            }
+            Request::Column { slots } => {
+                self.rescan();
+                self.install_column(slots)
+            }
             Request::Switch { slot, gen } => self.command_switch(slot, gen),
+            Request::Rotate => self.rotate(),
             Request::Standalone => {
                 self.thaw();
                 self.set_mode(Mode::Standalone);
+                self.column = None;
+                self.min_slots = 0;
                 self.table = self.standalone_table();
                 self.push_table()
             }
@@ -386,22 +419,127 @@ impl<'a> Scheduler<'a> {
             }
         }
         self.set_mode(Mode::Coordinated);
+        self.column = None;
+        self.min_slots = 0;
         self.table = table;
         self.push_table()?;
         self.thaw();
         Ok(())
     }
 
-    fn command_switch(&mut self, slot: u32, gen: u64) -> Result<()> {
-        if self.mode != Mode::Coordinated {
-            bail!("switch commands need an explicit schedule first (node is standalone)");
+    fn rescan(&mut self) {
+        if let Err(e) = self.scan_gangs() {
+            warn!("scanning {}: {e:#}", self.cfg.gang_root.display());
         }
-        if slot as usize >= self.table.nr_slots() {
-            bail!(
-                "slot {slot} does not exist (the schedule has {} slots)",
-                self.table.nr_slots()
+    }
+
+    /// Slots of the table in force (a column's empty trailing slots count).
+    fn nr_slots(&self) -> usize {
+        self.table.nr_slots().max(self.min_slots)
+    }
+
+    /// The table of a column: every gang known here gets its CPUs; the
+    /// others are left out and returned. With `check`, every placement must
+    /// be valid, the left-out gangs' included (the column must be a valid
+    /// table as a whole); without, an invalid one is logged and left out.
+    fn column_table(
+        &self,
+        slots: &[Vec<Placement>],
+        check: bool,
+    ) -> Result<(SlotTable, BTreeSet<String>)> {
+        let housekeeping = self.applied.1.housekeeping.clone();
+        let mut table = SlotTable::new(self.nr_cpus, housekeeping.clone());
+        let mut whole = SlotTable::new(self.nr_cpus, housekeeping);
+        let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
+        let mut absent = BTreeSet::new();
+        for (s, placements) in slots.iter().enumerate() {
+            for p in placements {
+                let mut place = || -> Result<()> {
+                    let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg)?;
+                    if check {
+                        let next = ids.len() as GangId;
+                        let id = *ids.entry(p.gang.as_str()).or_insert(next);
+                        whole.place(id, s, &cpus)?;
+                    }
+                    match self.registry.get(&p.gang) {
+                        Some(g) => table.place(g.id, s, &cpus)?,
+                        None => {
+                            absent.insert(p.gang.clone());
+                        }
+                    }
+                    Ok(())
+                };
+                if let Err(e) = place() {
+                    let e = e.context(format!("placing gang {} in slot {s}", p.gang));
+                    if check {
+                        return Err(e);
+                    }
+                    warn!("{e:#}: left out");
+                }
+            }
+        }
+        Ok((table, absent))
+    }
+
+    /// The coordinator's column (see Request::Column). All or nothing.
+    fn install_column(&mut self, slots: Vec<Vec<Placement>>) -> Result<()> {
+        if slots.len() > MAX_SLOTS {
+            bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
+        }
+        let (table, absent) = self.column_table(&slots, true)?;
+        if !absent.is_empty() {
+            info!(
+                "schedule: {} have no tasks here (yet): their CPUs stay free until they do",
+                absent.into_iter().collect::<Vec<_>>().join(", ")
             );
         }
+        self.set_mode(Mode::Coordinated);
+        self.table = table;
+        self.min_slots = slots.len();
+        self.column = Some(slots);
+        self.push_table()?;
+        self.thaw();
+        Ok(())
+    }
+
+    /// The node rotates its explicit schedule on its own (Request::Rotate).
+    fn rotate(&mut self) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("no explicit schedule to rotate (node is standalone)");
+        }
+        self.thaw();
+        if self.mode != Mode::Autonomous {
+            self.set_mode(Mode::Autonomous);
+            info!(
+                "rotating the schedule on this node's timer: {} slots of {} ms",
+                self.nr_slots(),
+                self.applied.1.slot_ms
+            );
+            self.warn_if_slots_shortened();
+        }
+        Ok(())
+    }
+
+    /// A command after an autonomous rotation: commands take over again,
+    /// from the slot in force.
+    fn take_command(&mut self) {
+        if self.mode == Mode::Autonomous {
+            self.set_mode(Mode::Coordinated);
+            info!("switch commands resume");
+        }
+    }
+
+    fn command_switch(&mut self, slot: u32, gen: u64) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("switch commands need an explicit schedule first (node is standalone)");
+        }
+        if slot as usize >= self.nr_slots() {
+            bail!(
+                "slot {slot} does not exist (the schedule has {} slots)",
+                self.nr_slots()
+            );
+        }
+        self.take_command();
         self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)?;
         self.thaw();
         Ok(())
@@ -410,12 +548,13 @@ impl<'a> Scheduler<'a> {
     /// Freezes the gangs of the slot in force; a thread of its own waits
     /// for them to park and drain (the main loop goes on) and answers.
     fn freeze(&mut self, gen: u64, drain_timeout_ms: u64, reply: Sender<Response>) {
-        if self.mode != Mode::Coordinated {
+        if self.mode == Mode::Standalone {
             let _ = reply.send(Response::error(
                 "freeze needs an explicit schedule first (node is standalone)",
             ));
             return;
         }
+        self.take_command();
         let slot = self.skel.maps.bss_data.as_ref().unwrap().cur_slot as usize;
         let gangs: Vec<(String, PathBuf)> = self
             .table
@@ -430,7 +569,13 @@ impl<'a> Scheduler<'a> {
                     gangs::gang_path(&self.cfg.gang_root, name),
                 )
             })
+            // A job that ended a moment ago (its cgroup removed) has
+            // nothing to park.
+            .filter(|(_, dir)| dir.exists())
             .collect();
+        for (_, dir) in &gangs {
+            self.holds.park(dir);
+        }
         self.frozen.extend(gangs.iter().map(|(_, dir)| dir.clone()));
         let timeout = Duration::from_millis(drain_timeout_ms);
         std::thread::spawn(move || {
@@ -447,11 +592,14 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Thaws the gangs of the last freeze (BPF keeps them off CPUs they do
-    /// not own in the slot now in force).
+    /// not own in the slot now in force), except suspended jobs.
     fn thaw(&mut self) {
         for dir in self.frozen.drain(..) {
-            if let Err(e) = freezer::set_frozen(&dir, false) {
-                warn!("thawing {}: {e}", dir.display());
+            match self.holds.unpark(&dir) {
+                Ok(_) => {}
+                // Its job ended and the agent removed the cgroup.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => warn!("thawing {}: {e}", dir.display()),
             }
         }
     }
@@ -459,7 +607,7 @@ impl<'a> Scheduler<'a> {
     fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
         self.skel.maps.bss_data.as_mut().unwrap().timer_rotation =
-            (mode == Mode::Standalone) as u32;
+            (mode != Mode::Coordinated) as u32;
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {
@@ -582,7 +730,7 @@ impl<'a> Scheduler<'a> {
         let total = (gang_ns + s.other_run_ns).max(1) as f64;
         Metrics {
             nr_gangs: self.registry.len() as u64,
-            nr_slots: self.table.nr_slots() as u64,
+            nr_slots: self.nr_slots() as u64,
             current_slot: bss.cur_slot as u64,
             switches: c(gang_stat_STAT_SWITCHES),
             kick_preempt: c(gang_stat_STAT_KICK_PREEMPT),

@@ -1,0 +1,387 @@
+//! What the agent does with each message of gangd once the node is in the
+//! cluster. Runs on the agent's reader thread, which must stay responsive
+//! (gangd drops a node that does not answer its heartbeats): nothing here
+//! waits long. Freeze is answered by the freeze waiter when the drain is
+//! over, a trace by a thread of its own; the slot switch itself (Switch →
+//! Running) is one round trip to the main loop.
+
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gang_coordinator::proto::{Barrier, FromAgent, Gen, Placement, ToAgent, MAX_OUTPUT_CHUNK};
+use log::{info, warn};
+
+use crate::control::{self, Request};
+use crate::knobfs::KnobSet;
+use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
+
+use super::cgroup::gang_name;
+use super::link::Link;
+use super::mainloop::{self, MainLoop};
+use super::prepare;
+use super::ranks::{RankSpec, Ranks};
+
+/// Longest wait for the main loop to take a schedule or a switch (it
+/// answers within one loop turn; longer only while the scheduler restarts).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Added to the drain timeout for the freeze's own answer, and to the
+/// length of a trace.
+const EXTRA_WAIT: Duration = Duration::from_secs(5);
+
+/// Work for the freeze waiter thread.
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the traces.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always there");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros() as u64
+}
+
+pub struct Handler {
+    pub node: String,
+    knobs: Arc<SharedKnobs>,
+    main: MainLoop,
+    link: Arc<Link>,
+    pub ranks: Ranks,
+    /// The last schedule the scheduler took, for Hello.
+    pub schedule: Vec<Vec<Placement>>,
+    /// A schedule of gangd's is in force: the node can rotate it alone.
+    commanded: bool,
+    /// The node rotates it alone (gangd was lost) until the next command.
+    rotating: bool,
+    drain_timeout_ms: u32,
+    barrier: Option<Barrier>,
+    freeze_waiter: Sender<Job>,
+}
+
+impl Handler {
+    pub fn new(
+        node: String,
+        knobs: Arc<SharedKnobs>,
+        main: MainLoop,
+        link: Arc<Link>,
+        ranks: Ranks,
+    ) -> std::io::Result<Self> {
+        let (freeze_waiter, jobs) = std::sync::mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name("agent-freeze".into())
+            .spawn(move || {
+                for job in jobs {
+                    job();
+                }
+            })?;
+        Ok(Self {
+            node,
+            knobs,
+            main,
+            link,
+            ranks,
+            schedule: Vec::new(),
+            commanded: false,
+            rotating: false,
+            drain_timeout_ms: 0,
+            barrier: None,
+            freeze_waiter,
+        })
+    }
+
+    fn error(&self, message: String) {
+        warn!("{message}");
+        self.link.send(FromAgent::Error {
+            message: format!("{}: {message}", self.node),
+        });
+    }
+
+    pub fn handle(&mut self, msg: ToAgent) {
+        match msg {
+            ToAgent::Heartbeat { seq } => {
+                self.link.send(FromAgent::Heartbeat {
+                    seq,
+                    mono_ns: monotonic_ns(),
+                });
+            }
+            ToAgent::Freeze {
+                gen,
+                from_slot,
+                to_slot,
+                drain_timeout_ms,
+            } => self.freeze(gen, from_slot, to_slot, drain_timeout_ms),
+            ToAgent::Switch { gen, slot } => self.switch(gen, slot),
+            ToAgent::Schedule { slots } => self.install(slots),
+            ToAgent::Knobs {
+                slot_ms,
+                drain_timeout_ms,
+                barrier,
+                fill,
+            } => self.knobs(slot_ms, drain_timeout_ms, barrier, fill),
+            ToAgent::Prepare {
+                job,
+                argv,
+                env,
+                cwd,
+                uid,
+                gid,
+            } => {
+                let error = prepare::check(&self.node, &argv, &env, &cwd, uid, gid);
+                match &error {
+                    None => info!("job {job}: ready to start {argv:?} in {cwd} as {uid}:{gid}"),
+                    Some(why) => warn!("job {job} cannot start here: {why}"),
+                }
+                self.link.send(FromAgent::Prepared { job, error });
+            }
+            ToAgent::SpawnRank {
+                job,
+                name,
+                rank,
+                size,
+                argv,
+                env,
+                cwd,
+                uid,
+                gid,
+                peers,
+            } => self.ranks.spawn(RankSpec {
+                job,
+                name,
+                rank,
+                size,
+                argv,
+                env,
+                cwd,
+                uid,
+                gid,
+                peers,
+            }),
+            ToAgent::KillJob { job, signal } => {
+                if let Err(e) = self.ranks.kill(job, signal) {
+                    self.error(format!("kill job {job}: {e}"));
+                }
+            }
+            ToAgent::SuspendJob { job } => {
+                if let Err(e) = self.ranks.suspend(job, true) {
+                    self.error(e);
+                }
+            }
+            ToAgent::ResumeJob { job } => {
+                if let Err(e) = self.ranks.suspend(job, false) {
+                    self.error(e);
+                }
+            }
+            ToAgent::Trace { id, ms } => self.trace(id, ms),
+            ToAgent::Challenge { .. } | ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
+                warn!("gangd sent a handshake message in the middle of the session: ignored")
+            }
+        }
+    }
+
+    /// Schedule: the node's column, by job, installed as gangs by name.
+    fn install(&mut self, slots: Vec<Vec<Placement>>) {
+        let column = slots
+            .iter()
+            .map(|slot| {
+                slot.iter()
+                    .map(|p| control::Placement {
+                        gang: gang_name(p.job),
+                        cpus: p.cpus.clone(),
+                    })
+                    .collect()
+            })
+            .collect();
+        match self
+            .main
+            .call(Request::Column { slots: column }, REQUEST_TIMEOUT)
+        {
+            Ok(_) => {
+                info!(
+                    "schedule from gangd installed: {} slots, {} placements",
+                    slots.len(),
+                    slots.iter().map(Vec::len).sum::<usize>()
+                );
+                self.schedule = slots;
+                self.commanded = true;
+                self.rotating = false;
+            }
+            Err(e) => self.error(format!("schedule refused: {e}")),
+        }
+    }
+
+    fn switch(&mut self, gen: Gen, slot: u32) {
+        let start = Instant::now();
+        match self
+            .main
+            .call(Request::Switch { slot, gen: gen.0 }, REQUEST_TIMEOUT)
+        {
+            Ok(_) => {
+                self.link.send(FromAgent::Running {
+                    gen,
+                    slot,
+                    switch_us: micros(start),
+                });
+                self.rotating = false;
+            }
+            Err(e) => self.error(format!("switch to slot {slot} (gen {gen}) refused: {e}")),
+        }
+    }
+
+    /// Freeze: the main loop parks the slot's gangs and a thread of the
+    /// scheduler waits for the drain; the freeze waiter relays the report.
+    /// A freeze that fails is still answered (timed out, nothing drained)
+    /// after an Error: a node that stays silent would be dropped from the
+    /// barrier and its jobs failed.
+    fn freeze(&mut self, gen: Gen, from_slot: u32, to_slot: u32, drain_timeout_ms: u32) {
+        let received = Instant::now();
+        self.rotating = false;
+        let answer = self.main.submit(Request::Freeze {
+            gen: gen.0,
+            drain_timeout_ms: drain_timeout_ms as u64,
+        });
+        let (link, node) = (self.link.clone(), self.node.clone());
+        let wait = Duration::from_millis(drain_timeout_ms as u64) + EXTRA_WAIT;
+        let job = move || {
+            let report = answer.and_then(|a| mainloop::wait(a, wait)).and_then(|r| {
+                r.frozen
+                    .ok_or_else(|| "the scheduler sent no freeze report".to_string())
+            });
+            let msg = match report {
+                Ok(r) => FromAgent::Frozen {
+                    gen,
+                    slot: from_slot,
+                    drained_bytes: r.queued_bytes,
+                    drain_us: r.drain_us,
+                    timed_out: !r.drained,
+                    freeze_us: micros(received),
+                },
+                Err(e) => {
+                    let message =
+                        format!("freeze of slot {from_slot} → {to_slot} (gen {gen}) failed: {e}");
+                    warn!("{message}");
+                    link.send(FromAgent::Error {
+                        message: format!("{node}: {message}"),
+                    });
+                    FromAgent::Frozen {
+                        gen,
+                        slot: from_slot,
+                        drained_bytes: 0,
+                        drain_us: micros(received),
+                        timed_out: true,
+                        freeze_us: micros(received),
+                    }
+                }
+            };
+            link.send(msg);
+        };
+        if let Err(e) = self.freeze_waiter.send(Box::new(job)) {
+            // The waiter thread is gone (it never exits): answer here.
+            (e.0)();
+        }
+    }
+
+    fn knobs(&mut self, slot_ms: u32, drain_timeout_ms: u32, barrier: Barrier, fill: bool) {
+        if self.barrier != Some(barrier) || self.drain_timeout_ms != drain_timeout_ms {
+            info!("gangd's barrier: {barrier:?}, drain timeout {drain_timeout_ms} ms");
+            self.barrier = Some(barrier);
+            self.drain_timeout_ms = drain_timeout_ms;
+        }
+        let node_slot_ms = slot_ms.clamp(*SLOT_MS_RANGE.start(), *SLOT_MS_RANGE.end());
+        if node_slot_ms != slot_ms {
+            warn!("gangd's slot_ms {slot_ms} is out of this node's range {SLOT_MS_RANGE:?}: {node_slot_ms} ms when rotating alone");
+        }
+        let now = self.knobs.snapshot();
+        let changes = [
+            (
+                "slot_ms",
+                node_slot_ms.to_string(),
+                now.slot_ms != node_slot_ms,
+            ),
+            ("fill", (fill as u32).to_string(), now.fill != fill),
+        ];
+        for (name, value, changed) in changes {
+            if !changed {
+                continue;
+            }
+            match self.knobs.write(name, &value) {
+                Ok(()) => info!("knob {name} = {value} (from gangd)"),
+                Err(e) => self.error(format!("knob {name} = {value} refused: {e}")),
+            }
+        }
+    }
+
+    /// Trace: recorded by the main loop for `ms`, sent back in chunks.
+    fn trace(&self, id: u64, ms: u64) {
+        let (main, link, node) = (self.main.clone(), self.link.clone(), self.node.clone());
+        let traced = move || {
+            let wait = Duration::from_millis(ms) + EXTRA_WAIT;
+            let json = main
+                .call(
+                    Request::Trace {
+                        seconds: ms as f64 / 1000.0,
+                    },
+                    wait,
+                )
+                .and_then(|r| r.trace.ok_or_else(|| "the scheduler sent no trace".into()))
+                .and_then(|t| serde_json::to_vec(&t).map_err(|e| e.to_string()));
+            match json {
+                Ok(json) => {
+                    let n = json.len().div_ceil(MAX_OUTPUT_CHUNK).max(1);
+                    for i in 0..n {
+                        let chunk = &json[(i * MAX_OUTPUT_CHUNK).min(json.len())
+                            ..((i + 1) * MAX_OUTPUT_CHUNK).min(json.len())];
+                        link.send(FromAgent::TraceChunk {
+                            id,
+                            data: chunk.into(),
+                            last: i + 1 == n,
+                        });
+                    }
+                    info!("trace {id}: sent {} bytes in {n} chunks", json.len());
+                }
+                Err(e) => {
+                    warn!("trace {id} of {ms} ms failed: {e}");
+                    link.send(FromAgent::Error {
+                        message: format!("{node}: trace failed: {e}"),
+                    });
+                    link.send(FromAgent::TraceChunk {
+                        id,
+                        data: Vec::new().into(),
+                        last: true,
+                    });
+                }
+            }
+        };
+        if let Err(e) = thread::Builder::new()
+            .name("agent-trace".into())
+            .spawn(traced)
+        {
+            self.error(format!("trace {id}: no thread for it: {e}"));
+            self.link.send(FromAgent::TraceChunk {
+                id,
+                data: Vec::new().into(),
+                last: true,
+            });
+        }
+    }
+
+    /// gangd is gone: the node rotates its last schedule on its own so the
+    /// jobs keep running (and thaws what a freeze in flight left parked).
+    pub fn on_lost(&mut self) {
+        if !self.commanded || self.rotating {
+            return;
+        }
+        match self.main.call(Request::Rotate, REQUEST_TIMEOUT) {
+            Ok(_) => {
+                info!(
+                    "rotating the last schedule ({} slots) on this node until gangd is back",
+                    self.schedule.len()
+                );
+                self.rotating = true;
+            }
+            Err(e) => warn!("cannot rotate the last schedule alone: {e}"),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The sending half of the connection to gangd, shared by every thread that
+//! has something to say (the reader answering requests, rank output pumps,
+//! reapers, the freeze waiter, traces). One frame is written at a time,
+//! under a lock, so frames never interleave.
+//!
+//! While gangd is away nothing is lost that matters later: rank exits are
+//! queued, and rank output is kept up to OUTPUT_BUFFER bytes per job (the
+//! oldest dropped first); both are sent after the next Welcome, output
+//! first, so a rank's output still comes before its exit. Answers to
+//! requests (Frozen, Running, Heartbeat...) belong to the lost connection
+//! and are dropped.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Mutex, MutexGuard};
+
+use gang_coordinator::proto::{write_frame, FrameError, FromAgent, JobId};
+use log::{debug, info, warn};
+
+/// Output kept per job while gangd is away.
+pub const OUTPUT_BUFFER: usize = 1 << 20;
+
+#[derive(Default)]
+struct JobOutput {
+    chunks: VecDeque<FromAgent>,
+    bytes: usize,
+    /// Bytes dropped (oldest first) since gangd went away.
+    dropped: u64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Set after a Welcome, cleared when the connection is lost.
+    conn: Option<TcpStream>,
+    exits: Vec<FromAgent>,
+    output: BTreeMap<JobId, JobOutput>,
+}
+
+#[derive(Default)]
+pub struct Link {
+    state: Mutex<State>,
+}
+
+fn output_len(msg: &FromAgent) -> usize {
+    match msg {
+        FromAgent::RankOutput { data, .. } => data.0.len(),
+        _ => 0,
+    }
+}
+
+impl Link {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.lock().conn.is_some()
+    }
+
+    /// Sends `msg` now if gangd is there, else keeps it for later if it is
+    /// a rank's output or exit. Returns whether it was sent.
+    pub fn send(&self, msg: FromAgent) -> bool {
+        let mut state = self.lock();
+        if let Some(conn) = &state.conn {
+            let mut w = conn;
+            match write_frame(&mut w, &msg) {
+                Ok(()) => return true,
+                Err(e) => {
+                    warn!("writing to gangd: {e}: dropping the connection");
+                    // The reader sees the end of the stream and reconnects.
+                    let _ = conn.shutdown(Shutdown::Both);
+                    state.conn = None;
+                }
+            }
+        }
+        keep(&mut state, msg);
+        false
+    }
+
+    /// After a Welcome: sends what was kept while gangd was away (output,
+    /// then exits), then lets every sender through. On a write error the
+    /// rest stays kept and the connection is not taken.
+    pub fn attach(&self, conn: TcpStream) -> Result<(), FrameError> {
+        let mut state = self.lock();
+        let mut w = &conn;
+        let (mut sent_output, mut sent_exits) = (0usize, 0usize);
+        while let Some((&job, out)) = state.output.iter_mut().next() {
+            if out.dropped > 0 {
+                info!(
+                    "job {job}: {} bytes of output were dropped while gangd was away (buffer of {OUTPUT_BUFFER} bytes)",
+                    out.dropped
+                );
+                out.dropped = 0;
+            }
+            while let Some(msg) = out.chunks.front() {
+                write_frame(&mut w, msg)?;
+                out.bytes -= output_len(msg);
+                out.chunks.pop_front();
+                sent_output += 1;
+            }
+            state.output.remove(&job);
+        }
+        while let Some(msg) = state.exits.first() {
+            write_frame(&mut w, msg)?;
+            state.exits.remove(0);
+            sent_exits += 1;
+        }
+        if sent_output + sent_exits > 0 {
+            info!("sent what was kept while gangd was away: {sent_output} output chunks, {sent_exits} rank exits");
+        }
+        state.conn = Some(conn);
+        Ok(())
+    }
+
+    /// The connection is over: from now on output and exits are kept.
+    pub fn detach(&self) {
+        if let Some(conn) = self.lock().conn.take() {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn keep(state: &mut State, msg: FromAgent) {
+    match msg {
+        FromAgent::RankExited { .. } => state.exits.push(msg),
+        FromAgent::RankOutput { job, .. } => {
+            let out = state.output.entry(job).or_default();
+            out.bytes += output_len(&msg);
+            out.chunks.push_back(msg);
+            while out.bytes > OUTPUT_BUFFER {
+                let Some(old) = out.chunks.pop_front() else {
+                    break;
+                };
+                let n = output_len(&old);
+                out.bytes -= n;
+                if out.dropped == 0 {
+                    warn!("job {job}: output beyond {OUTPUT_BUFFER} bytes while gangd is away: dropping the oldest");
+                }
+                out.dropped += n as u64;
+            }
+        }
+        other => debug!("gangd is away: dropped {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_coordinator::proto::{read_frame, ExitStatus, Stream};
+    use std::net::TcpListener;
+
+    fn output(job: u64, byte: u8, len: usize) -> FromAgent {
+        FromAgent::RankOutput {
+            job: JobId(job),
+            rank: 0,
+            stream: Stream::Stdout,
+            data: vec![byte; len].into(),
+        }
+    }
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn kept_output_is_capped_per_job_and_sent_before_the_exits() {
+        let link = Link::new();
+        assert!(!link.is_connected());
+        let chunk = 64 << 10;
+        // 20 chunks of job 1 (1.25 MiB): the first 4 go.
+        for i in 0..20u8 {
+            assert!(!link.send(output(1, i, chunk)));
+        }
+        link.send(output(2, 200, 10));
+        let exit = FromAgent::RankExited {
+            job: JobId(1),
+            rank: 0,
+            status: ExitStatus::Exited(0),
+        };
+        link.send(exit.clone());
+        link.send(FromAgent::Heartbeat { seq: 1, mono_ns: 1 });
+
+        let (agent_end, mut gangd_end) = pair();
+        link.attach(agent_end).unwrap();
+        assert!(link.is_connected());
+        let mut got = Vec::new();
+        for _ in 0..18 {
+            got.push(read_frame::<FromAgent>(&mut gangd_end).unwrap().unwrap());
+        }
+        let first_bytes: Vec<u8> = got[..16]
+            .iter()
+            .map(|m| match m {
+                FromAgent::RankOutput { data, job, .. } => {
+                    assert_eq!(*job, JobId(1));
+                    data.0[0]
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(first_bytes, (4..20).collect::<Vec<u8>>());
+        assert_eq!(got[16], output(2, 200, 10));
+        assert_eq!(got[17], exit, "the exit comes after the output");
+
+        // Connected: sent at once; the heartbeat of the lost link was dropped.
+        assert!(link.send(FromAgent::Heartbeat { seq: 2, mono_ns: 5 }));
+        assert_eq!(
+            read_frame::<FromAgent>(&mut gangd_end).unwrap().unwrap(),
+            FromAgent::Heartbeat { seq: 2, mono_ns: 5 }
+        );
+        link.detach();
+        assert!(!link.is_connected());
+        assert!(read_frame::<FromAgent>(&mut gangd_end).unwrap().is_none());
+    }
+}

@@ -1,0 +1,352 @@
+//! The node agent (`scx_gang --coordinator HOST:PORT`): a thread of the
+//! node daemon that joins the cluster run by gangd and does what gangd asks
+//! (see gang_coordinator::proto for the protocol).
+//!
+//! - mod.rs: the connection to gangd, the handshake, reconnecting forever
+//!   with backoff while the daemon runs.
+//! - handler.rs: what each message of gangd turns into; scheduling goes to
+//!   the daemon's main loop as control requests (mainloop.rs), like the
+//!   control socket's, so the thread owning BPF takes every action.
+//! - link.rs: the sending half, shared by every thread; keeps rank output
+//!   and exits while gangd is away.
+//! - ranks.rs, cgroup.rs: the ranks and their job's cgroup.
+//! - prepare.rs: may a job start here?
+//! - freeze.rs: who holds a gang frozen (switch or suspension), shared
+//!   with the scheduler.
+//!
+//! While gangd is away the node keeps rotating its last schedule on its own
+//! and never kills a rank for it; Hello tells the next gangd which jobs
+//! still live here.
+
+pub mod cgroup;
+pub mod freeze;
+mod handler;
+pub mod link;
+pub mod mainloop;
+pub mod prepare;
+pub mod ranks;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use gang_coordinator::proto::auth::{self, ClusterKey};
+use gang_coordinator::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
+use log::{debug, info, warn};
+
+use crate::control::Inbox;
+use crate::knobs::SharedKnobs;
+
+use freeze::FreezeHolds;
+pub use handler::monotonic_ns;
+use handler::Handler;
+use link::Link;
+use mainloop::MainLoop;
+use ranks::Ranks;
+
+/// First pause after a failed or lost connection; doubled up to MAX_BACKOFF.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// For Challenge after connecting, and for Welcome after Hello.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// gangd sends heartbeats (every second by default): this much silence
+/// means the connection is dead even if TCP has not noticed.
+const SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
+/// A write to gangd that blocks this long drops the connection.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a blocked read wakes to look at the shutdown flag.
+const POLL: Duration = Duration::from_millis(200);
+
+pub struct AgentConfig {
+    /// gangd's agent address, HOST:PORT.
+    pub coordinator: String,
+    pub key: ClusterKey,
+    /// This node's name in the cluster.
+    pub node: String,
+    pub nr_cpus: u32,
+    /// Job cgroups go below it (the daemon's --gang-root). None: ranks are
+    /// not placed in cgroups (for tests on hosts without cgroup2).
+    pub gang_root: Option<PathBuf>,
+    pub knobs: Arc<SharedKnobs>,
+    /// Shared with the scheduler, which never thaws a suspended job.
+    pub holds: FreezeHolds,
+}
+
+/// Starts the agent thread. `inbox` is the scheduler main loop's (what
+/// control::serve returns); the thread runs until `shutdown` is set.
+pub fn start(
+    cfg: AgentConfig,
+    inbox: Sender<Inbox>,
+    shutdown: Arc<AtomicBool>,
+) -> io::Result<JoinHandle<()>> {
+    let link = Arc::new(Link::new());
+    let ranks = Ranks::new(
+        cfg.node.clone(),
+        cfg.gang_root.clone(),
+        link.clone(),
+        cfg.holds.clone(),
+    );
+    let handler = Handler::new(
+        cfg.node.clone(),
+        cfg.knobs.clone(),
+        MainLoop::new(inbox),
+        link.clone(),
+        ranks,
+    )?;
+    let agent = Agent { cfg, link, handler };
+    thread::Builder::new()
+        .name("agent".into())
+        .spawn(move || agent.run(&shutdown))
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    link: Arc<Link>,
+    handler: Handler,
+}
+
+/// How a connection ended.
+enum End {
+    /// The daemon is stopping.
+    Stop,
+    /// No connection, or no handshake.
+    Failed(String),
+    Refused(String),
+    /// The node was in the cluster and lost the connection.
+    Lost(String),
+}
+
+struct Backoff(Duration);
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let d = self.0;
+        self.0 = (d * 2).min(MAX_BACKOFF);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.0 = FIRST_BACKOFF;
+    }
+}
+
+impl Agent {
+    fn run(mut self, shutdown: &AtomicBool) {
+        info!(
+            "node agent: joining gangd at {} as {}",
+            self.cfg.coordinator, self.cfg.node
+        );
+        let mut backoff = Backoff(FIRST_BACKOFF);
+        let mut last_failure = String::new();
+        loop {
+            let end = self.session(shutdown);
+            self.link.detach();
+            let addr = &self.cfg.coordinator;
+            match end {
+                End::Stop => break,
+                End::Lost(why) => {
+                    warn!("lost gangd at {addr}: {why}; reconnecting");
+                    backoff.reset();
+                    last_failure.clear();
+                }
+                End::Refused(reason) => {
+                    warn!(
+                        "gangd at {addr} refused node {}: {reason}; retrying",
+                        self.cfg.node
+                    );
+                }
+                End::Failed(why) => {
+                    // Said once, not every few seconds while gangd is down.
+                    if why != last_failure {
+                        warn!(
+                            "cannot join gangd at {addr}: {why}; retrying (every {} s at most)",
+                            MAX_BACKOFF.as_secs()
+                        );
+                        last_failure = why;
+                    } else {
+                        debug!("cannot join gangd at {addr}: {why}");
+                    }
+                }
+            }
+            self.handler.on_lost();
+            let deadline = Instant::now() + backoff.next();
+            while Instant::now() < deadline {
+                if shutdown.load(Ordering::Relaxed) {
+                    return;
+                }
+                thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
+            }
+        }
+        info!("node agent stopped");
+    }
+
+    fn session(&mut self, shutdown: &AtomicBool) -> End {
+        if shutdown.load(Ordering::Relaxed) {
+            return End::Stop;
+        }
+        let stream = match connect(&self.cfg.coordinator) {
+            Ok(s) => s,
+            Err(e) => return End::Failed(format!("connecting: {e}")),
+        };
+        let setup = || -> io::Result<TcpStream> {
+            // Switch messages are small and urgent.
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(POLL))?;
+            stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+            stream.try_clone()
+        };
+        let mut reader = match setup() {
+            Ok(s) => Reader::new(s),
+            Err(e) => return End::Failed(format!("setting up the connection: {e}")),
+        };
+        info!("connected to gangd at {}", self.cfg.coordinator);
+
+        let nonce = match reader.next(HANDSHAKE_TIMEOUT, shutdown) {
+            Ok(ToAgent::Challenge { nonce }) => nonce,
+            Ok(other) => return End::Failed(format!("expected a challenge, got {}", kind(&other))),
+            Err(None) => return End::Stop,
+            Err(Some(why)) => return End::Failed(format!("waiting for the challenge: {why}")),
+        };
+        let jobs = self.handler.ranks.live_jobs();
+        let hello = FromAgent::Hello {
+            node: self.cfg.node.clone(),
+            nr_cpus: self.cfg.nr_cpus,
+            housekeeping_cpus: self.cfg.knobs.snapshot().housekeeping.to_string(),
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+            proof: auth::prove(&self.cfg.key, &nonce.0, &self.cfg.node).into(),
+            jobs: jobs.clone(),
+            schedule: self.handler.schedule.clone(),
+        };
+        if let Err(e) = write_frame(&mut &stream, &hello) {
+            return End::Failed(format!("sending hello: {e}"));
+        }
+        match reader.next(HANDSHAKE_TIMEOUT, shutdown) {
+            Ok(ToAgent::Welcome { node_id }) => {
+                info!(
+                    "joined cluster as node {node_id} ({} at gangd {}); {} jobs live here, last schedule of {} slots",
+                    self.cfg.node,
+                    self.cfg.coordinator,
+                    jobs.len(),
+                    self.handler.schedule.len()
+                );
+            }
+            Ok(ToAgent::Refused { reason }) => return End::Refused(reason),
+            Ok(other) => {
+                return End::Failed(format!("expected welcome or refusal, got {}", kind(&other)))
+            }
+            Err(None) => return End::Stop,
+            Err(Some(why)) => return End::Failed(format!("waiting for the welcome: {why}")),
+        }
+        let attached = stream
+            .try_clone()
+            .map_err(|e| e.to_string())
+            .and_then(|s| self.link.attach(s).map_err(|e| e.to_string()));
+        if let Err(e) = attached {
+            return End::Lost(format!("sending what was kept: {e}"));
+        }
+        loop {
+            match reader.next(SILENCE_TIMEOUT, shutdown) {
+                Ok(msg) => self.handler.handle(msg),
+                Err(None) => return End::Stop,
+                Err(Some(why)) => return End::Lost(why),
+            }
+        }
+    }
+}
+
+fn connect(addr: &str) -> io::Result<TcpStream> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address")))
+}
+
+/// A message's type, for logs (never its content: a nonce, a proof...).
+fn kind(msg: &ToAgent) -> String {
+    serde_json::to_value(msg)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The receiving half: frames from gangd, read with a short timeout so the
+/// agent notices the daemon stopping and a silent gangd.
+struct Reader {
+    stream: TcpStream,
+    decoder: FrameDecoder<ToAgent>,
+    ready: VecDeque<ToAgent>,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    fn new(stream: TcpStream) -> Self {
+        Self {
+            stream,
+            decoder: FrameDecoder::new(),
+            ready: VecDeque::new(),
+            buf: vec![0; 64 << 10],
+        }
+    }
+
+    /// The next message. Err(None): the daemon is stopping; Err(Some):
+    /// the connection is over (closed, bad frame, silent for `silence`).
+    fn next(
+        &mut self,
+        silence: Duration,
+        shutdown: &AtomicBool,
+    ) -> Result<ToAgent, Option<String>> {
+        let mut heard = Instant::now();
+        loop {
+            if let Some(msg) = self.ready.pop_front() {
+                return Ok(msg);
+            }
+            if shutdown.load(Ordering::Relaxed) {
+                return Err(None);
+            }
+            match self.stream.read(&mut self.buf) {
+                Ok(0) => {
+                    return Err(Some(match self.decoder.finish() {
+                        Ok(()) => "gangd closed the connection".into(),
+                        Err(e) => format!("bad frame from gangd: {e}"),
+                    }))
+                }
+                Ok(n) => {
+                    heard = Instant::now();
+                    let msgs = self
+                        .decoder
+                        .feed(&self.buf[..n])
+                        .map_err(|e| Some(format!("bad frame from gangd: {e}")))?;
+                    self.ready.extend(msgs);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if heard.elapsed() >= silence {
+                        return Err(Some(format!(
+                            "no word from gangd for {} s",
+                            silence.as_secs()
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Some(format!("reading: {e}"))),
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The ranks running on this node: starting them in their job's cgroup
+//! under the user's ids, relaying their output, reaping them, and acting on
+//! a whole job (signal, suspend, resume).
+//!
+//! Per rank: the reader thread starts it (SpawnRank), two pump threads
+//! forward stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes,
+//! and a reaper thread waits for it, lets the pumps reach the end of the
+//! pipes (so the output arrives before the exit), reports RankExited, and
+//! removes the job's cgroup after its last rank here.
+//!
+//! Ranks never depend on gangd: a lost connection kills nothing, and what
+//! they print or how they end is kept for the next connection (link.rs).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gang_coordinator::proto::{ExitStatus, FromAgent, JobId, LiveJob, Stream, MAX_OUTPUT_CHUNK};
+use log::{info, warn};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::cgroup;
+use super::freeze::FreezeHolds;
+use super::link::Link;
+use super::prepare;
+
+/// How long a reaper waits for a rank's output to end after the rank
+/// exited: a process it left behind may hold the pipes open.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+/// How long removing a job's cgroup waits for its killed leftovers to go.
+const REMOVE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// What SpawnRank asks for.
+#[derive(Clone, Debug)]
+pub struct RankSpec {
+    pub job: JobId,
+    pub name: String,
+    pub rank: u32,
+    pub size: u32,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub peers: Vec<String>,
+}
+
+struct Job {
+    name: String,
+    size: u32,
+    uid: u32,
+    gid: u32,
+    /// Live ranks here: rank → pid.
+    live: BTreeMap<u32, u32>,
+}
+
+struct Inner {
+    node: String,
+    /// None: ranks are not placed in cgroups (tests on hosts without a
+    /// writable cgroup2); whole-job actions then use the ranks' pids.
+    gang_root: Option<PathBuf>,
+    link: Arc<Link>,
+    holds: FreezeHolds,
+    /// Jobs with live ranks here. Held while a rank starts, a job's last
+    /// rank is retired or its cgroup removed, so none of these can catch
+    /// another halfway (no leftover kill can hit a rank just started).
+    jobs: Mutex<BTreeMap<JobId, Job>>,
+}
+
+#[derive(Clone)]
+pub struct Ranks {
+    inner: Arc<Inner>,
+}
+
+pub fn describe(status: ExitStatus) -> String {
+    match status {
+        ExitStatus::Exited(code) => format!("exited {code}"),
+        ExitStatus::Signaled(sig) => match Signal::try_from(sig) {
+            Ok(s) => format!("killed by {s}"),
+            Err(_) => format!("killed by signal {sig}"),
+        },
+    }
+}
+
+impl Ranks {
+    pub fn new(
+        node: String,
+        gang_root: Option<PathBuf>,
+        link: Arc<Link>,
+        holds: FreezeHolds,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                node,
+                gang_root,
+                link,
+                holds,
+                jobs: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
+        self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dir(&self, job: JobId) -> Option<PathBuf> {
+        self.inner
+            .gang_root
+            .as_deref()
+            .map(|root| cgroup::job_dir(root, job))
+    }
+
+    /// Jobs with live ranks here, for Hello.
+    pub fn live_jobs(&self) -> Vec<LiveJob> {
+        self.lock()
+            .iter()
+            .map(|(&job, j)| LiveJob {
+                job,
+                name: j.name.clone(),
+                size: j.size,
+                uid: j.uid,
+                gid: j.gid,
+                ranks: j.live.keys().copied().collect(),
+            })
+            .collect()
+    }
+
+    /// SpawnRank: answers RankStarted, or an Error and RankExited(127).
+    pub fn spawn(&self, spec: RankSpec) {
+        let (job, rank) = (spec.job, spec.rank);
+        let link = &self.inner.link;
+        let (mut child, program) = match self.start(&spec) {
+            Ok(started) => started,
+            Err(why) => {
+                let message = format!("{}: job {job} rank {rank}: {why}", self.inner.node);
+                warn!("{message}");
+                link.send(FromAgent::Error { message });
+                link.send(FromAgent::RankExited {
+                    job,
+                    rank,
+                    status: ExitStatus::Exited(127),
+                });
+                self.remove_cgroup_if_idle(job);
+                return;
+            }
+        };
+        let pid = child.id();
+        info!(
+            "job {job} ({}) rank {rank}/{} started: pid {pid}, {} as {}:{}",
+            spec.name,
+            spec.size,
+            program.display(),
+            spec.uid,
+            spec.gid
+        );
+        // Before any of its output.
+        link.send(FromAgent::RankStarted { job, rank, pid });
+
+        let (done, pumps_done) = mpsc::channel::<()>();
+        let pipes: [(Stream, Option<Box<dyn Read + Send>>); 2] = [
+            (
+                Stream::Stdout,
+                child
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            ),
+            (
+                Stream::Stderr,
+                child
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            ),
+        ];
+        for (stream, pipe) in pipes {
+            let Some(pipe) = pipe else { continue };
+            let (link, done) = (self.inner.link.clone(), done.clone());
+            let pumped = thread::Builder::new()
+                .name(format!("job{job}-r{rank}-out"))
+                .spawn(move || {
+                    pump(&link, job, rank, stream, pipe);
+                    drop(done);
+                });
+            if let Err(e) = pumped {
+                warn!("job {job} rank {rank}: no thread to relay its {stream:?}: {e}");
+            }
+        }
+        drop(done);
+        let ranks = self.clone();
+        let reaped = thread::Builder::new()
+            .name(format!("job{job}-r{rank}-reap"))
+            .spawn(move || ranks.reap(job, rank, &mut child, pumps_done));
+        if let Err(e) = reaped {
+            warn!(
+                "job {job} rank {rank}: no thread to reap it: {e}; its exit will not be reported"
+            );
+        }
+    }
+
+    /// Starts the rank's process; the job's cgroup is made first.
+    fn start(&self, spec: &RankSpec) -> Result<(Child, PathBuf), String> {
+        let mut jobs = self.lock();
+        if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&spec.rank)) {
+            return Err(format!(
+                "rank {} is already running here (pid {pid})",
+                spec.rank
+            ));
+        }
+        let first = spec.argv.first().ok_or("empty command (no program)")?;
+        let program =
+            prepare::find_program(first, &spec.env, Path::new(&spec.cwd), spec.uid, spec.gid)?;
+        let procs: Option<File> = match self.dir(spec.job) {
+            Some(dir) => Some(
+                cgroup::create(&dir)
+                    .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?,
+            ),
+            None => None,
+        };
+
+        let mut cmd = Command::new(&program);
+        cmd.arg0(first)
+            .args(&spec.argv[1..])
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .env("GANG_RANK", spec.rank.to_string())
+            .env("GANG_SIZE", spec.size.to_string())
+            .env("GANG_JOB", spec.job.to_string())
+            .env("GANG_JOB_NAME", &spec.name)
+            .env("GANG_NODE", &self.inner.node)
+            .env("GANG_PEERS", spec.peers.join(","));
+        if let Some((_, port)) = spec
+            .peers
+            .get(spec.rank as usize)
+            .and_then(|p| p.rsplit_once(':'))
+        {
+            cmd.env("GANG_PORT", port);
+        }
+        // std drops the supplementary groups when it sets the uid.
+        cmd.current_dir(&spec.cwd)
+            .uid(spec.uid)
+            .gid(spec.gid)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(procs) = &procs {
+            let fd = procs.as_raw_fd();
+            // SAFETY: only write(2), async-signal-safe, on an fd the parent
+            // keeps open until spawn returns. The child joins the job's
+            // cgroup before exec, so the rank and all it forks are in the
+            // gang from its first instruction.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", program.display()))?;
+        drop(procs);
+        jobs.entry(spec.job)
+            .or_insert_with(|| Job {
+                name: spec.name.clone(),
+                size: spec.size,
+                uid: spec.uid,
+                gid: spec.gid,
+                live: BTreeMap::new(),
+            })
+            .live
+            .insert(spec.rank, child.id());
+        Ok((child, program))
+    }
+
+    fn reap(&self, job: JobId, rank: u32, child: &mut Child, pumps_done: Receiver<()>) {
+        let pid = child.id();
+        let status = match child.wait() {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => ExitStatus::Exited(code),
+                (None, Some(sig)) => ExitStatus::Signaled(sig),
+                (None, None) => ExitStatus::Exited(-1),
+            },
+            Err(e) => {
+                warn!("job {job} rank {rank}: waiting for pid {pid}: {e}");
+                ExitStatus::Exited(-1)
+            }
+        };
+        let last = self.retire(job, rank);
+        let deadline = Instant::now() + OUTPUT_GRACE;
+        loop {
+            match pumps_done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    info!("job {job} rank {rank}: its output is still open {} s after it ended (a process left behind?): reporting the exit", OUTPUT_GRACE.as_secs());
+                    break;
+                }
+            }
+        }
+        info!("job {job} rank {rank} (pid {pid}) {}", describe(status));
+        self.inner
+            .link
+            .send(FromAgent::RankExited { job, rank, status });
+        if last {
+            self.remove_cgroup_if_idle(job);
+        }
+    }
+
+    /// A rank is gone; after the job's last rank here, what its ranks left
+    /// behind in the cgroup is killed. Returns whether it was the last.
+    fn retire(&self, job: JobId, rank: u32) -> bool {
+        let mut jobs = self.lock();
+        let Some(j) = jobs.get_mut(&job) else {
+            return false;
+        };
+        j.live.remove(&rank);
+        if !j.live.is_empty() {
+            return false;
+        }
+        jobs.remove(&job);
+        if let Some(dir) = self.dir(job) {
+            match cgroup::signal_all(&dir, Signal::SIGKILL) {
+                Ok(0) => {}
+                Ok(n) => info!("job {job}: killed {n} processes its ranks left behind"),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => warn!("job {job}: killing what its ranks left behind: {e}"),
+            }
+        }
+        true
+    }
+
+    /// Removes the job's cgroup unless a rank of it runs here (again).
+    fn remove_cgroup_if_idle(&self, job: JobId) {
+        let Some(dir) = self.dir(job) else { return };
+        let deadline = Instant::now() + REMOVE_PATIENCE;
+        loop {
+            {
+                let jobs = self.lock();
+                if jobs.contains_key(&job) {
+                    return;
+                }
+                match cgroup::try_remove(&dir) {
+                    Ok(true) => {
+                        self.inner.holds.forget(&dir);
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!("job {job}: removing cgroup {}: {e}", dir.display());
+                        return;
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                warn!(
+                    "job {job}: cgroup {} still has processes {} s after its last rank: left in place",
+                    dir.display(),
+                    REMOVE_PATIENCE.as_secs()
+                );
+                return;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// KillJob: `signal` to every process of the job here. A suspended job
+    /// is thawed afterwards so that it can act on the signal.
+    pub fn kill(&self, job: JobId, signal: i32) -> Result<(), String> {
+        let sig = Signal::try_from(signal).map_err(|_| format!("{signal} is not a signal"))?;
+        let jobs = self.lock();
+        let Some(j) = jobs.get(&job) else {
+            info!("kill job {job} with {sig}: no rank of it runs here");
+            return Ok(());
+        };
+        match self.dir(job) {
+            Some(dir) => {
+                let n = cgroup::signal_all(&dir, sig)
+                    .map_err(|e| format!("signalling cgroup {}: {e}", dir.display()))?;
+                info!("job {job}: {sig} sent to its {n} processes");
+                if self.inner.holds.is_suspended(&dir) {
+                    self.inner
+                        .holds
+                        .resume(&dir)
+                        .map_err(|e| format!("thawing suspended job {job}: {e}"))?;
+                    info!("job {job} was suspended: resumed so that it acts on {sig}");
+                }
+            }
+            None => {
+                for &pid in j.live.values() {
+                    let _ = kill(Pid::from_raw(pid as i32), sig);
+                }
+                info!("job {job}: {sig} sent to its {} ranks", j.live.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// SuspendJob (true) / ResumeJob (false): the job's cgroup freezer.
+    pub fn suspend(&self, job: JobId, suspend: bool) -> Result<(), String> {
+        let what = if suspend { "suspend" } else { "resume" };
+        let jobs = self.lock();
+        if !jobs.contains_key(&job) {
+            info!("{what} job {job}: no rank of it runs here");
+            return Ok(());
+        }
+        let dir = self.dir(job).ok_or_else(|| {
+            format!("cannot {what} job {job}: ranks are not placed in cgroups here")
+        })?;
+        let holds = &self.inner.holds;
+        if suspend {
+            holds
+                .suspend(&dir)
+                .map_err(|e| format!("freezing {}: {e}", dir.display()))?;
+            info!("job {job} suspended");
+        } else {
+            let thawed = holds
+                .resume(&dir)
+                .map_err(|e| format!("thawing {}: {e}", dir.display()))?;
+            info!(
+                "job {job} resumed{}",
+                if thawed {
+                    ""
+                } else {
+                    " (parked by the slot switch until the next Switch)"
+                }
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Forwards one pipe of a rank until its end.
+fn pump(link: &Link, job: JobId, rank: u32, stream: Stream, mut pipe: Box<dyn Read + Send>) {
+    let mut buf = vec![0; MAX_OUTPUT_CHUNK];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                link.send(FromAgent::RankOutput {
+                    job,
+                    rank,
+                    stream,
+                    data: buf[..n].to_vec().into(),
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                warn!("job {job} rank {rank}: reading its {stream:?}: {e}");
+                return;
+            }
+        }
+    }
+}
