@@ -134,6 +134,8 @@ struct Runner<'a> {
     kill_requested: bool,
     /// We suspended the job (Ctrl-Z) and have not resumed it.
     suspended: bool,
+    /// Ctrl-Z came before the job was accepted: suspend it once it is.
+    suspend_pending: bool,
     /// Attach sent, its answer not seen yet.
     attaching: bool,
 }
@@ -167,11 +169,18 @@ pub fn run(opts: &RunOptions) -> i32 {
         out: LineBuffer::new(opts.label),
         kill_requested: false,
         suspended: false,
+        suspend_pending: false,
         attaching: false,
     };
     let code = r.main_loop();
     r.flush_leftovers();
     code
+}
+
+fn note_killing(job: JobId) {
+    note(&format!(
+        "gang: killing job {job} (interrupt again to leave at once)"
+    ));
 }
 
 fn write_stream(stream: Stream, bytes: &[u8]) {
@@ -297,38 +306,23 @@ impl Runner<'_> {
                     return Flow::Exit(128 + sig as i32);
                 }
                 self.kill_requested = true;
-                match self.job {
-                    Some(job) => note(&format!(
-                        "gang: killing job {job} (interrupt again to leave at once)"
-                    )),
-                    None => note("gang: killing the job (interrupt again to leave at once)"),
+                // Said when the job is known (else once it is accepted).
+                if let Some(job) = self.job {
+                    note_killing(job);
                 }
                 self.send_kill()
             }
             Signal::SIGTSTP => {
-                let Some(job) = self.job else {
-                    note("gang: the job is not accepted yet; cannot suspend it");
-                    return Flow::Continue;
-                };
-                if self.conn.is_none() {
-                    note(&format!(
-                        "gang: not connected to gangd; job {job} keeps running"
-                    ));
+                if self.job.is_none() {
+                    // Suspended as soon as gangd names it.
+                    self.suspend_pending = true;
                     return Flow::Continue;
                 }
-                if let Err(e) = self.send(&FromClient::Suspend { job }) {
-                    return Flow::Lost(e);
-                }
-                self.suspended = true;
-                note(&format!("gang: job {job} suspended"));
-                let _ = io::stdout().flush();
-                // Stop ourselves so the shell shows the job stopped; `fg`
-                // continues us and SIGCONT resumes the job.
-                let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-                Flow::Continue
+                self.suspend()
             }
             Signal::SIGCONT => {
                 let Some(job) = self.job else {
+                    self.suspend_pending = false;
                     return Flow::Continue;
                 };
                 if !self.suspended || self.conn.is_none() {
@@ -345,6 +339,29 @@ impl Runner<'_> {
         }
     }
 
+    /// Ctrl-Z: Suspend the job, then stop ourselves so that the shell
+    /// shows the job stopped; `fg` continues us and SIGCONT resumes it.
+    fn suspend(&mut self) -> Flow {
+        self.suspend_pending = false;
+        let Some(job) = self.job else {
+            return Flow::Continue;
+        };
+        if self.conn.is_none() {
+            note(&format!(
+                "gang: not connected to gangd; job {job} keeps running"
+            ));
+            return Flow::Continue;
+        }
+        if let Err(e) = self.send(&FromClient::Suspend { job }) {
+            return Flow::Lost(e);
+        }
+        self.suspended = true;
+        note(&format!("gang: job {job} suspended"));
+        let _ = io::stdout().flush();
+        let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+        Flow::Continue
+    }
+
     fn on_message(&mut self, m: ToClient) -> Flow {
         match m {
             ToClient::Accepted { job } => {
@@ -355,7 +372,11 @@ impl Runner<'_> {
                         note(&format!("gang: job {job} submitted"));
                     }
                     if self.kill_requested {
+                        note_killing(job);
                         return self.send_kill();
+                    }
+                    if self.suspend_pending {
+                        return self.suspend();
                     }
                 }
                 Flow::Continue
