@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use gang_coordinator::proto::auth::{self, ClusterKey};
 use gang_coordinator::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
-use log::{debug, info, warn};
+use log::{info, warn};
 
 use crate::control::Inbox;
 use crate::knobs::SharedKnobs;
@@ -146,7 +146,7 @@ impl Agent {
             self.cfg.coordinator, self.cfg.node
         );
         let mut backoff = Backoff(FIRST_BACKOFF);
-        let mut last_failure = String::new();
+        let mut failures = 0u64;
         loop {
             let end = self.session(shutdown);
             self.link.detach();
@@ -156,7 +156,7 @@ impl Agent {
                 End::Lost(why) => {
                     warn!("lost gangd at {addr}: {why}; reconnecting");
                     backoff.reset();
-                    last_failure.clear();
+                    failures = 0;
                 }
                 End::Refused(reason) => {
                     warn!(
@@ -165,15 +165,14 @@ impl Agent {
                     );
                 }
                 End::Failed(why) => {
-                    // Said once, not every few seconds while gangd is down.
-                    if why != last_failure {
+                    failures += 1;
+                    if failures == 1 {
                         warn!(
                             "cannot join gangd at {addr}: {why}; retrying (every {} s at most)",
                             MAX_BACKOFF.as_secs()
                         );
-                        last_failure = why;
                     } else {
-                        debug!("cannot join gangd at {addr}: {why}");
+                        info!("still cannot join gangd at {addr} (attempt {failures}): {why}");
                     }
                 }
             }

@@ -253,6 +253,17 @@ impl Ranks {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // SAFETY: setsid(2) is async-signal-safe. A session of its own: a
+        // Ctrl-C or hangup meant for the daemon's terminal never reaches a
+        // rank (gangd's KillJob is the way to signal a job).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if let Some(procs) = &procs {
             let fd = procs.as_raw_fd();
             // SAFETY: only write(2), async-signal-safe, on an fd the parent

@@ -654,7 +654,7 @@ fn ranks_get_their_environment_and_report_output_then_exit() {
     let gangd = Gangd::new(key(9));
     let _agent = start_agent("rank-node", gangd.addr(), key(9), None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    let script = r#"echo "$GANG_RANK $GANG_SIZE $GANG_JOB $GANG_JOB_NAME $GANG_NODE $GANG_PEERS $GANG_PORT $FOO ${HOME-nohome} $0"; echo oops >&2; exit 3"#;
+    let script = r#"echo "$GANG_RANK $GANG_SIZE $GANG_JOB $GANG_JOB_NAME $GANG_NODE $GANG_PEERS $GANG_PORT $FOO ${HOME-nohome} $0"; [ "$(cut -d' ' -f6 /proc/$$/stat)" = $$ ] && echo own-session; echo oops >&2; exit 3"#;
     conn.send(spawn_rank(
         7,
         1,
@@ -672,7 +672,7 @@ fn ranks_get_their_environment_and_report_output_then_exit() {
     let (out, err, status) = conn.rank_until_exit(JobId(7), 1);
     assert_eq!(
         out,
-        "1 2 7 test7 rank-node h1:100,h2:200 200 bar nohome argv0\n"
+        "1 2 7 test7 rank-node h1:100,h2:200 200 bar nohome argv0\nown-session\n"
     );
     assert_eq!(err, "oops\n");
     assert_eq!(status, ExitStatus::Exited(3));
