@@ -438,47 +438,13 @@ impl<'a> Scheduler<'a> {
         self.table.nr_slots().max(self.min_slots)
     }
 
-    /// The table of a column: every gang known here gets its CPUs; the
-    /// others are left out and returned. With `check`, every placement must
-    /// be valid, the left-out gangs' included (the column must be a valid
-    /// table as a whole); without, an invalid one is logged and left out.
     fn column_table(
         &self,
         slots: &[Vec<Placement>],
         check: bool,
     ) -> Result<(SlotTable, BTreeSet<String>)> {
-        let housekeeping = self.applied.1.housekeeping.clone();
-        let mut table = SlotTable::new(self.nr_cpus, housekeeping.clone());
-        let mut whole = SlotTable::new(self.nr_cpus, housekeeping);
-        let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
-        let mut absent = BTreeSet::new();
-        for (s, placements) in slots.iter().enumerate() {
-            for p in placements {
-                let mut place = || -> Result<()> {
-                    let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg)?;
-                    if check {
-                        let next = ids.len() as GangId;
-                        let id = *ids.entry(p.gang.as_str()).or_insert(next);
-                        whole.place(id, s, &cpus)?;
-                    }
-                    match self.registry.get(&p.gang) {
-                        Some(g) => table.place(g.id, s, &cpus)?,
-                        None => {
-                            absent.insert(p.gang.clone());
-                        }
-                    }
-                    Ok(())
-                };
-                if let Err(e) = place() {
-                    let e = e.context(format!("placing gang {} in slot {s}", p.gang));
-                    if check {
-                        return Err(e);
-                    }
-                    warn!("{e:#}: left out");
-                }
-            }
-        }
-        Ok((table, absent))
+        let table = SlotTable::new(self.nr_cpus, self.applied.1.housekeeping.clone());
+        column_table(&self.registry, table, slots, check)
     }
 
     /// The coordinator's column (see Request::Column). All or nothing.
@@ -784,6 +750,50 @@ impl Drop for Scheduler<'_> {
     }
 }
 
+/// The table of a coordinator's column, built into the empty `table`: every
+/// gang of the registry gets its CPUs; the others are left out and
+/// returned. With `check`, every placement must be valid, the left-out
+/// gangs' included (the column must be a valid table as a whole); without,
+/// an invalid one is logged and left out.
+fn column_table(
+    registry: &GangRegistry,
+    mut table: SlotTable,
+    slots: &[Vec<Placement>],
+    check: bool,
+) -> Result<(SlotTable, BTreeSet<String>)> {
+    let nr_cpus = table.nr_cpus();
+    let mut whole = table.clone();
+    let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
+    let mut absent = BTreeSet::new();
+    for (s, placements) in slots.iter().enumerate() {
+        for p in placements {
+            let mut place = || -> Result<()> {
+                let cpus = CpuList::parse(&p.cpus, nr_cpus).map_err(anyhow::Error::msg)?;
+                if check {
+                    let next = ids.len() as GangId;
+                    let id = *ids.entry(p.gang.as_str()).or_insert(next);
+                    whole.place(id, s, &cpus)?;
+                }
+                match registry.get(&p.gang) {
+                    Some(g) => table.place(g.id, s, &cpus)?,
+                    None => {
+                        absent.insert(p.gang.clone());
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = place() {
+                let e = e.context(format!("placing gang {} in slot {s}", p.gang));
+                if check {
+                    return Err(e);
+                }
+                warn!("{e:#}: left out");
+            }
+        }
+    }
+    Ok((table, absent))
+}
+
 fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
     let bss = skel.maps.bss_data.as_mut().unwrap();
     bss.slot_ns = k.slot_ms as u64 * 1_000_000;
@@ -839,4 +849,76 @@ fn decode_event(data: &[u8]) -> Option<TraceEvent> {
 pub fn monotonic_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scx_gang::gangs::GangDir;
+
+    fn registry(names: &[&str]) -> GangRegistry {
+        let mut r = GangRegistry::new();
+        let dirs: Vec<GangDir> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| GangDir {
+                name: n.to_string(),
+                cgroup_id: 100 + i as u64,
+                populated: true,
+            })
+            .collect();
+        r.update(&dirs);
+        r
+    }
+
+    fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
+        slots
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|(g, c)| Placement {
+                        gang: g.to_string(),
+                        cpus: c.to_string(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_column_leaves_out_gangs_not_here_and_keeps_the_rest() {
+        let r = registry(&["job1", "job2"]);
+        let slots = column(&[&[("job1", "0-1"), ("job9", "2-3")], &[("job2", "0-3")], &[]]);
+        let (t, absent) =
+            column_table(&r, SlotTable::new(4, CpuList::new()), &slots, true).unwrap();
+        assert_eq!(absent.into_iter().collect::<Vec<_>>(), vec!["job9"]);
+        let (j1, j2) = (r.get("job1").unwrap().id, r.get("job2").unwrap().id);
+        assert_eq!(t.owner(0, 1), Some(j1));
+        assert_eq!(t.owner(0, 2), None, "job9's CPUs stay free");
+        assert_eq!(t.owner(1, 3), Some(j2));
+        assert_eq!(
+            t.nr_slots(),
+            2,
+            "trailing empty slots are the caller's (min_slots)"
+        );
+    }
+
+    #[test]
+    fn a_column_must_be_valid_as_a_whole() {
+        let r = registry(&["job1"]);
+        let t = || SlotTable::new(4, CpuList::parse("0", 4).unwrap());
+        // Two gangs absent here on the same CPU: still refused.
+        let clash = column(&[&[("job8", "1-2"), ("job9", "2-3")]]);
+        let e = column_table(&r, t(), &clash, true).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("placing gang job9 in slot 0"),
+            "{e:#}"
+        );
+        let housekeeping = column(&[&[("job1", "0-1")]]);
+        assert!(column_table(&r, t(), &housekeeping, true).is_err());
+        assert!(column_table(&r, t(), &column(&[&[("job1", "7")]]), true).is_err());
+        // Resolved again later (a knob changed): what no longer fits is left out.
+        let (t2, _) = column_table(&r, t(), &housekeeping, false).unwrap();
+        assert_eq!(t2.nr_slots(), 0);
+    }
 }
