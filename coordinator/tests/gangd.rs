@@ -610,9 +610,13 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
             cpus: "0".into(),
         }],
     ];
-    let n0 = FakeAgent::join_with(&g, "n0", 1, KEY, vec![live(vec![0])], sched.clone()).unwrap();
-    let n1 = FakeAgent::join_with(&g, "n1", 1, KEY, vec![live(vec![1])], sched).unwrap();
+    // The front end may come back before the nodes: its Attach waits.
     let mut fe = FrontEnd::connect(&g);
+    fe.send(FromClient::Attach { job: old });
+    thread::sleep(Duration::from_millis(200));
+    let n0 = FakeAgent::join_with(&g, "n0", 1, KEY, vec![live(vec![0])], sched.clone()).unwrap();
+    assert_eq!(fe.recv(), ToClient::Done);
+    let n1 = FakeAgent::join_with(&g, "n1", 1, KEY, vec![live(vec![1])], sched).unwrap();
     fe.send(FromClient::Ps);
     let ToClient::PsReply { jobs } = fe.recv() else {
         panic!()
@@ -631,9 +635,7 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
         .got()
         .iter()
         .any(|m| matches!(m, ToAgent::KillJob { .. })));
-    // Its front end comes back, and new jobs are numbered after it.
-    fe.send(FromClient::Attach { job: old });
-    assert_eq!(fe.recv(), ToClient::Done);
+    // New jobs are numbered after it.
     let mut fe2 = FrontEnd::connect(&g);
     match fe2.submit("new", 2, &["/bin/true"]) {
         ToClient::Accepted { job } => assert!(job.0 > old.0, "{job}"),

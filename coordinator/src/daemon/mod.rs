@@ -58,6 +58,10 @@ enum Event {
     Knob(KnobWrite),
 }
 
+/// After a start, how long a front end's Attach waits for its job to be
+/// adopted from the nodes as they rejoin.
+const ADOPTION_GRACE: Duration = Duration::from_secs(30);
+
 /// A SIGKILL'd rank that never reports is given up on after this long.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
@@ -89,6 +93,8 @@ pub struct Coordinator {
     rotation: Rotation,
     traces: BTreeMap<u64, TraceRun>,
     next_trace: u64,
+    /// Attach requests for jobs not (yet) adopted after a restart.
+    pending_attach: Vec<(ConnId, JobId)>,
     epoch: Instant,
 }
 
@@ -181,6 +187,7 @@ impl Coordinator {
             rotation: Rotation::new(cfg.switch_log.clone())?,
             traces: BTreeMap::new(),
             next_trace: 1,
+            pending_attach: Vec::new(),
             epoch: Instant::now(),
             cfg,
         })
@@ -603,6 +610,12 @@ impl Coordinator {
             }
             FromClient::Resume { job } => {
                 self.on_job_request(conn, cred, job, |co, job, _| co.suspend(job, false))
+            }
+            FromClient::Attach { job }
+                if !self.jobs.contains_key(&job) && self.epoch.elapsed() < ADOPTION_GRACE =>
+            {
+                // Just restarted: the job may come back with its nodes.
+                self.pending_attach.push((conn, job));
             }
             FromClient::Attach { job } => self.on_job_request(conn, cred, job, |co, job, _| {
                 if let Some(j) = co.jobs.get_mut(&job) {
@@ -1034,7 +1047,26 @@ impl Coordinator {
         self.publish_status();
     }
 
+    /// Serves the Attach requests whose job is now known, and refuses the
+    /// rest once the grace period is over.
+    fn serve_pending_attach(&mut self) {
+        let grace_over = self.epoch.elapsed() >= ADOPTION_GRACE;
+        for (conn, job) in std::mem::take(&mut self.pending_attach) {
+            if !self.clients.contains_key(&conn) {
+                continue;
+            }
+            if self.jobs.contains_key(&job) || grace_over {
+                self.from_client(conn, FromClient::Attach { job });
+            } else {
+                self.pending_attach.push((conn, job));
+            }
+        }
+    }
+
     fn check_deadlines(&mut self) {
+        if !self.pending_attach.is_empty() {
+            self.serve_pending_attach();
+        }
         let overdue: Vec<JobId> = self
             .jobs
             .iter()

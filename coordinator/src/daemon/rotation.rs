@@ -77,7 +77,8 @@ impl Rotation {
             Some(sw) => sw.deadline_us().unwrap_or(now_us),
             None => self.slot_start_us + u64::from(slot_ms) * 1000,
         };
-        due.saturating_sub(now_us)
+        // At least 1 ms: a due time that cannot be acted on must not spin.
+        due.saturating_sub(now_us).max(1000)
     }
 
     fn send(out: Outbox, nodes: &BTreeMap<NodeId, Node>) {
@@ -98,10 +99,18 @@ impl Rotation {
         now_us: u64,
         all: &BTreeMap<NodeId, Node>,
     ) {
-        if self.switch.is_some() || rotation.is_empty() || nodes.is_empty() {
+        if self.switch.is_some() {
             return;
         }
         let slot_over = now_us >= self.slot_start_us + u64::from(knobs.slot_ms) * 1000;
+        if rotation.is_empty() || nodes.is_empty() {
+            // Nothing to switch: the next look is a slot from now, not a
+            // busy loop.
+            if slot_over {
+                self.slot_start_us = now_us;
+            }
+            return;
+        }
         let to = match self.current {
             Some(c) if rotation.contains(&c) => {
                 let next =
