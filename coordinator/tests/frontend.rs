@@ -835,3 +835,307 @@ fn trace_merges_what_the_nodes_send() {
     let svg = fs::read_to_string(&svg).unwrap();
     assert!(svg.contains(">b:cpu1</text>"));
 }
+
+// ---- end to end: gang, the real gangd, fake node agents ----
+
+mod end_to_end {
+    use super::*;
+    use gang_coordinator::proto::auth::{self, ClusterKey};
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::{Arc, Mutex};
+
+    const KEY: &[u8] = b"fedcba9876543210fedcba9876543210";
+
+    struct Gangd {
+        child: Child,
+        fake: Fake,
+        port: u16,
+    }
+
+    impl Drop for Gangd {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn mono_ns() -> u64 {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    }
+
+    impl Gangd {
+        fn start(name: &str, nodes: usize) -> Gangd {
+            // The fake's directory, without its listener: gangd binds.
+            let mut fake = Fake::new(name);
+            fake.listener = None;
+            fs::remove_file(&fake.sock).unwrap();
+            let key = fake.dir.join("key");
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&key)
+                .unwrap()
+                .write_all(KEY)
+                .unwrap();
+            let port = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = Command::new(env!("CARGO_BIN_EXE_gangd"))
+                .args(["--listen", &format!("127.0.0.1:{port}"), "--no-knobs"])
+                .args(["--nodes", &nodes.to_string(), "--slot-ms", "50"])
+                .args(["--heartbeat-ms", "50"])
+                .arg("--socket")
+                .arg(&fake.sock)
+                .arg("--cluster-key")
+                .arg(&key)
+                .stderr(fs::File::create(fake.dir.join("gangd.log")).unwrap())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !(fake.sock.exists() && TcpStream::connect(("127.0.0.1", port)).is_ok()) {
+                assert!(Instant::now() < deadline, "gangd did not start");
+                thread::sleep(Duration::from_millis(20));
+            }
+            Gangd { child, fake, port }
+        }
+
+        /// `gang ARGS` and its result.
+        fn gang(&self, args: &[&str]) -> (i32, String, String) {
+            let (status, out, err) = self.fake.finish(self.fake.gang(args, &[]));
+            (
+                status.code().unwrap_or(-1),
+                String::from_utf8(out).unwrap(),
+                err,
+            )
+        }
+    }
+
+    /// A node agent: ranks of `/bin/hello` print a greeting in two pieces
+    /// and exit with their rank number (so rank 0 succeeds); ranks of any
+    /// other program run until killed. Traces are a switch per gen on gangd's
+    /// clock plus `delay_ns`.
+    fn agent(g: &Gangd, name: &str, delay_ns: u64) {
+        let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
+        let mut r = stream.try_clone().unwrap();
+        let w = Arc::new(Mutex::new(stream));
+        let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
+            panic!("no challenge")
+        };
+        let key = ClusterKey::from_bytes(KEY.to_vec()).unwrap();
+        let hello = FromAgent::Hello {
+            node: name.into(),
+            nr_cpus: 2,
+            housekeeping_cpus: String::new(),
+            agent_version: "test".into(),
+            proof: auth::prove(&key, &nonce.0, name).into(),
+            jobs: vec![],
+            schedule: vec![],
+        };
+        write_frame(&mut *w.lock().unwrap(), &hello).unwrap();
+        assert!(matches!(
+            read_frame::<ToAgent>(&mut r).unwrap(),
+            Some(ToAgent::Welcome { .. })
+        ));
+        let name = name.to_string();
+        thread::spawn(move || {
+            let mut live: Vec<(JobId, u32)> = Vec::new();
+            let send = |m: FromAgent| write_frame(&mut *w.lock().unwrap(), &m).is_ok();
+            while let Ok(Some(msg)) = read_frame::<ToAgent>(&mut r) {
+                let ok = match msg {
+                    ToAgent::Prepare { job, .. } => send(FromAgent::Prepared { job, error: None }),
+                    ToAgent::SpawnRank {
+                        job, rank, argv, ..
+                    } => {
+                        send(FromAgent::RankStarted {
+                            job,
+                            rank,
+                            pid: 100 + rank,
+                        });
+                        if argv[0] == "/bin/hello" {
+                            for piece in
+                                ["hello from ".to_string(), format!("{name} rank {rank}\n")]
+                            {
+                                send(FromAgent::RankOutput {
+                                    job,
+                                    rank,
+                                    stream: Stream::Stdout,
+                                    data: piece.as_bytes().into(),
+                                });
+                            }
+                            send(FromAgent::RankExited {
+                                job,
+                                rank,
+                                status: ExitStatus::Exited(rank as i32),
+                            })
+                        } else {
+                            live.push((job, rank));
+                            true
+                        }
+                    }
+                    ToAgent::KillJob { job, signal } => {
+                        let mut ok = true;
+                        for &(j, rank) in live.iter().filter(|(j, _)| *j == job) {
+                            ok &= send(FromAgent::RankExited {
+                                job: j,
+                                rank,
+                                status: ExitStatus::Signaled(signal),
+                            });
+                        }
+                        live.retain(|(j, _)| *j != job);
+                        ok
+                    }
+                    ToAgent::Freeze { gen, from_slot, .. } => send(FromAgent::Frozen {
+                        gen,
+                        slot: from_slot,
+                        drained_bytes: 0,
+                        drain_us: 1,
+                        timed_out: false,
+                        freeze_us: 1,
+                    }),
+                    ToAgent::Switch { gen, slot } => send(FromAgent::Running {
+                        gen,
+                        slot,
+                        switch_us: 1,
+                    }),
+                    ToAgent::Heartbeat { seq } => send(FromAgent::Heartbeat {
+                        seq,
+                        mono_ns: mono_ns(),
+                    }),
+                    ToAgent::Trace { id, .. } => {
+                        let now = mono_ns();
+                        let mut gang_names = BTreeMap::new();
+                        gang_names.insert(0, "job1".to_string());
+                        let mut events = Vec::new();
+                        for gen in 1..=5u64 {
+                            let ts = now + gen * 10 * MS + delay_ns;
+                            events.push(TraceEvent::switch(ts, gen, 0, 1));
+                            events.push(TraceEvent::owner(ts, 0, 0));
+                            events.push(TraceEvent::run(ts, 0, 0, 0));
+                        }
+                        let meta = TraceMeta {
+                            nr_cpus: 2,
+                            gang_names,
+                            start_ns: now,
+                            end_ns: now + 60 * MS,
+                            node: name.clone(),
+                        };
+                        let data = serde_json::to_vec(
+                            &serde_json::json!({"meta": meta, "events": events}),
+                        )
+                        .unwrap();
+                        let chunks: Vec<&[u8]> = data.chunks(300).collect();
+                        chunks.iter().enumerate().all(|(i, c)| {
+                            send(FromAgent::TraceChunk {
+                                id,
+                                data: (*c).into(),
+                                last: i + 1 == chunks.len(),
+                            })
+                        })
+                    }
+                    _ => true,
+                };
+                if !ok {
+                    break;
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn run_ps_kill_and_trace_through_gangd() {
+        let g = Gangd::start("e2e", 2);
+        agent(&g, "node0", 0);
+        agent(&g, "node1", 30 * US);
+
+        // One rank per node; rank 1 exits 1: the job fails with its code.
+        let (code, out, err) =
+            g.gang(&["run", "-n", "2", "--per-node", "1", "--label", "/bin/hello"]);
+        let mut lines: Vec<&str> = out.lines().collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            ["0: hello from node0 rank 0", "1: hello from node1 rank 1"],
+            "stderr: {err}"
+        );
+        assert_eq!(code, 1, "stderr: {err}");
+        assert!(
+            err.ends_with("failed: rank 1 on node1 exited with code 1\n"),
+            "{err}"
+        );
+
+        // A job that runs until killed: ps shows it, kill ends it, and the
+        // run exits as killed.
+        let runner = g.fake.gang(
+            &[
+                "-v",
+                "run",
+                "-n",
+                "2",
+                "--per-node",
+                "1",
+                "--name",
+                "forever",
+                "/bin/sleep",
+            ],
+            &[],
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let job = loop {
+            let (code, out, _) = g.gang(&["ps", "--json"]);
+            assert_eq!(code, 0);
+            let jobs: Vec<JobInfo> = serde_json::from_str(&out).unwrap();
+            if let Some(j) = jobs
+                .iter()
+                .find(|j| j.name == "forever" && j.state == JobState::Running)
+            {
+                break j.job;
+            }
+            assert!(Instant::now() < deadline, "the job never ran: {out}");
+            thread::sleep(Duration::from_millis(50));
+        };
+        let (code, out, _) = g.gang(&["ps"]);
+        assert_eq!(code, 0);
+        assert!(out.starts_with("JOB  NAME"), "{out}");
+        assert!(
+            out.contains(" forever ") && out.contains("node[0-1]"),
+            "{out}"
+        );
+        let (code, out, _) = g.gang(&["matrix"]);
+        assert_eq!(code, 0);
+        assert!(!out.is_empty());
+        let (code, out, err) = g.gang(&["kill", &job.to_string()]);
+        assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""));
+        let (status, _, err) = g.fake.finish(runner);
+        assert_eq!(status.code(), Some(130), "{err}");
+        assert!(
+            err.starts_with(&format!("gang: job {job} submitted\n")),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("gang: job {job} killed by ")),
+            "{err}"
+        );
+        let (code, _, err) = g.gang(&["kill", &job.to_string()]);
+        assert_eq!(code, 1);
+        assert_eq!(err, format!("gang: no job {job}\n"));
+
+        // Trace: both nodes, a skew of about 30 µs (the clock offsets come
+        // from heartbeats on one host, so they are close to 0).
+        let svg = g.fake.dir.join("c.svg");
+        let (code, out, err) =
+            g.gang(&["trace", "--seconds", "0.1", "--svg", svg.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("node0") && out.contains("node1"), "{out}");
+        assert!(out.contains("switch skew over 5 switches"), "{out}");
+        assert!(fs::read_to_string(&svg)
+            .unwrap()
+            .contains(">node1:cpu1</text>"));
+    }
+}

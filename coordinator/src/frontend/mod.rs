@@ -147,8 +147,8 @@ pub struct TraceOptions<'a> {
 
 /// `gang trace`: returns 0 when at least one node's trace came, else 1.
 pub fn trace(o: &TraceOptions) -> i32 {
-    if !(o.seconds.is_finite() && o.seconds > 0.0 && o.seconds <= 3600.0) {
-        return fail("--seconds must be more than 0 and at most 3600");
+    if !(o.seconds.is_finite() && o.seconds > 0.0 && o.seconds <= 600.0) {
+        return fail("--seconds must be more than 0 and at most 600");
     }
     let ms = (o.seconds * 1000.0).ceil() as u64;
     let mut c = match Client::connect(o.socket) {
