@@ -55,6 +55,35 @@ pub struct Job {
 }
 
 impl Job {
+    /// A job as submitted: not yet placed, no rank started.
+    pub fn new(
+        name: String,
+        cred: Cred,
+        ranks: u32,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+    ) -> Job {
+        Job {
+            name,
+            cred,
+            ranks,
+            argv,
+            env,
+            cwd,
+            client: None,
+            accepted: false,
+            phase: Phase::Queued,
+            rank_node: vec![],
+            live: BTreeSet::new(),
+            exits: BTreeMap::new(),
+            failure: None,
+            ending: None,
+            kill_sent: None,
+            submitted: Instant::now(),
+        }
+    }
+
     /// Nodes that still have live ranks of the job.
     pub fn live_nodes(&self) -> BTreeSet<NodeId> {
         self.live

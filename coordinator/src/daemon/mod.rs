@@ -380,26 +380,21 @@ impl Coordinator {
             }
         }
         let job = self.jobs.entry(lj.job).or_insert_with(|| Job {
-            name: lj.name.clone(),
-            cred: Cred {
-                uid: lj.uid,
-                gid: lj.gid,
-                pid: 0,
-            },
-            ranks: lj.size,
-            argv: vec![],
-            env: vec![],
-            cwd: String::new(),
-            client: None,
             accepted: true,
             phase: Phase::Started,
             rank_node: vec![NodeId(u32::MAX); lj.size as usize],
-            live: BTreeSet::new(),
-            exits: BTreeMap::new(),
-            failure: None,
-            ending: None,
-            kill_sent: None,
-            submitted: Instant::now(),
+            ..Job::new(
+                lj.name.clone(),
+                Cred {
+                    uid: lj.uid,
+                    gid: lj.gid,
+                    pid: 0,
+                },
+                lj.size,
+                vec![],
+                vec![],
+                String::new(),
+            )
         });
         for &r in &lj.ranks {
             if let Some(slot) = job.rank_node.get_mut(r as usize) {
@@ -740,22 +735,8 @@ impl Coordinator {
         self.jobs.insert(
             id,
             Job {
-                name,
-                cred,
-                ranks,
-                argv,
-                env,
-                cwd,
                 client: Some(conn),
-                accepted: false,
-                phase: Phase::Queued,
-                rank_node: vec![],
-                live: BTreeSet::new(),
-                exits: BTreeMap::new(),
-                failure: None,
-                ending: None,
-                kill_sent: None,
-                submitted: Instant::now(),
+                ..Job::new(name, cred, ranks, argv, env, cwd)
             },
         );
         if self
