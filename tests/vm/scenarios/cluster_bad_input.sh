@@ -34,10 +34,10 @@ gangd_log_lines() { wc -l < "$RESULTS/gangd.log"; }
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit R 3 -- burn --seconds 40 --name R; R=$JOB_PID
+	submit R 3 -- /usr/bin/burn --seconds 40 --name R; R=$JOB_PID
 	wait_jobs running 1 60
 
-	try n99 as_alice gang run -n 99 -- burn --seconds 1
+	try n99 as_alice gang run -n 99 -- /usr/bin/burn --seconds 1
 	try missing as_alice gang run -n 3 -- /no/such/program
 	as_alice gang ps --json > "$RESULTS/ps_after_refusals.json" 2>&1
 	knob_write policy policy bogus

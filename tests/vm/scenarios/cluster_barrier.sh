@@ -14,8 +14,8 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit R1 3 -- ring --seconds 12 --bytes 65536; R1=$JOB_PID
-	submit R2 3 -- ring --seconds 12 --bytes 65536; R2=$JOB_PID
+	submit R1 3 -- /usr/bin/ring --seconds 12 --bytes 65536; R1=$JOB_PID
+	submit R2 3 -- /usr/bin/ring --seconds 12 --bytes 65536; R2=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
 	cat "$GANGD_KNOBS/barrier" > "$RESULTS/barrier_knob" 2>&1

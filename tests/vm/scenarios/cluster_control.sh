@@ -47,7 +47,7 @@ if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
 
 	# 1. Ctrl-C
-	submit C 3 -- burn --seconds 120 --name C; C=$JOB_PID
+	submit C 3 -- /usr/bin/burn --seconds 120 --name C; C=$JOB_PID
 	wait_jobs running 1 60
 	sleep 2
 	log "Ctrl-C to gang run"
@@ -60,7 +60,7 @@ if [ "$NODE_ID" = 0 ]; then
 	all_nodes ctrlc checked
 
 	# 2. Ctrl-Z, then SIGCONT
-	submit Z 3 -- burn --seconds 120 --name Z; Z=$JOB_PID
+	submit Z 3 -- /usr/bin/burn --seconds 120 --name Z; Z=$JOB_PID
 	wait_jobs running 1 60
 	sleep 1
 	log "Ctrl-Z to gang run"
@@ -84,7 +84,7 @@ if [ "$NODE_ID" = 0 ]; then
 	all_nodes tstp checked
 
 	# 3. kill -9 of the rank on node 1
-	submit K 3 -- burn --seconds 120 --name K; K=$JOB_PID
+	submit K 3 -- /usr/bin/burn --seconds 120 --name K; K=$JOB_PID
 	wait_jobs running 1 60
 	as_alice gang ps --json > "$RESULTS/kill9.ps.json" 2>&1
 	board_put phase kill9

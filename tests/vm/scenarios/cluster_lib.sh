@@ -16,6 +16,9 @@
 #   fi
 . /scenarios/lib.sh
 
+# With the uptime: the nodes' logs can be read side by side.
+log() { echo "[scenario $(cut -d' ' -f1 /proc/uptime)] $*"; }
+
 GANGD_KNOBS=/run/gangd
 CLUSTER_KEY=/etc/gangd/cluster.key
 GANGD_PORT=7070
@@ -84,13 +87,34 @@ board_put() {
 	}
 }
 
-# wait_board KEY VALUE [SECONDS]: until KEY has VALUE (default 300 s).
+# wait_board KEY VALUE [SECONDS]: until KEY has VALUE (default 300 s). Gives
+# up early when a node failed (the board's "abort" key) or node 0 is gone.
 wait_board() {
-	local until_ms=$(( $(now_ms) + ${3:-300} * 1000 ))
-	until [ "$(board_get "$1")" = "$2" ]; do
+	local until_ms=$(( $(now_ms) + ${3:-300} * 1000 )) v misses=0
+	while :; do
+		if v=$(board_get "$1"); then
+			misses=0
+			[ "$v" = "$2" ] && return 0
+			v=$(board_get abort)
+			[ -n "$v" ] && { log "giving up on $1: $v"; return 1; }
+		else
+			misses=$((misses + 1))
+			[ "$misses" -ge 5 ] && { log "giving up on $1: node 0 is gone"; return 1; }
+		fi
 		[ "$(now_ms)" -ge "$until_ms" ] && return 1
 		usleep 200000
 	done
+}
+
+# A failure anywhere ends the run everywhere: the board's "abort" key stops
+# every node waiting on the board, and node 0 stays a moment to serve it.
+fail() {
+	echo "[scenario] FAIL: $*"
+	echo "$*" > "$RESULTS/failure"
+	# The first failure is the cause; later ones are often its consequences.
+	[ -n "$(board_get abort 2> /dev/null)" ] || board_put abort "node$NODE_ID: $*" > /dev/null 2>&1
+	[ "$NODE_ID" = 0 ] && sleep 5
+	exit 1
 }
 
 # ---- gangd and the node agents -----------------------------------------------------
@@ -125,22 +149,30 @@ stop_gangd() {
 # node<NODE_ID>. Nodes join in order (node i after node i-1), so gangd numbers
 # them like their names. Returns once the scheduler is attached and the
 # agent logged its admission; SCX_PID is its PID, its log scx_gang.log.
+#
+# Tasks of no gang (gangd, the board, this script, the agent's helpers) get
+# OTHER_SHARE_PCT (default 25) % of the node's one CPU while gangs are busy:
+# at the scheduler's default of 5 %, an emulated CPU leaves gangd and the
+# scripts too slow to answer heartbeats and barriers in time.
+OTHER_SHARE_PCT=${OTHER_SHARE_PCT:-25}
 start_node_agent() {
 	wait_board gangd up 120 || fail "gangd did not come up on node 0"
 	[ "$NODE_ID" = 0 ] || wait_board "joined.node$((NODE_ID - 1))" yes 300 ||
 		fail "node$((NODE_ID - 1)) never joined"
 	scx_gang --coordinator "node0:$GANGD_PORT" --cluster-key "$CLUSTER_KEY" \
-		--node-name "node$NODE_ID" "$@" > "$RESULTS/scx_gang.log" 2>&1 &
+		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" "$@" \
+		> "$RESULTS/scx_gang.log" 2>&1 &
 	SCX_PID=$!
-	wait_for 120 joined_or_dead
+	wait_for 120 ready_or_dead
 	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
 	joined || fail "scx_gang did not join: $(tail -5 "$RESULTS/scx_gang.log")"
-	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE)"
+	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
 	board_put "joined.node$NODE_ID" yes || fail "node 0's board does not answer"
 	log "node $NODE_ID: $(grep -o 'joined cluster as node [0-9]*' "$RESULTS/scx_gang.log" | head -1)"
 }
 joined() { grep -q "joined cluster as node" "$RESULTS/scx_gang.log"; }
-joined_or_dead() { joined || ! kill -0 "$SCX_PID"; }
+# The agent may join before the scheduler is attached: wait for both.
+ready_or_dead() { { joined && state_is enabled; } || ! kill -0 "$SCX_PID"; }
 
 # stop_node_agent: Ctrl-C; exit status to scx_gang.rc (lib.sh's stop_scx_gang).
 stop_node_agent() {
@@ -160,10 +192,13 @@ node_count() {
 	esac
 }
 
-# wait_nodes N [SECONDS]: until gangd knows N nodes.
+# wait_nodes N [SECONDS]: until gangd knows N nodes, and still does 4 s later
+# (longer than a heartbeat timeout: an agent that joined but then falls
+# silent is dropped again, and jobs would be refused).
 nodes_at_least() { [ "$(node_count)" -ge "$1" ]; }
+nodes_stable() { nodes_at_least "$1" && sleep 4 && nodes_at_least "$1"; }
 wait_nodes() {
-	wait_for "${2:-120}" nodes_at_least "$1" ||
+	wait_for "${2:-120}" nodes_stable "$1" ||
 		fail "gangd knows $(node_count) node(s), not $1: $(cat $GANGD_KNOBS/nodes)"
 	log "gangd knows $1 nodes"
 }
@@ -181,15 +216,29 @@ submit() {
 	local name=$1 n=$2; shift 2
 	as_alice gang run -n "$n" --name "$name" "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" &
 	JOB_PID=$!
+	LIVE_JOBS="$LIVE_JOBS $name:$JOB_PID"
 	log "submitted $name (-n $n, gang run pid $JOB_PID)"
 }
 finish_job() {
-	local rc
+	local rc j live=
 	wait "$2"
 	rc=$?
 	echo $rc > "$RESULTS/$1.rc"
+	for j in $LIVE_JOBS; do [ "${j#*:}" = "$2" ] || live="$live $j"; done
+	LIVE_JOBS=$live
 	log "job $1 ended with rc $rc"
 	return 0
+}
+
+# jobs_alive: every `gang run` submitted and not finished still runs; if not,
+# says which ended and how.
+jobs_alive() {
+	local j
+	for j in $LIVE_JOBS; do
+		kill -0 "${j#*:}" 2>/dev/null && continue
+		echo "gang run of job ${j%%:*} ended: $(head -c 300 "$RESULTS/${j%%:*}.err")"
+		return 1
+	done
 }
 
 # jobs_in_state STATE: how many jobs `gang ps --json` shows in STATE
@@ -200,9 +249,12 @@ jobs_in_state() {
 
 # wait_jobs STATE N [SECONDS]: until N jobs are in STATE.
 jobs_at_least() { [ "$(jobs_in_state "$1")" -ge "$2" ]; }
+jobs_at_least_or_ended() { jobs_at_least "$@" || ! jobs_alive > /dev/null; }
 wait_jobs() {
-	wait_for "${3:-120}" jobs_at_least "$1" "$2" ||
-		fail "$(jobs_in_state "$1") job(s) $1, not $2: $(as_alice gang ps 2>&1)"
+	wait_for "${3:-120}" jobs_at_least_or_ended "$1" "$2"
+	jobs_alive || fail "waiting for $2 job(s) $1: $(jobs_alive)"
+	jobs_at_least "$1" "$2" ||
+		fail "$(jobs_in_state "$1") job(s) $1, not $2: $(as_alice gang ps 2>&1 | tr '\n' ';')"
 }
 
 # job_id NAME: the id of alice's job NAME, from `gang ps --json`.
@@ -273,6 +325,8 @@ wait_done() {
 		if v=$(board_get done); then
 			misses=0
 			[ "$v" = yes ] && break
+			v=$(board_get abort)
+			[ -n "$v" ] && { log "stopping: $v"; break; }
 		else
 			misses=$((misses + 1))
 			[ "$misses" -ge 10 ] && { log "node 0 is gone"; break; }

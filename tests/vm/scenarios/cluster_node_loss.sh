@@ -12,9 +12,9 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit B 2 --per-node 1 -- burn --seconds 25 --name B; B=$JOB_PID
+	submit B 2 --per-node 1 -- /usr/bin/burn --seconds 25 --name B; B=$JOB_PID
 	wait_jobs running 1 60
-	submit A 3 -- burn --seconds 120 --name A; A=$JOB_PID
+	submit A 3 -- /usr/bin/burn --seconds 120 --name A; A=$JOB_PID
 	wait_jobs running 2 60
 	as_alice gang ps --json > "$RESULTS/ps_before.json" 2>&1
 	job_nodes A > "$RESULTS/A.nodes"

@@ -10,8 +10,8 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit A 3 -- burn --seconds 16 --name A; A=$JOB_PID
-	submit B 3 -- burn --seconds 16 --name B; B=$JOB_PID
+	submit A 3 -- /usr/bin/burn --seconds 16 --name A; A=$JOB_PID
+	submit B 3 -- /usr/bin/burn --seconds 16 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
 	as_alice gang ps --json > "$RESULTS/ps.json" 2> "$RESULTS/ps.err"
