@@ -29,9 +29,8 @@ fn repo() -> PathBuf {
 /// the coordinator and its front end (gang-coordinator crate), all in the
 /// same directory after `cargo build --workspace`.
 fn binaries() -> Vec<PathBuf> {
-    let daemon = PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"));
-    let dir = daemon.parent().unwrap().to_path_buf();
-    let mut bins = vec![daemon];
+    let dir = bin_dir();
+    let mut bins = vec![dir.join("scx_gang")];
     for name in ["burn", "ring", "runas"] {
         let p = dir.join(name);
         assert!(p.exists(), "{} is missing: {BUILD}", p.display());
@@ -50,11 +49,23 @@ const BUILD: &str =
     "build the workspace first (cargo build --workspace, with --release for cargo test --release)";
 const COORDINATOR: [&str; 2] = ["gangd", "gang"];
 
+/// Where the binaries come from: cargo's output directory, or
+/// $GANG_VM_BIN_DIR (e.g. stripped debug builds while developing).
+fn bin_dir() -> PathBuf {
+    match std::env::var_os("GANG_VM_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"))
+            .parent()
+            .unwrap()
+            .to_path_buf(),
+    }
+}
+
 /// The coordinator's tests need its binaries in the image.
 fn need_coordinator() {
-    let dir = PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"));
+    let dir = bin_dir();
     for name in COORDINATOR {
-        let p = dir.parent().unwrap().join(name);
+        let p = dir.join(name);
         assert!(p.exists(), "{} is missing: {BUILD}", p.display());
     }
 }
@@ -99,7 +110,15 @@ fn tail(path: &Path, lines: usize) -> String {
 /// Boots `NODES` nodes running `scenario`, with `extra` arguments for
 /// cluster.sh (e.g. --kill-node). Panics with every node's failure and log
 /// tails if the run failed.
+///
+/// With $GANG_VM_REUSE=DIR nothing boots: the checks run on the results of an
+/// earlier run in DIR/<scenario> (to work on the assertions).
 fn run_cluster(scenario: &str, extra: &[&str], timeout_s: u32) -> Run {
+    if let Some(dir) = std::env::var_os("GANG_VM_REUSE") {
+        return Run {
+            out: PathBuf::from(dir).join(scenario),
+        };
+    }
     if scenario != "cluster_smoke" {
         need_coordinator();
     }
