@@ -479,7 +479,7 @@ fn ctrl_c_ctrl_z_and_a_killed_rank_control_the_whole_job() {
 
     // kill -9 of a rank on node 1: the job fails and says which and how.
     assert_ne!(read(&n0, "kill9.rc"), "0", "a killed rank is a failure");
-    let report = format!("{}\n{}", read(&n0, "kill9.err"), read(&n0, "kill9.out"));
+    let report = format!("{}\n{}", read(&n0, "K.err"), read(&n0, "K.out"));
     assert!(
         report.contains("node1"),
         "the report names the node: {report}"

@@ -121,9 +121,14 @@ fail() {
 
 # start_gangd ARGS...: node 0 only. gangd with the image's cluster key, its log
 # in $RESULTS/gangd.log; returns once it listens and serves its knob files.
+# A node is lost after NODE_TIMEOUT_MS (default 10000) of silence: gangd's
+# default (3 s) is meant for real machines, and an emulated node runs 10 to
+# 50 times slower (starting a rank alone takes it about 2 s).
+NODE_TIMEOUT_MS=${NODE_TIMEOUT_MS:-10000}
 start_gangd() {
 	[ "$NODE_ID" = 0 ] || fail "start_gangd on node $NODE_ID: gangd runs on node 0"
-	gangd --cluster-key "$CLUSTER_KEY" "$@" > "$RESULTS/gangd.log" 2>&1 &
+	gangd --cluster-key "$CLUSTER_KEY" --node-timeout-ms "$NODE_TIMEOUT_MS" "$@" \
+		> "$RESULTS/gangd.log" 2>&1 &
 	GANGD_PID=$!
 	wait_for 60 gangd_up_or_dead
 	kill -0 "$GANGD_PID" 2>/dev/null || fail "gangd exited: $(tail -5 "$RESULTS/gangd.log")"
@@ -214,7 +219,10 @@ as_alice() { as_user $ALICE_UID "$@"; }
 # PID in JOB_PID. finish_job NAME PID writes the exit status to NAME.rc.
 submit() {
 	local name=$1 n=$2; shift 2
-	as_alice gang run -n "$n" --name "$name" "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" &
+	# runas itself, not as_alice: $! must be gang's PID (runas execs it), so
+	# that a test can signal it like a shell's Ctrl-C or Ctrl-Z would.
+	runas $ALICE_UID $ALICE_UID -- gang run -n "$n" --name "$name" "$@" \
+		> "$RESULTS/$name.out" 2> "$RESULTS/$name.err" &
 	JOB_PID=$!
 	LIVE_JOBS="$LIVE_JOBS $name:$JOB_PID"
 	log "submitted $name (-n $n, gang run pid $JOB_PID)"
