@@ -267,13 +267,13 @@ wait_jobs() {
 
 # job_id NAME: the id of alice's job NAME, from `gang ps --json`.
 job_id() {
-	as_alice gang ps --json 2>/dev/null | tr '}' '\n' | grep "\"name\": *\"$1\"" |
+	as_alice gang ps --json 2>/dev/null | tr -d '\n' | tr '}' '\n' | grep "\"name\": *\"$1\"" |
 		sed -n 's/.*"job": *\([0-9][0-9]*\).*/\1/p' | head -n 1
 }
 
 # job_nodes NAME: the nodes of alice's job NAME, from `gang ps --json`.
 job_nodes() {
-	as_alice gang ps --json 2>/dev/null | tr '}' '\n' | grep "\"name\": *\"$1\"" |
+	as_alice gang ps --json 2>/dev/null | tr -d '\n' | tr '}' '\n' | grep "\"name\": *\"$1\"" |
 		sed -n 's/.*"nodes": *\[\([^]]*\)\].*/\1/p' | tr -d '" ' | tr ',' ' ' | head -n 1
 }
 

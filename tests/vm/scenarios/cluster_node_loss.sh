@@ -12,7 +12,7 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit B 2 --per-node 1 -- /usr/bin/burn --seconds 25 --name B; B=$JOB_PID
+	submit B 2 --per-node 1 -- /usr/bin/burn --seconds 60 --name B; B=$JOB_PID
 	wait_jobs running 1 60
 	submit A 3 -- /usr/bin/burn --seconds 120 --name A; A=$JOB_PID
 	wait_jobs running 2 60
