@@ -34,7 +34,7 @@ gangd_log_lines() { wc -l < "$RESULTS/gangd.log"; }
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit R 3 -- /usr/bin/burn --seconds 40 --name R; R=$JOB_PID
+	submit R 3 -- /usr/bin/burn --seconds 90 --name R; R=$JOB_PID
 	wait_jobs running 1 60
 
 	try n99 as_alice gang run -n 99 -- /usr/bin/burn --seconds 1
