@@ -6,6 +6,15 @@
 //!   burn --window S E [--threads T]  sleep until CLOCK_MONOTONIC S, spin until
 //!                                    E: several processes given the same
 //!                                    window compete over exactly that time
+//!   burn --busy-window LEAD D TAIL [--threads T]
+//!                                    spin from the start for LEAD + D + TAIL
+//!                                    seconds, counting only the units done
+//!                                    between start + LEAD and start + LEAD + D
+//!                                    (CLOCK_MONOTONIC): processes started
+//!                                    less than LEAD apart and given the same
+//!                                    D, on any nodes whatever their clocks,
+//!                                    compete over each other's whole window
+//!                                    if TAIL covers the spread of the starts
 //!
 //! Prints one JSON line at the end: work done, wall time, CPU time and the
 //! start and end on CLOCK_MONOTONIC, so a test can see how much CPU a task
@@ -34,6 +43,8 @@ enum Stop {
     After(Duration),
     Units(u64),
     Until(f64),
+    /// Count units done in [from, until), spin on until `end`.
+    Span { from: f64, until: f64, end: f64 },
 }
 
 fn worker(stop: &Stop) -> u64 {
@@ -45,6 +56,17 @@ fn worker(stop: &Stop) -> u64 {
             Stop::After(d) if start.elapsed() >= *d => break,
             Stop::Units(n) if units >= *n => break,
             Stop::Until(end) if clock_seconds(CLOCK_MONOTONIC) >= *end => break,
+            Stop::Span { from, until, end } => {
+                acc ^= spin_unit(acc);
+                let now = clock_seconds(CLOCK_MONOTONIC);
+                if now >= *from && now < *until {
+                    units += 1;
+                }
+                if now >= *end {
+                    break;
+                }
+                continue;
+            }
             _ => {}
         }
         acc ^= spin_unit(units);
@@ -78,7 +100,7 @@ extern "C" {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: burn (--seconds S | --work N | --window FROM UNTIL) [--threads T] [--name NAME]"
+        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME]"
     );
     std::process::exit(2);
 }
@@ -103,6 +125,22 @@ fn main() {
                     std::thread::sleep(Duration::from_secs_f64(wait));
                 }
                 stop = Some(Stop::Until(until));
+            }
+            "--busy-window" => {
+                let mut secs = || -> f64 {
+                    let v: f64 = val().parse().unwrap_or_else(|_| usage());
+                    if !(v >= 0.0) {
+                        usage()
+                    }
+                    v
+                };
+                let (lead, d, tail) = (secs(), secs(), secs());
+                let from = clock_seconds(CLOCK_MONOTONIC) + lead;
+                stop = Some(Stop::Span {
+                    from,
+                    until: from + d,
+                    end: from + d + tail,
+                });
             }
             "--threads" => threads = val().parse().unwrap_or_else(|_| usage()),
             "--name" => name = val(),

@@ -1,0 +1,299 @@
+# Benchmark (not a test): the cluster analogue of seed 000 Table 4, run by
+# scripts/bench_cluster.sh on N compute nodes of one vCPU each. Everything in
+# one boot, so the figures stand side by side:
+#
+#   T_overhead = TQ * (1 - r),  r = (U_a + U_b) / U_alone   (work rates)
+#
+# Roles. BENCH_HEAD=1 (default): node 0 is a head node: the board, gangd and
+# the `gang run` front ends, no agent and no ranks; nodes 1..NNODES-1 compute.
+# BENCH_HEAD=0: node 0 computes too (as the acceptance tests run it); then
+# gangd is a task of no gang on a CPU its ranks keep busy, and every message
+# it handles waits for the scheduler's minimum share of tasks of no gang
+# (min_other_share_pct): milliseconds per hop, which is what a barrier then
+# measures (only the scx_gang daemon itself, the agent, runs at once).
+#
+# 1. RTT, idle, default scheduler: node 0 pings every compute node (itself,
+#    through loopback, with one node and no head), 20 echoes 0.2 s apart.
+# 2. Signal-based switching, no scx_gang attached (default scheduler): on
+#    every compute node at once, two local burn processes switched every TQ
+#    by sigswitch (SIGSTOP/SIGCONT), against one burn alone. Nodes step
+#    through the same list of runs in lock step through node 0's board.
+# 3. scx_gang: gangd on node 0 (fill=BENCH_FILL, default 0: a frozen gang's
+#    CPU stays idle, so the barrier's time shows as lost work, as a switch's
+#    time does in Table 4), an agent on every compute node. One job of N
+#    ranks alone (one rank per compute node: no switch), then for each TQ
+#    and barrier two such jobs switched every TQ by gangd. slot_ms and barrier are set through
+#    /run/gangd between runs. The switches inside the window come from
+#    gangd's switch log (switch.jsonl): medians of total_us (barrier start ->
+#    last Running), skew_us (spread of the Running answers), freeze_us.
+#    Then RTT again: ping idle under scx_gang, ping while a job keeps every
+#    node busy, and gangd's heartbeat RTT (min over its samples, /run/gangd/nodes).
+#
+# The window. Ranks on different VMs have unrelated clocks (the guests read
+# the host's RTC to the second, and under emulation the clocks drift), so no
+# absolute time is shared. Every burn instead spins from its own start for
+# LEAD + D + TAIL seconds and counts only the work units done in
+# [start + LEAD, start + LEAD + D] on its own CLOCK_MONOTONIC
+# (`burn --busy-window LEAD D TAIL`). As long as all processes of a run start
+# less than LEAD apart and TAIL covers the same spread, each process's window
+# lies inside the time where every competitor is busy too, so each window
+# sees the steady state (both jobs placed and alternating, or both signal
+# gangs under sigswitch) and nothing else. The spread of the starts on node 0
+# is recorded (spread_ms) and a run where it exceeds LEAD or TAIL is marked
+# bad. Rates (units / D) are compared, so D may differ between TQs.
+#
+# Results: node 0's $RESULTS/gang.jsonl and rtt.jsonl, every node's
+# $RESULTS/sig.jsonl (its units: the host adds up the nodes), switch.jsonl.
+# Settings (env.NAME=a,b on the kernel command line):
+#   BENCH_TQS "50 100 200 500"   BENCH_BARRIERS "strict off"   BENCH_REPS 3
+#   BENCH_SECONDS 6 (D = max(BENCH_SECONDS, 12 * TQ / 1000))   BENCH_FILL 0
+#   BENCH_SIG 1 (0: skip the signal-based part)   BENCH_HEAD 1
+. /scenarios/cluster_lib.sh
+
+TQS=${BENCH_TQS:-"50 100 200 500"}
+BARRIERS=${BENCH_BARRIERS:-"strict off"}
+REPS=${BENCH_REPS:-3}
+DMIN=${BENCH_SECONDS:-6}
+FILL=${BENCH_FILL:-0}
+SIG=${BENCH_SIG:-1}
+HEAD=${BENCH_HEAD:-1}
+if [ "$HEAD" = 1 ]; then
+	NC=$((NNODES - 1)) FIRST=1
+	[ "$NC" -ge 1 ] || fail "BENCH_HEAD=1 needs at least 2 nodes (a head and a compute node)"
+else
+	NC=$NNODES FIRST=0
+fi
+# compute: this node runs ranks and the signal runs.
+compute() { [ "$NODE_ID" -ge "$FIRST" ]; }
+SIGROOT=/sys/fs/cgroup/sigbench   # not below the gang root: no gangs for scx_gang later
+
+# Progress lines the host shows.
+say() { log "bench: $*"; }
+
+# D, LEAD and TAIL in seconds for a TQ (ms): starts of the second job's ranks
+# may wait for its first slot, so LEAD and TAIL grow with TQ.
+d_for() { awk -v t="$1" -v d="$DMIN" 'BEGIN { x = 12 * t / 1000; printf "%g\n", (x > d ? x : d) }'; }
+lead_for() { awk -v t="$1" 'BEGIN { printf "%g\n", 1.5 + 2 * t / 1000 }'; }
+
+# median: of the numbers on stdin (empty if none).
+median() {
+	sort -n | awk '{ a[NR] = $1 } END { if (NR) printf "%g\n", NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# units FILE: the sum of "units" over the JSON lines of FILE (labels allowed).
+units() { sed -n 's/.*"units":\([0-9]*\).*/\1/p' "$1" | awk '{ s += $1 } END { print s + 0 }'; }
+starts() { sed -n 's/.*"start_s":\([0-9.]*\).*/\1/p' "$1"; }
+
+# ping_stats HOST: median and min RTT of 20 echoes, in µs.
+ping_stats() {
+	ping -c 20 -i 0.2 "$1" 2>/dev/null | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' > /tmp/ping.$$
+	echo "$(median < /tmp/ping.$$ | awk '{ printf "%d", $1 * 1000 }') $(sort -n /tmp/ping.$$ | head -1 | awk '{ printf "%d", $1 * 1000 }') $(wc -l < /tmp/ping.$$)"
+}
+rtt_all() { # WHAT: ping every compute node but node 0 itself (itself if alone)
+	local i=$((FIRST > 0 ? FIRST : 1)) peers s
+	peers=""
+	while [ "$i" -lt "$NNODES" ]; do peers="$peers node$i"; i=$((i + 1)); done
+	[ -n "$peers" ] || peers=node0
+	for p in $peers; do
+		s=$(ping_stats "$p")
+		set -- $s
+		echo "{\"what\":\"$WHAT\",\"peer\":\"$p\",\"p50_us\":${1:-0},\"min_us\":${2:-0},\"n\":${3:-0}}" >> "$RESULTS/rtt.jsonl"
+		say "RTT $WHAT node0 -> $p: p50 ${1:-?} us, min ${2:-?} us (${3:-0} echoes)"
+	done
+}
+gangd_rtt() { # WHAT: gangd's heartbeat RTT per node
+	sed -n 's/^[0-9]* \([^ ]*\) .*rtt_us=\([0-9][0-9]*\).*/\1 \2/p' "$GANGD_KNOBS/nodes" | while read -r n r; do
+		echo "{\"what\":\"$WHAT\",\"peer\":\"$n\",\"p50_us\":$r,\"min_us\":$r,\"n\":1}" >> "$RESULTS/rtt.jsonl"
+		say "RTT $WHAT $n: $r us"
+	done
+}
+
+# ---- 2. signal-based switching, every node at once --------------------------------
+
+# sig_run REP METHOD TQ: this node's part of one run; METHOD alone or sigstop.
+sig_run() {
+	local rep=$1 m=$2 tq=$3 d lead A B SW=""
+	d=$(d_for "$tq")
+	lead=$(lead_for "$tq")
+	mkdir -p "$SIGROOT/a" "$SIGROOT/b"
+	: > /tmp/sw.json
+	sh -c 'echo $$ > "$0/cgroup.procs" && exec burn --busy-window "$1" "$2" "$1" --name a' "$SIGROOT/a" "$lead" "$d" > /tmp/sa.json &
+	A=$!
+	if [ "$m" = alone ]; then
+		wait $A
+		: > /tmp/sb.json
+	else
+		sh -c 'echo $$ > "$0/cgroup.procs" && exec burn --busy-window "$1" "$2" "$1" --name b' "$SIGROOT/b" "$lead" "$d" > /tmp/sb.json &
+		B=$!
+		sigswitch --slot-ms "$tq" "$SIGROOT/a" "$SIGROOT/b" > /tmp/sw.json &
+		SW=$!
+		wait $A $B
+		kill -TERM $SW; wait $SW
+	fi
+	cat /tmp/sa.json /tmp/sb.json > /tmp/sig.json
+	spread=$(starts /tmp/sig.json | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%d", (hi - lo) * 1000 }')
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"node\":$NODE_ID,\"units\":$(units /tmp/sig.json),\"spread_ms\":$spread,\"switches\":$(sed -n 's/.*"switches":\([0-9]*\).*/\1/p' /tmp/sw.json 2>/dev/null | head -1 | grep . || echo 0)}" >> "$RESULTS/sig.jsonl"
+}
+
+sig_phase() {
+	local k=0 rep tq
+	for rep in $(seq "$REPS"); do
+		for tq in 0 $TQS; do
+			k=$((k + 1))
+			if [ "$NODE_ID" = 0 ]; then
+				board_put sigstep "$k"
+			else
+				wait_board sigstep "$k" 300 || fail "node 0 never started signal run $k"
+			fi
+			if compute; then
+				if [ "$tq" = 0 ]; then sig_run "$rep" alone 0; else sig_run "$rep" sigstop "$tq"; fi
+			fi
+			if [ "$NODE_ID" = 0 ]; then
+				i=1
+				while [ "$i" -lt "$NNODES" ]; do
+					wait_board "sigdone.node$i" "$k" 300 || fail "node$i never finished signal run $k"
+					i=$((i + 1))
+				done
+				if compute; then res=$(tail -1 "$RESULTS/sig.jsonl"); else res=$(board_get "sigres.node$FIRST"); fi
+				say "signal rep $rep/$REPS TQ=$tq done (node $FIRST: $res)"
+			else
+				[ "$NODE_ID" = "$FIRST" ] && board_put "sigres.node$NODE_ID" "$(tail -1 "$RESULTS/sig.jsonl")"
+				board_put "sigdone.node$NODE_ID" "$k" || fail "board"
+			fi
+		done
+	done
+	rmdir "$SIGROOT/a" "$SIGROOT/b" "$SIGROOT" 2>/dev/null
+}
+
+# ---- 3. scx_gang through gangd (node 0 drives, the others serve) ---------------------
+
+knob() { echo "$2" > "$GANGD_KNOBS/$1" || fail "gangd refused $1=$2"; }
+
+# gang_run REP METHOD TQ: METHOD scx_alone (one job) or the barrier (two jobs).
+gang_run() {
+	local rep=$1 m=$2 tq=$3 d lead PA PB=0 rc_a rc_b=0 sw0 sw_a sw_b ok=1 names
+	d=$(d_for "$tq")
+	lead=$(lead_for "$tq")
+	[ "$tq" = 0 ] || knob slot_ms "$tq"
+	[ "$m" = scx_alone ] || knob barrier "$m"
+	sw0=$(cat "$GANGD_KNOBS/switches")
+	t0=$(now_ms)
+	as_alice gang run -n "$NC" --name "A$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name A \
+		> /tmp/A.out 2> /tmp/A.err &
+	PA=$!
+	names=A
+	if [ "$m" != scx_alone ]; then
+		as_alice gang run -n "$NC" --name "B$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name B \
+			> /tmp/B.out 2> /tmp/B.err &
+		PB=$!
+		names="A B"
+	fi
+	# The switches inside the window, roughly (ranks start a little after
+	# their submission): read the counter LEAD + 0.3 s and D later.
+	sleep "$(awk -v l="$lead" 'BEGIN { print l + 0.3 }')"
+	sw_a=$(cat "$GANGD_KNOBS/switches")
+	sleep "$d"
+	sw_b=$(cat "$GANGD_KNOBS/switches")
+	wait $PA; rc_a=$?
+	[ "$PB" = 0 ] || { wait $PB; rc_b=$?; }
+	: > /tmp/AB.out
+	for j in $names; do
+		cat "/tmp/$j.out" >> /tmp/AB.out
+		[ "$(grep -c '"units"' "/tmp/$j.out")" = "$NC" ] || { ok=0; say "job $j: $(grep -c '"units"' "/tmp/$j.out") rank reports, not $NC: $(tail -3 "/tmp/$j.err")"; }
+	done
+	[ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] || { ok=0; say "gang run rc $rc_a $rc_b: $(tail -3 /tmp/A.err) $(tail -3 /tmp/B.err 2>/dev/null)"; }
+	# Start spread per rank (rank r of both jobs shares node r's CPU: one rank
+	# per node, placed in node order), the largest of them.
+	spread=0
+	if [ "$m" != scx_alone ]; then
+		spread=$(for r in $(seq 0 $((NC - 1))); do
+			grep "^$r: " /tmp/AB.out | sed -n 's/.*"start_s":\([0-9.]*\).*/\1/p' | sort -n |
+				awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%d\n", (hi - lo) * 1000 }'
+		done | sort -n | tail -1)
+		awk -v s="$spread" -v l="$lead" 'BEGIN { exit !(s / 1000 < l) }' || { ok=0; say "start spread $spread ms >= LEAD $lead s"; }
+	fi
+	sed -n "$((sw_a + 1)),${sw_b}p" "$RESULTS/switch.jsonl" > /tmp/win.jsonl
+	tot=$(sed -n 's/.*"total_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | median)
+	skew=$(sed -n 's/.*"skew_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | median)
+	frz=$(sed -n 's/.*"freeze_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | median)
+	tmax=$(sed -n 's/.*"total_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | sort -n | tail -1)
+	fails=$(grep -c '"failed":\[{' /tmp/win.jsonl)
+	cp /tmp/AB.out "$RESULTS/ranks.$rep.$m.$tq.out"
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" >> "$RESULTS/gang.jsonl"
+	say "rep $rep/$REPS $m TQ=$tq: $(tail -1 "$RESULTS/gang.jsonl")"
+}
+
+gang_phase() {
+	local rep tq b
+	wait_nodes "$NC"
+	sleep 2   # a few heartbeats
+	WHAT=ping_scx_idle rtt_all
+	WHAT=gangd_hb_idle gangd_rtt
+	for rep in $(seq "$REPS"); do
+		gang_run "$rep" scx_alone 0
+		for tq in $TQS; do
+			for b in $BARRIERS; do
+				gang_run "$rep" "$b" "$tq"
+			done
+		done
+	done
+	# RTT while every node is busy with a job (its ranks spinning).
+	as_alice gang run -n "$NC" --name load -- /usr/bin/burn --seconds 8 > /dev/null 2>&1 &
+	L=$!
+	sleep 2
+	WHAT=ping_loaded rtt_all
+	wait $L
+	WHAT=gangd_hb_loaded gangd_rtt
+}
+
+# slow_wait_done: a compute node's wait for the end, polling the board every
+# 5 s instead of every second (each poll costs node 0 a shell and this node
+# an nc: CPU that would be taken from the ranks), then lib's wait_done.
+slow_wait_done() {
+	local misses=0 v
+	while :; do
+		if v=$(board_get done); then
+			misses=0
+			[ "$v" = yes ] && break
+			[ -n "$(board_get abort)" ] && break
+		else
+			misses=$((misses + 1))
+			[ "$misses" -ge 3 ] && break
+		fi
+		sleep 5
+	done
+	wait_done
+}
+
+# ---- main -----------------------------------------------------------------------------
+
+cluster_init
+say "$NNODES node(s), $NC computing$([ "$HEAD" = 1 ] && echo ', node 0 the head'); TQs: $TQS; barriers: $BARRIERS; reps $REPS; D >= $DMIN s; fill $FILL; signal part $SIG; load $(cut -d' ' -f1-3 /proc/loadavg)"
+: > "$RESULTS/sig.jsonl"
+if [ "$NODE_ID" = 0 ]; then
+	: > "$RESULTS/gang.jsonl"; : > "$RESULTS/rtt.jsonl"
+	WHAT=ping_idle rtt_all
+	board_put rtt done
+else
+	wait_board rtt done 300 || fail "node 0 never measured the RTT"
+fi
+[ "$SIG" = 1 ] && sig_phase
+state_is disabled || fail "a sched_ext scheduler is attached before the gang part"
+
+if [ "$NODE_ID" = 0 ]; then
+	start_gangd --nodes "$NC" --slot-ms 100 --barrier strict --fill "$FILL" \
+		--switch-log "$RESULTS/switch.jsonl"
+fi
+if compute; then
+	start_node_agent
+elif [ "$NODE_ID" = 0 ]; then
+	board_put joined.node0 yes   # the head has no agent; node 1 joins first
+fi
+if [ "$NODE_ID" = 0 ]; then
+	gang_phase
+	cluster_done
+	grep -q '"ok":0' "$RESULTS/gang.jsonl" && say "some runs are marked bad (ok 0)"
+else
+	slow_wait_done
+fi
+exit 0
