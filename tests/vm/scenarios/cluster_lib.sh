@@ -151,9 +151,11 @@ stop_gangd() {
 }
 
 # start_node_agent [ARGS...]: scx_gang joining gangd on node 0, as
-# node<NODE_ID>. Nodes join in order (node i after node i-1), so gangd numbers
-# them like their names. Returns once the scheduler is attached and the
-# agent logged its admission; SCX_PID is its PID, its log scx_gang.log.
+# node<NODE_ID>. Nodes join in order (node i after node i-1 was admitted), so
+# gangd numbers them like their names; the agent joins before it loads the
+# BPF scheduler, so the slow part (loading, verifying) runs on every node at
+# once. Returns once the scheduler is attached and the agent logged its
+# admission; SCX_PID is its PID, its log scx_gang.log.
 #
 # Tasks of no gang (gangd, the board, this script, the agent's helpers) get
 # OTHER_SHARE_PCT (default 25) % of the node's one CPU while gangs are busy:
@@ -168,16 +170,18 @@ start_node_agent() {
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" "$@" \
 		> "$RESULTS/scx_gang.log" 2>&1 &
 	SCX_PID=$!
-	wait_for 120 ready_or_dead
+	wait_for 120 joined_or_dead
 	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
 	joined || fail "scx_gang did not join: $(tail -5 "$RESULTS/scx_gang.log")"
-	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
 	board_put "joined.node$NODE_ID" yes || fail "node 0's board does not answer"
+	wait_for 120 attached_or_dead
+	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
+	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
+	board_put "ready.node$NODE_ID" yes || fail "node 0's board does not answer"
 	log "node $NODE_ID: $(grep -o 'joined cluster as node [0-9]*' "$RESULTS/scx_gang.log" | head -1)"
 }
 joined() { grep -q "joined cluster as node" "$RESULTS/scx_gang.log"; }
-# The agent may join before the scheduler is attached: wait for both.
-ready_or_dead() { { joined && state_is enabled; } || ! kill -0 "$SCX_PID"; }
+joined_or_dead() { joined || ! kill -0 "$SCX_PID"; }
 
 # stop_node_agent: Ctrl-C; exit status to scx_gang.rc (lib.sh's stop_scx_gang).
 stop_node_agent() {
@@ -197,12 +201,18 @@ node_count() {
 	esac
 }
 
-# wait_nodes N [SECONDS]: until gangd knows N nodes, and still does 4 s later
-# (longer than a heartbeat timeout: an agent that joined but then falls
-# silent is dropped again, and jobs would be refused).
+# wait_nodes N [SECONDS]: node 0, until nodes 0..N-1 have their scheduler
+# attached (an agent joins gangd before it has loaded it, and a job placed on
+# it meanwhile fails) and gangd knows N nodes, and still does 4 s later (an
+# agent that falls silent after joining is dropped again).
 nodes_at_least() { [ "$(node_count)" -ge "$1" ]; }
 nodes_stable() { nodes_at_least "$1" && sleep 4 && nodes_at_least "$1"; }
 wait_nodes() {
+	local i=0
+	while [ "$i" -lt "$1" ]; do
+		wait_board "ready.node$i" yes "${2:-120}" || fail "node$i never got ready"
+		i=$((i + 1))
+	done
 	wait_for "${2:-120}" nodes_stable "$1" ||
 		fail "gangd knows $(node_count) node(s), not $1: $(cat $GANGD_KNOBS/nodes)"
 	log "gangd knows $1 nodes"

@@ -10,20 +10,24 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$NNODES"
-	submit A 3 -- /usr/bin/burn --seconds 16 --name A; A=$JOB_PID
-	submit B 3 -- /usr/bin/burn --seconds 16 --name B; B=$JOB_PID
+	submit A 3 -- /usr/bin/burn --seconds 40 --name A; A=$JOB_PID
+	submit B 3 -- /usr/bin/burn --seconds 40 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
+	# The trace first: everything below is slow on an emulated node.
+	as_alice gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
+		> "$RESULTS/trace.out" 2>&1 &
+	T=$!
 	as_alice gang ps --json > "$RESULTS/ps.json" 2> "$RESULTS/ps.err"
 	echo $? > "$RESULTS/ps.rc"
 	as_alice gang matrix > "$RESULTS/matrix.txt" 2> "$RESULTS/matrix.err"
 	echo $? > "$RESULTS/matrix.rc"
 	record_ranks burn "$RESULTS/ranks.txt"
-	as_alice gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
-		> "$RESULTS/trace.out" 2>&1
+	wait $T
 	echo $? > "$RESULTS/trace.rc"
 	cp /tmp/cluster_trace.json /tmp/cluster_trace.svg "$RESULTS/" 2>/dev/null
 	cat "$RESULTS/trace.out"
+	log "trace done; jobs still running: $(jobs_in_state running)"
 	finish_job A "$A"
 	finish_job B "$B"
 	cluster_done
