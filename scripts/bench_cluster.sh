@@ -194,6 +194,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
     for n in $NODES_LIST; do
         fv=-
         [[ -s $OUT/n$n/host_foreign_vms ]] && fv=$(awk '$2 > 0 { b++ } END { printf "%d", NR ? 100 * b / NR : 0 }' "$OUT/n$n/host_foreign_vms")
+        echo "retried $n $(grep -c '"retries":[1-9]' "$OUT/n$n/node0/gang.jsonl" 2>/dev/null)"
         echo "rtt $n $(rtt "$n" ping_idle) $(rtt "$n" ping_loaded) $(rtt "$n" gangd_hb_loaded) $(rtt "$n" ping_scx_idle) $(rtt "$n" gangd_hb_idle) $fv"
     done
     tail -n +2 "$runs"
@@ -205,7 +206,8 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
     }
     function minmax(list, want,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (want == "min" ? a[i] + 0 < m + 0 : a[i] + 0 > m + 0) m = a[i]; return m }
     function us(x) { return x == "" || x == "-" ? "-" : (x >= 10000 ? sprintf("%.1f ms", x / 1000) : sprintf("%d µs", x)) }
-    function ov(x) { return x == "" ? "-" : sprintf("%.0f µs", x) }
+    function ov(x) { return x == "" ? "-" : sprintf("%.0f", x) }
+    /^retried / { split($0, a, " "); retried[a[2]] = a[3]; next }
     /^rtt / { split($0, a, " "); rping[a[2]] = a[3]; rload[a[2]] = a[4]; rhb[a[2]] = a[5]; rsi[a[2]] = a[6]; rhbi[a[2]] = a[7]; fvm[a[2]] = a[8]; next }
     $16 != 1 { bad[$1 " " $3 " " $4]++; next }
     {
@@ -223,6 +225,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         for (i = 1; i <= nk; i++) {
             k = keys[i]; split(k, a, " ")
             o = median(O[k]); med[k] = o
+            rng[k] = split(O[k], z, " ") > 1 ? sprintf(" [%.0f..%.0f]", minmax(O[k], "min"), minmax(O[k], "max")) : ""
             tot[k] = median(T[k]); skw[k] = median(K[k])
             printf "%d,%s,%d,%d,%.5f,%.1f,%.1f,%.1f,%s,%s,%s,%s,%s,%s,%s\n", a[1], a[2], a[3], split(O[k], z, " "), median(R[k]), o, minmax(O[k], "min"), minmax(O[k], "max"),
                 median(S[k]), tot[k], skw[k], median(F[k]), rping[a[1]], rload[a[1]], rhb[a[1]] >> results
@@ -233,7 +236,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         else printf "N compute nodes, gangd on node 0 among its ranks; 1 vCPU each, qemu pinned to host core i %% %d%s.\n", ncpu, ncpu == 2 ? " (3 nodes: nodes 0 and 2 share core 0)" : ""
         print clock "."
         printf "Window D >= %d s per run; gangd fill=%d; scx_gang against one job alone under scx_gang, SIGSTOP (sigswitch) against burn alone on the default scheduler, every node at once.\n", d, fill
-        print "total = barrier start -> last node Running (gangd switch log, p50 over the window); skew = spread of the Running answers; RTT = ping node0 -> slowest peer, p50, idle (one node: loopback)."
+        print "total = barrier start -> last node Running (gangd switch log, p50 over the window); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job."
         for (j = 1; j <= nn; j++) {
             n = ns[j]
             plural = n > 1 ? "s" : ""
@@ -242,13 +245,14 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             printf "\nN=%d node%s   U_alone: default scheduler %s units/s, under scx_gang %s of that\n", n, plural, median(A[n " alone 0"]), scxrel
             printf "   RTT: ping idle p50 %s, ping idle under scx_gang %s, ping with every node busy %s; gangd heartbeat min %s idle, %s busy\n", us(rping[n]), us(rsi[n]), us(rload[n]), us(rhbi[n]), us(rhb[n])
             printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
-            printf "   %-6s | %-12s %-9s %-9s | %-12s %-9s | %-12s | %-14s | %s\n", "TQ", "strict/sw", "total", "skew", "off/sw", "total", "SIGSTOP/sw", "SIGSTOP/strict", "RTT p50"
+            printf "   %-6s | %-24s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
                 t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t
                 ratio = (ks in med) && (kg in med) && med[ks] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
-                printf "   %-6s | %-12s %-9s %-9s | %-12s %-9s | %-12s | %-14s | %s\n", t " ms", ov(med[ks]), us(tot[ks]), us(skw[ks]), ov(med[ko]), us(tot[ko]), ov(med[kg]), ratio, us(rping[n])
+                printf "   %-6s | %-24s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
             }
         }
+        for (j = 1; j <= nn; j++) if (retried[ns[j]]) printf "\nnote: N=%d: %d gang run(s) needed a retry (a job failed, e.g. gangd dropped a node silent 2 s in a barrier; see n%d/node0/tries.jsonl)\n", ns[j], retried[ns[j]], ns[j]
         for (k in bad) printf "\nnote: %d run(s) of %s left out (ok 0: a job failed, a node did not report, or the starts spread more than LEAD)\n", bad[k], k
     }' >"$table"
 echo

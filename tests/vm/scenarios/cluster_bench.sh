@@ -48,6 +48,10 @@
 #   BENCH_TQS "50 100 200 500"   BENCH_BARRIERS "strict off"   BENCH_REPS 3
 #   BENCH_SECONDS 6 (D = max(BENCH_SECONDS, 12 * TQ / 1000))   BENCH_FILL 0
 #   BENCH_SIG 1 (0: skip the signal-based part)   BENCH_HEAD 1
+#   BENCH_RETRIES 2: a gang run whose job failed (e.g. gangd dropped a node
+#   that stayed silent 2 s in a barrier: "silent in a switch barrier") is
+#   run again, at most this many times; the retries are counted in
+#   gang.jsonl and a run that never succeeds stays marked ok 0.
 . /scenarios/cluster_lib.sh
 
 TQS=${BENCH_TQS:-"50 100 200 500"}
@@ -57,6 +61,7 @@ DMIN=${BENCH_SECONDS:-6}
 FILL=${BENCH_FILL:-0}
 SIG=${BENCH_SIG:-1}
 HEAD=${BENCH_HEAD:-1}
+RETRIES=${BENCH_RETRIES:-2}
 if [ "$HEAD" = 1 ]; then
 	NC=$((NNODES - 1)) FIRST=1
 	[ "$NC" -ge 1 ] || fail "BENCH_HEAD=1 needs at least 2 nodes (a head and a compute node)"
@@ -169,9 +174,25 @@ sig_phase() {
 
 knob() { echo "$2" > "$GANGD_KNOBS/$1" || fail "gangd refused $1=$2"; }
 
-# gang_run REP METHOD TQ: METHOD scx_alone (one job) or the barrier (two jobs).
+# gang_run REP METHOD TQ: METHOD scx_alone (one job) or the barrier (two jobs);
+# again while a job fails, at most RETRIES times.
 gang_run() {
-	local rep=$1 m=$2 tq=$3 d lead PA PB=0 rc_a rc_b=0 sw0 sw_a sw_b ok=1 names
+	local try=0
+	while :; do
+		gang_try "$@" "$try"
+		[ "$ok" = 1 ] || [ "$try" -ge "$RETRIES" ] && break
+		try=$((try + 1))
+		say "run again ($try of at most $RETRIES)"
+		sleep 2   # nodes dropped by gangd come back within a second or two
+		bench_nodes_known 60
+	done
+	tail -1 /tmp/run.json >> "$RESULTS/gang.jsonl"
+	say "rep $1/$REPS $2 TQ=$3: $(tail -1 "$RESULTS/gang.jsonl")"
+}
+
+gang_try() {
+	local rep=$1 m=$2 tq=$3 try=$4 d lead PA PB=0 rc_a rc_b=0 sw0 sw_a sw_b names
+	ok=1
 	d=$(d_for "$tq")
 	lead=$(lead_for "$tq")
 	[ "$tq" = 0 ] || knob slot_ms "$tq"
@@ -219,13 +240,32 @@ gang_run() {
 	tmax=$(sed -n 's/.*"total_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | sort -n | tail -1)
 	fails=$(grep -c '"failed":\[{' /tmp/win.jsonl)
 	cp /tmp/AB.out "$RESULTS/ranks.$rep.$m.$tq.out"
-	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" >> "$RESULTS/gang.jsonl"
-	say "rep $rep/$REPS $m TQ=$tq: $(tail -1 "$RESULTS/gang.jsonl")"
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
+	cat /tmp/run.json >> "$RESULTS/tries.jsonl"
+}
+
+# bench_wait_compute: node 0, until every compute node said its agent is up
+# (joined and its scheduler attached: start_node_agent returned there).
+bench_wait_compute() {
+	local i=$FIRST
+	while [ "$i" -lt "$NNODES" ]; do
+		wait_board "benchready.node$i" yes 300 || fail "node$i never got its agent up"
+		i=$((i + 1))
+	done
+}
+# bench_nodes_known [SECONDS]: until gangd knows every compute node, and
+# still does 4 s later (an agent that falls silent after joining is dropped).
+bench_nodes_stable() { [ "$(node_count)" -ge "$NC" ] && sleep 4 && [ "$(node_count)" -ge "$NC" ]; }
+bench_nodes_known() {
+	wait_for "${1:-120}" bench_nodes_stable ||
+		fail "gangd knows $(node_count) node(s), not $NC: $(cat $GANGD_KNOBS/nodes)"
+	log "gangd knows its $NC compute node(s)"
 }
 
 gang_phase() {
 	local rep tq b
-	wait_nodes "$NC"
+	bench_wait_compute
+	bench_nodes_known
 	sleep 2   # a few heartbeats
 	WHAT=ping_scx_idle rtt_all
 	WHAT=gangd_hb_idle gangd_rtt
@@ -286,8 +326,12 @@ if [ "$NODE_ID" = 0 ]; then
 fi
 if compute; then
 	start_node_agent
+	board_put "benchready.node$NODE_ID" yes || fail "node 0's board does not answer"
 elif [ "$NODE_ID" = 0 ]; then
-	board_put joined.node0 yes   # the head has no agent; node 1 joins first
+	# The head has no agent: node 1 joins first (cluster_lib's agents join in
+	# the order of their names, each after joined.node<i-1>).
+	board_put joined.node0 yes
+	board_put ready.node0 yes
 fi
 if [ "$NODE_ID" = 0 ]; then
 	gang_phase
