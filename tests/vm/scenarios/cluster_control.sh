@@ -15,9 +15,9 @@ start_node_agent
 
 # check_gone PHASE: no burn left here (within 10 s), job cgroups empty.
 check_gone() {
-	wait_for 10 sh -c '[ -z "$(pidof burn)" ]'
+	poll_for 10 sh -c '[ -z "$(pidof burn)" ]'
 	echo "$(pidof burn)" > "$RESULTS/$1.burn"
-	wait_for 10 job_cgroups_empty
+	poll_for 10 job_cgroups_empty
 	for d in "$GANG_ROOT"/job*; do
 		[ -d "$d" ] && echo "$d: $(cat "$d/cgroup.procs" | tr '\n' ' ')"
 	done > "$RESULTS/$1.cgroups"
@@ -53,7 +53,7 @@ if [ "$NODE_ID" = 0 ]; then
 	log "Ctrl-C to gang run"
 	kill -INT "$C"
 	finish_job ctrlc "$C"
-	wait_for 20 sh -c '! runas 1000 1000 -- gang ps --json | grep -q "\"name\": *\"C\""'
+	poll_for 20 sh -c '! runas 1000 1000 -- gang ps --json | grep -q "\"name\": *\"C\""'
 	as_alice gang ps > "$RESULTS/ctrlc.ps" 2>&1
 	board_put phase ctrlc
 	check_gone ctrlc

@@ -19,6 +19,19 @@
 # With the uptime: the nodes' logs can be read side by side.
 log() { echo "[scenario $(cut -d' ' -f1 /proc/uptime)] $*"; }
 
+# poll_for SECONDS CMD...: like lib.sh's wait_for, but CMD runs once a second.
+# A node has one emulated CPU shared with busy ranks: polling a `gang ps` or
+# an nc 20 times a second would take the CPU its agent and gangd need.
+poll_for() {
+	local until_ms=$(( $(now_ms) + $1 * 1000 )); shift
+	until "$@" 2>/dev/null; do
+		[ "$(now_ms)" -ge "$until_ms" ] && return 1
+		sleep 1
+	done
+}
+
+NL='
+'
 GANGD_KNOBS=/run/gangd
 CLUSTER_KEY=/etc/gangd/cluster.key
 GANGD_PORT=7070
@@ -53,7 +66,8 @@ start_board() {
 read -r cmd key val
 case $key in ''|*[!A-Za-z0-9_.-]*) echo "ERR bad key"; exit 0 ;; esac
 case $cmd in
-get) cat "/run/board/$key" 2>/dev/null ;;
+get) cat "/run/board/$key" 2>/dev/null
+	[ "$key" != abort ] && [ -f /run/board/abort ] && echo "!abort $(cat /run/board/abort)" ;;
 put) echo "$val" > "/run/board/$key.tmp" && mv "/run/board/$key.tmp" "/run/board/$key" && echo OK ;;
 *) echo "ERR bad command" ;;
 esac
@@ -65,13 +79,24 @@ EOF
 	wait_for 10 sh -c "netstat -ltn | grep -q ':$BOARD_PORT '" || fail "the board does not listen"
 }
 
+# board_req KEY: the board's raw answer: KEY's value (empty if unset) and,
+# if a node failed, a line "!abort MESSAGE". Fails if node 0 does not answer.
+board_req() {
+	if [ "$NODE_ID" != 0 ]; then
+		echo "get $1" | timeout 10 nc -w 3 node0 "$BOARD_PORT" 2>/dev/null
+		return
+	fi
+	[ -f "$BOARD/$1" ] && cat "$BOARD/$1"
+	[ "$1" != abort ] && [ -f "$BOARD/abort" ] && echo "!abort $(cat "$BOARD/abort")"
+	return 0
+}
+
 # board_get KEY: its value (empty if unset); fails if node 0 does not answer.
 board_get() {
-	if [ "$NODE_ID" = 0 ]; then
-		cat "$BOARD/$1" 2>/dev/null
-		return 0
-	fi
-	echo "get $1" | timeout 10 nc -w 3 node0 "$BOARD_PORT" 2>/dev/null
+	local out
+	out=$(board_req "$1") || return 1
+	case $out in "!abort "*) out= ;; esac
+	echo "${out%%"$NL"*}"
 }
 
 # board_put KEY VALUE...: fails if node 0 does not answer.
@@ -90,19 +115,21 @@ board_put() {
 # wait_board KEY VALUE [SECONDS]: until KEY has VALUE (default 300 s). Gives
 # up early when a node failed (the board's "abort" key) or node 0 is gone.
 wait_board() {
-	local until_ms=$(( $(now_ms) + ${3:-300} * 1000 )) v misses=0
+	local until_ms=$(( $(now_ms) + ${3:-300} * 1000 )) out v misses=0
 	while :; do
-		if v=$(board_get "$1"); then
+		if out=$(board_req "$1"); then
 			misses=0
+			case $out in "!abort "*) v= ;; *) v=${out%%"$NL"*} ;; esac
 			[ "$v" = "$2" ] && return 0
-			v=$(board_get abort)
-			[ -n "$v" ] && { log "giving up on $1: $v"; return 1; }
+			case $out in
+			*"!abort "*) log "giving up on $1: ${out#*!abort }"; return 1 ;;
+			esac
 		else
 			misses=$((misses + 1))
 			[ "$misses" -ge 5 ] && { log "giving up on $1: node 0 is gone"; return 1; }
 		fi
 		[ "$(now_ms)" -ge "$until_ms" ] && return 1
-		usleep 200000
+		sleep 1
 	done
 }
 
@@ -130,7 +157,7 @@ start_gangd() {
 	gangd --cluster-key "$CLUSTER_KEY" --node-timeout-ms "$NODE_TIMEOUT_MS" "$@" \
 		> "$RESULTS/gangd.log" 2>&1 &
 	GANGD_PID=$!
-	wait_for 60 gangd_up_or_dead
+	poll_for 60 gangd_up_or_dead
 	kill -0 "$GANGD_PID" 2>/dev/null || fail "gangd exited: $(tail -5 "$RESULTS/gangd.log")"
 	gangd_up || fail "gangd did not come up: $(tail -5 "$RESULTS/gangd.log")"
 	board_put gangd up || fail "the board refused a put"
@@ -170,11 +197,11 @@ start_node_agent() {
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" "$@" \
 		> "$RESULTS/scx_gang.log" 2>&1 &
 	SCX_PID=$!
-	wait_for 120 joined_or_dead
+	poll_for 120 joined_or_dead
 	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
 	joined || fail "scx_gang did not join: $(tail -5 "$RESULTS/scx_gang.log")"
 	board_put "joined.node$NODE_ID" yes || fail "node 0's board does not answer"
-	wait_for 120 attached_or_dead
+	poll_for 120 attached_or_dead
 	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
 	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
 	board_put "ready.node$NODE_ID" yes || fail "node 0's board does not answer"
@@ -213,7 +240,7 @@ wait_nodes() {
 		wait_board "ready.node$i" yes "${2:-120}" || fail "node$i never got ready"
 		i=$((i + 1))
 	done
-	wait_for "${2:-120}" nodes_stable "$1" ||
+	poll_for "${2:-120}" nodes_stable "$1" ||
 		fail "gangd knows $(node_count) node(s), not $1: $(cat $GANGD_KNOBS/nodes)"
 	log "gangd knows $1 nodes"
 }
@@ -269,7 +296,7 @@ jobs_in_state() {
 jobs_at_least() { [ "$(jobs_in_state "$1")" -ge "$2" ]; }
 jobs_at_least_or_ended() { jobs_at_least "$@" || ! jobs_alive > /dev/null; }
 wait_jobs() {
-	wait_for "${3:-120}" jobs_at_least_or_ended "$1" "$2"
+	poll_for "${3:-120}" jobs_at_least_or_ended "$1" "$2"
 	jobs_alive || fail "waiting for $2 job(s) $1: $(jobs_alive)"
 	jobs_at_least "$1" "$2" ||
 		fail "$(jobs_in_state "$1") job(s) $1, not $2: $(as_alice gang ps 2>&1 | tr '\n' ';')"
@@ -338,13 +365,14 @@ save_node_state() {
 # says it is done, or is gone; then stop the agent, save state and tell
 # node 0 this node is finished.
 wait_done() {
-	local misses=0 v
+	local misses=0 out
 	while :; do
-		if v=$(board_get done); then
+		if out=$(board_req done); then
 			misses=0
-			[ "$v" = yes ] && break
-			v=$(board_get abort)
-			[ -n "$v" ] && { log "stopping: $v"; break; }
+			[ "${out%%"$NL"*}" = yes ] && break
+			case $out in
+			*"!abort "*) log "stopping: ${out#*!abort }"; break ;;
+			esac
 		else
 			misses=$((misses + 1))
 			[ "$misses" -ge 10 ] && { log "node 0 is gone"; break; }
