@@ -538,6 +538,7 @@ fn a_missing_program_is_refused_before_any_rank_starts() {
         schedule: vec![],
     };
     write_frame(&mut w, &hello).unwrap();
+    assert!(matches!(read_frame::<ToAgent>(&mut r).unwrap(), Some(ToAgent::Welcome { .. })));
     let n1 = thread::spawn(move || {
         let mut spawned = false;
         while let Ok(Some(m)) = read_frame::<ToAgent>(&mut r) {

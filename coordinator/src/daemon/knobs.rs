@@ -46,7 +46,14 @@ pub const WRITABLE: [&str; 6] = [
     "barrier",
     "drain_timeout_ms",
 ];
-pub const READ_ONLY: [&str; 5] = ["nodes", "jobs", "switches", "drain_timeouts", "last_switch"];
+pub const READ_ONLY: [&str; 6] = [
+    "nodes",
+    "jobs",
+    "switches",
+    "drain_timeouts",
+    "missed_switches",
+    "last_switch",
+];
 
 fn number(value: &str, lo: u32, hi: u32, what: &str) -> Result<u32, KnobError> {
     match value.trim().parse::<u32>() {
@@ -117,6 +124,8 @@ pub struct Status {
     pub jobs: usize,
     pub switches: u64,
     pub drain_timeouts: u64,
+    /// Times a node was left out of a switch for answering too late.
+    pub missed_switches: u64,
     /// The last switch's record, one JSON line.
     pub last_switch: String,
 }
@@ -157,6 +166,7 @@ impl KnobSet for KnobFiles {
             "jobs" => s.jobs.to_string(),
             "switches" => s.switches.to_string(),
             "drain_timeouts" => s.drain_timeouts.to_string(),
+            "missed_switches" => s.missed_switches.to_string(),
             "last_switch" => s.last_switch.clone(),
             _ => return Err(KnobError::NotFound),
         })

@@ -290,6 +290,7 @@ impl Coordinator {
         s.jobs = self.jobs.len();
         s.switches = self.rotation.switches;
         s.drain_timeouts = self.rotation.drain_timeouts;
+        s.missed_switches = self.rotation.missed;
         s.last_switch = self.rotation.last_record.clone();
     }
 
@@ -513,9 +514,7 @@ impl Coordinator {
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
             FromAgent::Frozen { .. } | FromAgent::Running { .. } => {
-                for failed in self.rotation.on_agent(node, &msg, now, &self.nodes) {
-                    self.node_lost(failed, "dropped from a switch barrier");
-                }
+                self.rotation.on_agent(node, &msg, now, &self.nodes);
             }
             FromAgent::Prepared { job, error } => self.prepared(job, node, error),
             FromAgent::RankStarted { job, rank, pid } => {
@@ -1146,11 +1145,7 @@ impl Coordinator {
 
     fn drive_rotation(&mut self) {
         let now = self.now_us();
-        if let Some(failed) = self.rotation.tick(now, &self.nodes) {
-            for n in failed {
-                self.node_lost(n, "silent in a switch barrier");
-            }
-        }
+        self.rotation.tick(now, &self.nodes);
         if self.rotation.in_switch() {
             return;
         }

@@ -17,8 +17,10 @@ use crate::proto::{Barrier, FromAgent, Gen, NodeId};
 use super::knobs::ClusterKnobs;
 use super::nodes::Node;
 
-/// A node silent this long in one phase is dropped from the switch (the
-/// freeze phase adds drain_timeout_ms).
+/// A node silent this long in one phase is left out of the switch (the
+/// freeze phase adds drain_timeout_ms). It is not declared lost for that:
+/// a slow node catches up at the next switch, and only the heartbeat
+/// timeout (or a closed connection) fails a node and its jobs.
 const PHASE_TIMEOUT_US: u64 = 2_000_000;
 
 pub struct Rotation {
@@ -36,6 +38,8 @@ pub struct Rotation {
     log: Option<File>,
     pub switches: u64,
     pub drain_timeouts: u64,
+    /// Nodes left out of a switch for not answering in time.
+    pub missed: u64,
     pub last_record: String,
     published: bool,
 }
@@ -62,6 +66,7 @@ impl Rotation {
             log,
             switches: 0,
             drain_timeouts: 0,
+            missed: 0,
             last_record: String::new(),
             published: false,
         })
@@ -152,28 +157,30 @@ impl Rotation {
         self.finish_if_done(now_us);
     }
 
-    /// Feeds a Frozen or Running; returns nodes the switch dropped.
+    /// Feeds a Frozen or Running.
     pub fn on_agent(
         &mut self,
         node: NodeId,
         msg: &FromAgent,
         now_us: u64,
         all: &BTreeMap<NodeId, Node>,
-    ) -> Vec<NodeId> {
+    ) {
         let Some(sw) = self.switch.as_mut() else {
             debug!("answer outside a switch from node {node}: {msg:?}");
-            return vec![];
+            return;
         };
         let out = sw.on_agent(node, msg, now_us);
         Self::send(out, all);
-        self.finish_if_done(now_us)
+        self.finish_if_done(now_us);
     }
 
-    pub fn tick(&mut self, now_us: u64, all: &BTreeMap<NodeId, Node>) -> Option<Vec<NodeId>> {
-        let sw = self.switch.as_mut()?;
+    pub fn tick(&mut self, now_us: u64, all: &BTreeMap<NodeId, Node>) {
+        let Some(sw) = self.switch.as_mut() else {
+            return;
+        };
         let out = sw.on_tick(now_us);
         Self::send(out, all);
-        Some(self.finish_if_done(now_us))
+        self.finish_if_done(now_us);
     }
 
     pub fn node_lost(&mut self, node: NodeId, now_us: u64) {
@@ -189,14 +196,14 @@ impl Rotation {
         std::mem::take(&mut self.published)
     }
 
-    fn finish_if_done(&mut self, now_us: u64) -> Vec<NodeId> {
+    fn finish_if_done(&mut self, now_us: u64) {
         let Some(rec) = self
             .switch
             .as_ref()
             .filter(|s| s.is_done())
             .and_then(|s| s.record().cloned())
         else {
-            return vec![];
+            return;
         };
         self.switch = None;
         self.current = Some(rec.to_slot);
@@ -215,9 +222,17 @@ impl Rotation {
                 rec.gen, rec.drain_timeouts
             );
         }
+        for (n, f) in &rec.failed {
+            if let Failure::Silent(phase) = f {
+                self.missed += 1;
+                warn!(
+                    "switch {}: node {n} silent in {phase:?}, left out of this switch",
+                    rec.gen
+                );
+            }
+        }
         self.last_record = line;
         self.published = true;
-        rec.failed.iter().map(|(n, _)| *n).collect()
     }
 }
 
