@@ -151,7 +151,7 @@ done
 # runs.csv: one row per run with r and T_overhead against its repetition's
 # U_alone (the signal runs summed over the nodes); results.csv: medians.
 runs=$OUT/runs.csv results=$OUT/results.csv table=$OUT/table.txt
-echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,spread_ms,ok" >"$runs"
+echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,idle_p50_us,spread_ms,ok" >"$runs"
 for n in $NODES_LIST; do
     dir=$OUT/n$n
     {
@@ -164,21 +164,21 @@ for n in $NODES_LIST; do
             ssw[k] += f("switches"); if (f("spread_ms") > ssp[k]) ssp[k] = f("spread_ms"); next
         }
         $1 == "gang" { k = f("rep") " " f("method") " " f("tq"); gu[k] = f("units"); gd[k] = f("d"); gsw[k] = f("switches")
-            gt[k] = f("total_p50_us"); gs[k] = f("skew_p50_us"); gf[k] = f("freeze_p50_us"); gsp[k] = f("spread_ms"); gok[k] = f("ok") }
+            gt[k] = f("total_p50_us"); gs[k] = f("skew_p50_us"); gf[k] = f("freeze_p50_us"); gi[k] = f("idle_p50_us"); gsp[k] = f("spread_ms"); gok[k] = f("ok") }
         END {
             for (k in su) { split(k, a, " "); if (a[2] == "alone" && sn[k] == N && sd[k] > 0 && su[k] > 0) alone[a[1]] = su[k] / sd[k] }
             for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone" && gok[k] == 1 && gd[k] > 0 && gu[k] > 0) scx[a[1]] = gu[k] / gd[k] }
             for (k in su) { split(k, a, " "); if (a[2] == "alone") continue
                 ok = (sn[k] == N && (a[1] in alone) && sd[k] > 0); rate = ok ? su[k] / sd[k] : 0; base = ok ? alone[a[1]] : 0
                 r = ok ? rate / base : 0
-                printf "%d,%d,sigstop,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,,,,%d,%d\n", N, a[1], a[3], sd[k], su[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, ssw[k] / (sn[k] ? sn[k] : 1), ssp[k], ok }
+                printf "%d,%d,sigstop,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,,,,,%d,%d\n", N, a[1], a[3], sd[k], su[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, ssw[k] / (sn[k] ? sn[k] : 1), ssp[k], ok }
             for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone") continue
                 ok = (gok[k] == 1 && (a[1] in scx) && gd[k] > 0); rate = ok ? gu[k] / gd[k] : 0; base = ok ? scx[a[1]] : 0
                 r = ok ? rate / base : 0
-                printf "%d,%d,%s,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,%s,%s,%s,%d,%d\n", N, a[1], a[2], a[3], gd[k], gu[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, gsw[k], gt[k], gs[k], gf[k], gsp[k], ok }
+                printf "%d,%d,%s,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,%s,%s,%s,%s,%d,%d\n", N, a[1], a[2], a[3], gd[k], gu[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, gsw[k], gt[k], gs[k], gf[k], (a[2] == "strict" ? gi[k] : ""), gsp[k], ok }
             # the baselines too (r = 1 by definition; their rate is the figure)
-            for (k in alone) printf "%d,%d,alone,0,,,%.2f,%.2f,1,0,0,,,,,1\n", N, k, alone[k], alone[k]
-            for (k in scx) printf "%d,%d,scx_alone,0,,,%.2f,%.2f,%.5f,0,0,,,,,1\n", N, k, scx[k], (k in alone) ? alone[k] : 0, (k in alone) ? scx[k] / alone[k] : 0
+            for (k in alone) printf "%d,%d,alone,0,,,%.2f,%.2f,1,0,0,,,,,,1\n", N, k, alone[k], alone[k]
+            for (k in scx) printf "%d,%d,scx_alone,0,,,%.2f,%.2f,%.5f,0,0,,,,,,1\n", N, k, scx[k], (k in alone) ? alone[k] : 0, (k in alone) ? scx[k] / alone[k] : 0
         }' | sort -t, -k1,1n -k3,3 -k4,4n -k2,2n >>"$runs"
 done
 
@@ -189,7 +189,7 @@ rtt() { # N WHAT -> µs (max over peers), or -
     grep "\"what\":\"$2\"" "$f" | sed -n 's/.*"p50_us":\([0-9]*\).*/\1/p' | sort -n | tail -1 | grep . || echo -
 }
 
-echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us" >"$results"
+echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,idle_p50_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us" >"$results"
 {
     for n in $NODES_LIST; do
         fv=-
@@ -209,7 +209,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
     function ov(x) { return x == "" ? "-" : sprintf("%.0f", x) }
     /^retried / { split($0, a, " "); retried[a[2]] = a[3]; next }
     /^rtt / { split($0, a, " "); rping[a[2]] = a[3]; rload[a[2]] = a[4]; rhb[a[2]] = a[5]; rsi[a[2]] = a[6]; rhbi[a[2]] = a[7]; fvm[a[2]] = a[8]; next }
-    $16 != 1 { bad[$1 " " $3 " " $4]++; next }
+    $17 != 1 { bad[$1 " " $3 " " $4]++; next }
     {
         k = $1 " " $3 " " $4
         if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
@@ -219,6 +219,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         if ($12 != "") T[k] = T[k] " " $12
         if ($13 != "") K[k] = K[k] " " $13
         if ($14 != "") F[k] = F[k] " " $14
+        if ($15 != "") I[k] = I[k] " " $15
         if ($3 == "alone" || $3 == "scx_alone") A[k] = A[k] " " $7
     }
     END {
@@ -226,9 +227,9 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             k = keys[i]; split(k, a, " ")
             o = median(O[k]); med[k] = o
             rng[k] = split(O[k], z, " ") > 1 ? sprintf(" [%.0f..%.0f]", minmax(O[k], "min"), minmax(O[k], "max")) : ""
-            tot[k] = median(T[k]); skw[k] = median(K[k])
-            printf "%d,%s,%d,%d,%.5f,%.1f,%.1f,%.1f,%s,%s,%s,%s,%s,%s,%s\n", a[1], a[2], a[3], split(O[k], z, " "), median(R[k]), o, minmax(O[k], "min"), minmax(O[k], "max"),
-                median(S[k]), tot[k], skw[k], median(F[k]), rping[a[1]], rload[a[1]], rhb[a[1]] >> results
+            tot[k] = median(T[k]); skw[k] = median(K[k]); idl[k] = median(I[k])
+            printf "%d,%s,%d,%d,%.5f,%.1f,%.1f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s\n", a[1], a[2], a[3], split(O[k], z, " "), median(R[k]), o, minmax(O[k], "min"), minmax(O[k], "max"),
+                median(S[k]), tot[k], skw[k], median(F[k]), idl[k], rping[a[1]], rload[a[1]], rhb[a[1]] >> results
         }
         print "Cluster benchmark, seed 000 Table 4 method: T_overhead = TQ * (1 - (U_a+U_b)/U_alone), medians over repetitions."
         clock = icount == "" ? "guest time = host real time (no -icount): every figure includes the host'"'"'s scheduling noise" : "qemu -icount shift=" icount ": guest time counts instructions, RTT and barrier times are NOT physical"
@@ -236,7 +237,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         else printf "N compute nodes, gangd on node 0 among its ranks; 1 vCPU each, qemu pinned to host core i %% %d%s.\n", ncpu, ncpu == 2 ? " (3 nodes: nodes 0 and 2 share core 0)" : ""
         print clock "."
         printf "Window D >= %d s per run; gangd fill=%d; scx_gang against one job alone under scx_gang, SIGSTOP (sigswitch) against burn alone on the default scheduler, every node at once.\n", d, fill
-        print "total = barrier start -> last node Running (gangd switch log, p50 over the window); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job."
+        print "total = barrier start -> last node Running (gangd switch log, p50 over the window); frozen = how long a node stays frozen per switch, its Frozen to its Running at gangd (a lower bound of the CPU time a strict switch leaves idle); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job."
         for (j = 1; j <= nn; j++) {
             n = ns[j]
             plural = n > 1 ? "s" : ""
@@ -245,11 +246,11 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             printf "\nN=%d node%s   U_alone: default scheduler %s units/s, under scx_gang %s of that\n", n, plural, median(A[n " alone 0"]), scxrel
             printf "   RTT: ping idle p50 %s, ping idle under scx_gang %s, ping with every node busy %s; gangd heartbeat min %s idle, %s busy\n", us(rping[n]), us(rsi[n]), us(rload[n]), us(rhbi[n]), us(rhb[n])
             printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
-            printf "   %-6s | %-24s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
+            printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "frozen", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
                 t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t
                 ratio = (ks in med) && (kg in med) && med[ks] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
-                printf "   %-6s | %-24s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
+                printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(idl[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
             }
         }
         for (j = 1; j <= nn; j++) if (retried[ns[j]]) printf "\nnote: N=%d: %d gang run(s) needed a retry (a job failed, e.g. gangd dropped a node silent 2 s in a barrier; see n%d/node0/tries.jsonl)\n", ns[j], retried[ns[j]], ns[j]

@@ -238,9 +238,19 @@ gang_try() {
 	skew=$(sed -n 's/.*"skew_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | median)
 	frz=$(sed -n 's/.*"freeze_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | median)
 	tmax=$(sed -n 's/.*"total_us":\([0-9]*\).*/\1/p' /tmp/win.jsonl | sort -n | tail -1)
+	# strict: how long a node stays frozen, from its Frozen to its Running
+	# as gangd receives them (the one-way delays cancel): a lower bound of
+	# the CPU time the barrier leaves idle on a node per switch (parking and
+	# draining come on top). Mean over the nodes, median over the switches.
+	idle=$(awk '{ s = $0; n = 0; t = 0
+		while (match(s, /"frozen_at_us":[0-9]+,"running_at_us":[0-9]+/)) {
+			m = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+			split(m, p, /[:,]/); t += p[4] - p[2]; n++
+		}
+		if (n) print t / n }' /tmp/win.jsonl | median)
 	fails=$(grep -c '"failed":\[{' /tmp/win.jsonl)
 	cp /tmp/AB.out "$RESULTS/ranks.$rep.$m.$tq.out"
-	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"idle_p50_us\":${idle:-0},\"log_from\":$((sw_a + 1)),\"log_to\":$sw_b,\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
 	cat /tmp/run.json >> "$RESULTS/tries.jsonl"
 }
 
