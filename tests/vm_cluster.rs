@@ -1,16 +1,23 @@
 //! Acceptance tests of the cluster: gangd, the node agents (`scx_gang
-//! --coordinator`) and the front end `gang`, on three qemu nodes of one vCPU
-//! each on a private virtual switch (scripts/cluster.sh), booting the Debian
+//! --coordinator`) and the front end `gang`, on qemu nodes of one vCPU each
+//! on a private virtual switch (scripts/cluster.sh), booting the Debian
 //! sched_ext kernel.
 //!
-//! Every node runs the same scenario (tests/vm/scenarios/cluster_*.sh); node
-//! 0 runs gangd and drives the test, the others join and check their own
-//! ranks. The tests read what each node wrote back (target/vm/cluster/<name>/
-//! node<i>/). Like tests/vm.rs they boot VMs, so they are ignored by a plain
-//! `cargo test`; scripts/test.sh runs them with `--include-ignored`.
+//! Node 0 is the head: it runs gangd, the users' `gang` commands and drives
+//! the test, with no agent and no ranks (on one emulated CPU shared with busy
+//! ranks, gangd and the front end crawl). Nodes 1-3 compute: each runs the
+//! agent and checks its own ranks. Every node runs the same scenario
+//! (tests/vm/scenarios/cluster_*.sh, helpers in cluster_lib.sh); the tests read
+//! what each node wrote back (target/vm/cluster/<scenario>/node<i>/). Like
+//! tests/vm.rs they boot VMs, so they are ignored by a plain `cargo test`;
+//! scripts/test.sh runs them with `--include-ignored`.
 //!
-//! One vCPU per node: three nodes share the host's cores, and single-threaded
-//! TCG is enough for one vCPU (and has no text-patching fault).
+//! One vCPU per node, single-threaded TCG: four VMs share the host's cores,
+//! and one vCPU has no cross-CPU kicks to wait for.
+//!
+//! Developing: $GANG_VM_BIN_DIR takes the binaries from another directory
+//! (e.g. stripped debug builds), $GANG_VM_REUSE=DIR checks the results of an
+//! earlier run in DIR/<scenario> without booting.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,7 +26,10 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 
-const NODES: usize = 3;
+/// Node 0 is the head (gangd, the front ends, no ranks); 1..=3 compute.
+const NODES: usize = 4;
+const COMPUTE: std::ops::RangeInclusive<usize> = 1..=3;
+const NR_COMPUTE: usize = 3;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -107,13 +117,13 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Boots `NODES` nodes running `scenario`, with `extra` arguments for
+/// Boots `nodes` nodes running `scenario`, with `extra` arguments for
 /// cluster.sh (e.g. --kill-node). Panics with every node's failure and log
 /// tails if the run failed.
 ///
 /// With $GANG_VM_REUSE=DIR nothing boots: the checks run on the results of an
 /// earlier run in DIR/<scenario> (to work on the assertions).
-fn run_cluster(scenario: &str, extra: &[&str], timeout_s: u32) -> Run {
+fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> Run {
     if let Some(dir) = std::env::var_os("GANG_VM_REUSE") {
         return Run {
             out: PathBuf::from(dir).join(scenario),
@@ -132,7 +142,7 @@ fn run_cluster(scenario: &str, extra: &[&str], timeout_s: u32) -> Run {
         .args(["--scenario", scenario])
         .args([
             "--nodes",
-            &NODES.to_string(),
+            &nodes.to_string(),
             "--vcpus",
             "1",
             "--mem",
@@ -150,7 +160,7 @@ fn run_cluster(scenario: &str, extra: &[&str], timeout_s: u32) -> Run {
             "scenario {scenario} failed (results in {})",
             run.out.display()
         );
-        for i in 0..NODES {
+        for i in 0..nodes {
             let dir = run.node(i);
             msg += &format!(
                 "\n=== node{i}: {}\n--- scenario.log ---\n{}\n--- scx_gang.log ---\n{}",
@@ -166,7 +176,7 @@ fn run_cluster(scenario: &str, extra: &[&str], timeout_s: u32) -> Run {
         }
         panic!("{msg}");
     }
-    for i in 0..NODES {
+    for i in 0..nodes {
         if run.node(i).join("rc").exists() {
             assert_scheduler_never_failed(&run.node(i));
         }
@@ -247,9 +257,9 @@ fn ranks(node: &Path) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn two_jobs_alternate_cluster_wide_without_overlap() {
-    let run = run_cluster("cluster_two_jobs", &[], 300);
+    let run = run_cluster("cluster_two_jobs", NODES, &[], 300);
     let n0 = run.node(0);
     assert_eq!(read(&n0, "A.rc"), "0", "{}", read(&n0, "A.err"));
     assert_eq!(read(&n0, "B.rc"), "0", "{}", read(&n0, "B.err"));
@@ -275,7 +285,7 @@ fn two_jobs_alternate_cluster_wide_without_overlap() {
     );
 
     // The ranks ran as alice, in job cgroups, two per node (one of each job).
-    for i in 0..NODES {
+    for i in COMPUTE {
         let r = ranks(&run.node(i));
         assert_eq!(r.len(), 2, "node{i}: ranks {r:?}");
         for line in &r {
@@ -301,7 +311,7 @@ fn two_jobs_alternate_cluster_wide_without_overlap() {
     let nodes = node_traces(&trace);
     assert_eq!(
         nodes.len(),
-        NODES,
+        NR_COMPUTE,
         "traces of {:?}",
         nodes.iter().map(|n| &n.0).collect::<Vec<_>>()
     );
@@ -352,9 +362,9 @@ fn rec_num(rec: &Value, key: &str) -> Option<f64> {
 }
 
 #[test]
-#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn strict_barrier_drains_tcp_between_switches_and_rings_survive() {
-    let run = run_cluster("cluster_barrier", &[], 300);
+    let run = run_cluster("cluster_barrier", NODES, &[], 300);
     let n0 = run.node(0);
     for job in ["R1", "R2"] {
         assert_eq!(
@@ -419,20 +429,20 @@ fn strict_barrier_drains_tcp_between_switches_and_rings_survive() {
         );
     }
     assert!(
-        frozen_reports >= 10 * NODES,
+        frozen_reports >= 10 * NR_COMPUTE,
         "{frozen_reports} Frozen reports"
     );
 }
 
 #[test]
-#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn ctrl_c_ctrl_z_and_a_killed_rank_control_the_whole_job() {
-    let run = run_cluster("cluster_control", &[], 360);
+    let run = run_cluster("cluster_control", NODES, &[], 360);
     let n0 = run.node(0);
 
     // Ctrl-C: gang run ends, nothing left anywhere.
     assert_ne!(read(&n0, "ctrlc.rc"), "0", "Ctrl-C is not a success");
-    for i in 0..NODES {
+    for i in COMPUTE {
         let n = run.node(i);
         assert_eq!(
             read(&n, "ctrlc.burn"),
@@ -454,7 +464,7 @@ fn ctrl_c_ctrl_z_and_a_killed_rank_control_the_whole_job() {
         cont.contains("running") && !cont.contains("suspended"),
         "gang ps after SIGCONT: {cont}"
     );
-    for i in 0..NODES {
+    for i in COMPUTE {
         let n = run.node(i);
         let frozen: u64 = read(&n, "suspended.progress")
             .parse()
@@ -492,7 +502,7 @@ fn ctrl_c_ctrl_z_and_a_killed_rank_control_the_whole_job() {
         report.contains("signal 9") || report.contains("SIGKILL"),
         "the report names signal 9: {report}"
     );
-    for i in 0..NODES {
+    for i in COMPUTE {
         let n = run.node(i);
         assert_eq!(
             read(&n, "kill9.burn"),
@@ -508,21 +518,22 @@ fn ctrl_c_ctrl_z_and_a_killed_rank_control_the_whole_job() {
 }
 
 #[test]
-#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn losing_a_node_fails_its_job_and_spares_the_other() {
     let run = run_cluster(
         "cluster_node_loss",
-        &["--kill-node", "2@mark:@@kill-node-2@@"],
+        NODES,
+        &["--kill-node", "3@mark:@@kill-node3@@"],
         300,
     );
     let killed = read(&run.out, "killed");
-    assert!(killed.starts_with("2 "), "node 2 was killed: {killed}");
+    assert!(killed.starts_with("3 "), "node 3 was killed: {killed}");
     let n0 = run.node(0);
 
     assert_ne!(read(&n0, "A.rc"), "0", "the job on the lost node must fail");
     let report = format!("{}\n{}", read(&n0, "A.err"), read(&n0, "A.out"));
     assert!(
-        report.contains("node2"),
+        report.contains("node3"),
         "the failure names the node: {report}"
     );
     let ms: u64 = read(&n0, "A.fail_ms").parse().unwrap();
@@ -533,7 +544,7 @@ fn losing_a_node_fails_its_job_and_spares_the_other() {
 
     assert_eq!(read(&n0, "B.rc"), "0", "{}", read(&n0, "B.err"));
     assert_eq!(json_lines(&n0, "B.out").len(), 2, "{}", read(&n0, "B.out"));
-    for i in [0, 1] {
+    for i in [1, 2] {
         let left = read(&run.node(i), "burn_after_a");
         assert!(
             !left.contains("--name A"),
@@ -543,9 +554,9 @@ fn losing_a_node_fails_its_job_and_spares_the_other() {
 }
 
 #[test]
-#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn bad_requests_knobs_and_garbage_are_refused_without_harm() {
-    let run = run_cluster("cluster_bad_input", &[], 300);
+    let run = run_cluster("cluster_bad_input", NODES, &[], 300);
     let n0 = run.node(0);
 
     assert_ne!(read(&n0, "n99.rc"), "0", "gang run -n 99 accepted");
@@ -587,7 +598,7 @@ fn bad_requests_knobs_and_garbage_are_refused_without_harm() {
         reply.contains("\"refused\""),
         "a Hello with a wrong proof was not refused: {reply}"
     );
-    assert_eq!(read(&n0, "nodes_after_garbage"), NODES.to_string());
+    assert_eq!(read(&n0, "nodes_after_garbage"), NR_COMPUTE.to_string());
     assert_eq!(read(&n0, "gangd_after_garbage"), "alive");
     assert_eq!(read(&n0, "ps_after_garbage.rc"), "0");
     assert!(read(&n0, "ps_after_garbage.out").contains("\"R\""));
@@ -610,6 +621,7 @@ fn bad_requests_knobs_and_garbage_are_refused_without_harm() {
 fn test_bed_rings_across_nodes_and_kills_a_node_on_request() {
     let run = run_cluster(
         "cluster_smoke",
+        3,
         &["--kill-node", "2@mark:@@kill-last-node@@"],
         240,
     );
@@ -621,7 +633,7 @@ fn test_bed_rings_across_nodes_and_kills_a_node_on_request() {
             let r = json(&n, f);
             assert_eq!(r["ok"], true, "{r}");
             assert_eq!(r["rank"], i, "{r}");
-            assert_eq!(r["size"], NODES, "{r}");
+            assert_eq!(r["size"], 3, "{r}");
         }
     }
     assert!(

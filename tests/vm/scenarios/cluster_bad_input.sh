@@ -5,13 +5,13 @@
 #  - bad knob values (`policy` bogus, `slot_ms` 0) fail with EINVAL and
 #    change nothing;
 #  - garbage on gangd's port (text, an oversized frame header, a Hello with
-#    a wrong proof from node 1) is dropped with a line in gangd's log, and
+#    a wrong proof), sent from compute node 1, is dropped with a line in gangd's log, and
 #    gangd keeps serving; the wrong Hello is answered with a refusal;
 # and R still finishes with 0.
 . /scenarios/cluster_lib.sh
 
 cluster_init
-[ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+[ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
 start_node_agent
 
 # try NAME CMD...: CMD's exit status, stdout and stderr to NAME.{rc,out,err}.
@@ -33,7 +33,7 @@ knob_write() {
 gangd_log_lines() { wc -l < "$RESULTS/gangd.log"; }
 
 if [ "$NODE_ID" = 0 ]; then
-	wait_nodes "$NNODES"
+	wait_nodes "$COMPUTE_NODES"
 	submit R 3 -- /usr/bin/burn --seconds 90 --name R; R=$JOB_PID
 	wait_jobs running 1 60
 

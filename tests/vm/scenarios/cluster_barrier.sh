@@ -1,5 +1,5 @@
 # Cluster acceptance 2: the strict switch barrier under TCP traffic. Two jobs
-# of `ring` (3 ranks, one per node) pass 64 KiB tokens around all the time
+# of `ring` (3 ranks, one per compute node) pass 64 KiB tokens around all the time
 # while gangd switches between them with Freeze → Frozen (drained or timed
 # out) → Switch → Running; every switch goes to switches.jsonl. Both rings
 # must finish with every byte checked.
@@ -7,13 +7,13 @@
 
 cluster_init
 if [ "$NODE_ID" = 0 ]; then
-	start_gangd --nodes "$NNODES" --slot-ms 200 --barrier strict --drain-timeout-ms 100 \
+	start_gangd --nodes "$COMPUTE_NODES" --slot-ms 200 --barrier strict --drain-timeout-ms 100 \
 		--switch-log "$RESULTS/switches.jsonl"
 fi
 start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
-	wait_nodes "$NNODES"
+	wait_nodes "$COMPUTE_NODES"
 	submit R1 3 -- /usr/bin/ring --seconds 12 --bytes 65536; R1=$JOB_PID
 	submit R2 3 -- /usr/bin/ring --seconds 12 --bytes 65536; R2=$JOB_PID
 	wait_jobs running 2 60

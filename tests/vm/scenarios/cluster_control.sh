@@ -5,12 +5,13 @@
 #     suspended and no rank gets CPU time for 2 s; SIGCONT runs it again.
 #  3. kill -9 of the rank on node 1 ends the job with a non-zero status and
 #     a report naming the rank, the node and signal 9; no rank is left.
-# Node 0 drives, every node checks its own ranks; results per node in
-# ctrlc.*, tstp.*, kill9.*.
+# The head (node 0) drives, every compute node checks its own ranks; results
+# per node in ctrlc.*, tstp.*, kill9.*, the jobs' own in C.*, Z.*, K.* on the
+# head.
 . /scenarios/cluster_lib.sh
 
 cluster_init
-[ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+[ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
 start_node_agent
 
 # check_gone PHASE: no burn left here (within 10 s), job cgroups empty.
@@ -34,9 +35,10 @@ progress() {
 	board_put "$1.node$NODE_ID" measured || fail "board_put"
 }
 
-# all_nodes KEY VALUE: node 0 waits until every node put KEY.node<i> VALUE.
+# all_nodes KEY VALUE: the head waits until every compute node put
+# KEY.node<i> VALUE.
 all_nodes() {
-	i=0
+	i=$FIRST_COMPUTE
 	while [ "$i" -lt "$NNODES" ]; do
 		wait_board "$1.node$i" "$2" 60 || fail "node$i never reported $1"
 		i=$((i + 1))
@@ -44,7 +46,7 @@ all_nodes() {
 }
 
 if [ "$NODE_ID" = 0 ]; then
-	wait_nodes "$NNODES"
+	wait_nodes "$COMPUTE_NODES"
 
 	# 1. Ctrl-C
 	submit C 3 -- /usr/bin/burn --seconds 120 --name C; C=$JOB_PID
@@ -56,7 +58,6 @@ if [ "$NODE_ID" = 0 ]; then
 	poll_for 20 sh -c '! runas 1000 1000 -- gang ps --json | grep -q "\"name\": *\"C\""'
 	as_alice gang ps > "$RESULTS/ctrlc.ps" 2>&1
 	board_put phase ctrlc
-	check_gone ctrlc
 	all_nodes ctrlc checked
 
 	# 2. Ctrl-Z, then SIGCONT
@@ -68,19 +69,16 @@ if [ "$NODE_ID" = 0 ]; then
 	wait_jobs suspended 1 20
 	as_alice gang ps --json > "$RESULTS/tstp.ps.json" 2>&1
 	board_put phase suspended
-	progress suspended
 	all_nodes suspended measured
 	log "SIGCONT to gang run"
 	kill -CONT "$Z"
 	wait_jobs running 1 20
 	as_alice gang ps --json > "$RESULTS/cont.ps.json" 2>&1
 	board_put phase resumed
-	progress resumed
 	all_nodes resumed measured
 	kill -INT "$Z"
 	finish_job tstp "$Z"
 	board_put phase tstp_done
-	check_gone tstp
 	all_nodes tstp checked
 
 	# 3. kill -9 of the rank on node 1
@@ -91,7 +89,6 @@ if [ "$NODE_ID" = 0 ]; then
 	wait_board kill9.node1 killed 60 || fail "node 1 did not kill its rank"
 	finish_job kill9 "$K"
 	board_put phase kill9_done
-	check_gone kill9
 	all_nodes kill9 checked
 	cluster_done
 else

@@ -1,16 +1,21 @@
 # Helpers for the multi-node scenarios (busybox sh, sourced, not run). Every
-# node runs the same scenario; NODE_ID tells them apart. Node 0 runs gangd
-# and a tiny "board" (a key/value service on port 7999, busybox nc) through
-# which the nodes wait for each other; the other nodes stay up until node 0
-# says it is done.
+# node runs the same scenario; NODE_ID tells them apart.
+#
+# Node 0 is the head: it runs gangd, the users' front ends (`gang`) and a tiny
+# "board" (a key/value service on port 7999, busybox nc) through which the
+# nodes wait for each other, but no agent and no ranks. Nodes 1..NNODES-1
+# compute: each runs scx_gang --coordinator and stays up until the head says
+# it is done. (With CLUSTER_HEAD=0 node 0 computes too; on one emulated CPU
+# shared with busy ranks, gangd and every `gang` command then crawl: a
+# `gang ps` took 10-13 s instead of 0.5-1 s.)
 #
 # Typical scenario:
 #   . /scenarios/cluster_lib.sh
 #   cluster_init
-#   [ "$NODE_ID" = 0 ] && start_gangd --nodes "$NNODES" --slot-ms 100
+#   [ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
 #   start_node_agent
 #   if [ "$NODE_ID" = 0 ]; then
-#       wait_nodes "$NNODES"; ...jobs...; board_put phase x; ...; cluster_done
+#       wait_nodes "$COMPUTE_NODES"; ...jobs...; board_put phase x; ...; cluster_done
 #   else
 #       wait_board phase x; ...; wait_done
 #   fi
@@ -32,6 +37,13 @@ poll_for() {
 
 NL='
 '
+# (cluster_bench.sh names the same choice BENCH_HEAD.)
+CLUSTER_HEAD=${CLUSTER_HEAD:-${BENCH_HEAD:-1}}
+COMPUTE_NODES=$((NNODES - CLUSTER_HEAD))
+FIRST_COMPUTE=$CLUSTER_HEAD
+# is_compute: this node runs an agent and ranks.
+is_compute() { [ "$NODE_ID" -ge "$FIRST_COMPUTE" ]; }
+
 GANGD_KNOBS=/run/gangd
 CLUSTER_KEY=/etc/gangd/cluster.key
 GANGD_PORT=7070
@@ -177,8 +189,8 @@ stop_gangd() {
 	log "gangd stopped"
 }
 
-# start_node_agent [ARGS...]: scx_gang joining gangd on node 0, as
-# node<NODE_ID>. Nodes join in order (node i after node i-1 was admitted), so
+# start_node_agent [ARGS...]: on a compute node, scx_gang joining gangd on
+# node 0, as node<NODE_ID> (on the head: nothing but its board entries). Nodes join in order (node i after node i-1 was admitted), so
 # gangd numbers them like their names; the agent joins before it loads the
 # BPF scheduler, so the slow part (loading, verifying) runs on every node at
 # once. Returns once the scheduler is attached and the agent logged its
@@ -190,6 +202,11 @@ stop_gangd() {
 # scripts too slow to answer heartbeats and barriers in time.
 OTHER_SHARE_PCT=${OTHER_SHARE_PCT:-25}
 start_node_agent() {
+	if ! is_compute; then
+		# The head has no agent; the first compute node joins after it.
+		board_put "joined.node$NODE_ID" yes && board_put "ready.node$NODE_ID" yes
+		return
+	fi
 	wait_board gangd up 120 || fail "gangd did not come up on node 0"
 	[ "$NODE_ID" = 0 ] || wait_board "joined.node$((NODE_ID - 1))" yes 300 ||
 		fail "node$((NODE_ID - 1)) never joined"
@@ -228,7 +245,7 @@ node_count() {
 	esac
 }
 
-# wait_nodes N [SECONDS]: node 0, until nodes 0..N-1 have their scheduler
+# wait_nodes N [SECONDS]: node 0, until every node has its scheduler
 # attached (an agent joins gangd before it has loaded it, and a job placed on
 # it meanwhile fails) and gangd knows N nodes, and still does 4 s later (an
 # agent that falls silent after joining is dropped again).
@@ -236,7 +253,7 @@ nodes_at_least() { [ "$(node_count)" -ge "$1" ]; }
 nodes_stable() { nodes_at_least "$1" && sleep 4 && nodes_at_least "$1"; }
 wait_nodes() {
 	local i=0
-	while [ "$i" -lt "$1" ]; do
+	while [ "$i" -lt "$NNODES" ]; do
 		wait_board "ready.node$i" yes "${2:-120}" || fail "node$i never got ready"
 		i=$((i + 1))
 	done
