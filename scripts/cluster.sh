@@ -133,6 +133,17 @@ done
 
 # ---- boot ------------------------------------------------------------------------------
 NCPU=$(nproc)
+# Other VMs on this host (another test or benchmark) take the same cores:
+# emulated time then crawls and timeouts inside the guests fire. Say so, and
+# keep it with the results.
+others=$(pgrep -c -x qemu-system-x86_64 2>/dev/null || true)
+{
+    echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "other_qemu ${others:-0}"
+    echo "cpus $NCPU"
+} >"$OUT/host_load"
+((${others:-0} == 0)) ||
+    warn "$others other qemu process(es) run on this host (load $(cut -d' ' -f1 /proc/loadavg), $NCPU CPUs): guest timings will suffer"
 T0=$EPOCHREALTIME
 for ((i = 0; i < NODES; i++)); do
     rm -rf "$OUT/node$i" "$OUT/node$i.console.log" "$OUT/killed"

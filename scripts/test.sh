@@ -23,6 +23,8 @@ if [[ ${1:-} == --host ]]; then
 fi
 
 # Host tests and VM tests in one cargo run, so its summary covers both. The
-# VM tests are #[ignore]d for plain `cargo test`; they run one at a time.
-step "host tests, then VM acceptance tests (each boots a VM)"
+# VM tests are #[ignore]d for plain `cargo test`; they run one at a time:
+# tests/vm.rs boots one node per test, tests/vm_cluster.rs a cluster of four
+# (a head node running gangd and three compute nodes, ~2 min per test).
+step "host tests, then VM acceptance tests (each boots one VM, the cluster tests four)"
 cargo test --release --workspace -- --include-ignored --test-threads=1

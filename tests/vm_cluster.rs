@@ -157,8 +157,11 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
     let run = Run { out };
     if !status.success() {
         let mut msg = format!(
-            "scenario {scenario} failed (results in {})",
-            run.out.display()
+            "scenario {scenario} failed (results in {}; host at boot: {})",
+            run.out.display(),
+            fs::read_to_string(run.out.join("host_load"))
+                .unwrap_or_default()
+                .replace('\n', ", ")
         );
         for i in 0..nodes {
             let dir = run.node(i);
@@ -176,6 +179,12 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
         }
         panic!("{msg}");
     }
+    eprintln!(
+        "{scenario}: host at boot: {}",
+        fs::read_to_string(run.out.join("host_load"))
+            .unwrap_or_default()
+            .replace('\n', ", ")
+    );
     for i in 0..nodes {
         if run.node(i).join("rc").exists() {
             assert_scheduler_never_failed(&run.node(i));
