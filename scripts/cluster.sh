@@ -7,7 +7,7 @@ usage() {
     cat >&2 <<USAGE
 usage: $0 --image IMG.cpio.gz --scenario NAME --out DIR [--nodes N] [--vcpus V]
           [--mem MB] [--timeout SECONDS] [--pin] [--append "kernel args"]
-          [--results-mb MB] [--mttcg] [--kill-node I@WHEN]...
+          [--results-mb MB] [--mttcg] [--kill-node I@WHEN]... [--wait-quiet SECONDS]
   --nodes 1   --vcpus 2   --mem 1024   --timeout 300 (whole run, host side)
   --pin       pin node i's qemu to host core i % nproc
   --append    extra kernel args, e.g. scenario_timeout=100 (guest default: timeout-60)
@@ -19,6 +19,9 @@ usage: $0 --image IMG.cpio.gz --scenario NAME --out DIR [--nodes N] [--vcpus V]
   --kill-node I@mark:TEXT kill node I's qemu as soon as any node's console
                           prints TEXT (a scenario asks for the kill when it is
                           ready for it: boot times vary too much under emulation)
+  --wait-quiet S  first wait up to S seconds for other VMs on this host (another
+                 test or a benchmark) to end: they share the cores, and the guests'
+                 timeouts fire when emulated time crawls (then boots anyway)
 Writes DIR/node<i>.console.log and DIR/node<i>/ (the guest's /results); a node
 killed on purpose has no results and is listed in DIR/killed ("I SECONDS" per
 line, seconds since the run started).
@@ -28,6 +31,7 @@ USAGE
 }
 
 IMG= SCENARIO= OUT= NODES=1 VCPUS=2 MEM=1024 TIMEOUT=300 PIN=0 APPEND= DISK_MB=64 TCG=single
+WAIT_QUIET=0
 KILLS=()
 while (($#)); do
     case $1 in
@@ -44,11 +48,13 @@ while (($#)); do
     --mttcg) TCG=multi; shift ;;
     --icount) ICOUNT=${2:?}; shift 2 ;;
     --kill-node) KILLS+=("${2:?}"); shift 2 ;;
+    --wait-quiet) WAIT_QUIET=${2:?}; shift 2 ;;
     -h | --help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
     esac
 done
 [[ -n $IMG && -n $SCENARIO && -n $OUT ]] || usage
+[[ $WAIT_QUIET =~ ^[0-9]+$ ]] || die "WAIT_QUIET must be a number of seconds"
 for v in NODES VCPUS MEM TIMEOUT DISK_MB; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
 done
@@ -118,6 +124,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo >&2; step "interrupted, cleaning up"; cleanup; exit 130' INT
 trap 'step "terminated, cleaning up"; cleanup; exit 143' TERM
+
+# ---- other VMs -------------------------------------------------------------------------
+if ((WAIT_QUIET > 0)); then
+    quiet_deadline=$((${EPOCHREALTIME%.*} + WAIT_QUIET)) said=0
+    while others=$(pgrep -c -x qemu-system-x86_64) && ((others > 0)); do
+        if ((${EPOCHREALTIME%.*} >= quiet_deadline)); then
+            warn "other VMs still run after ${WAIT_QUIET} s of waiting; booting anyway"
+            break
+        fi
+        if ((${EPOCHREALTIME%.*} >= said)); then
+            step "waiting for $others other qemu process(es) on this host to end (at most ${WAIT_QUIET} s)"
+            said=$((${EPOCHREALTIME%.*} + 60))
+        fi
+        sleep 2
+    done
+fi
 
 # ---- network -------------------------------------------------------------------------
 # A private switch only the guests see, even for one node: a NIC with no peer behind it

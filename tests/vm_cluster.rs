@@ -149,6 +149,9 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
             "768",
         ])
         .args(["--timeout", &timeout_s.to_string()])
+        // Other VMs on the host (a benchmark) would slow the guests' time
+        // until their timeouts fire: wait for them first, within reason.
+        .args(["--wait-quiet", "1200"])
         .args(extra)
         .arg("--out")
         .arg(&out)
