@@ -155,8 +155,9 @@ echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,to
 for n in $NODES_LIST; do
     dir=$OUT/n$n
     {
-        for f in "$dir"/node*/sig.jsonl; do [[ -f $f ]] && sed 's/^/sig /' "$f"; done
-        [[ -f $dir/node0/gang.jsonl ]] && sed 's/^/gang /' "$dir/node0/gang.jsonl"
+        for f in "$dir"/node*/sig.jsonl; do [[ ! -f $f ]] || sed 's/^/sig /' "$f"; done
+        [[ ! -f $dir/node0/gang.jsonl ]] || sed 's/^/gang /' "$dir/node0/gang.jsonl"
+        true   # a boot that left no results (pipefail: an empty group must not end the script)
     } | LC_ALL=C awk -v N="$n" '
         function f(name,   v) { v = $0; if (index(v, "\"" name "\":") == 0) return ""; sub(".*\"" name "\":\"?", "", v); sub("[\",}].*", "", v); return v }
         $1 == "sig" {
@@ -245,6 +246,10 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             if (((n " scx_alone 0") in A) && ((n " alone 0") in A)) scxrel = sprintf("%.4f", median(A[n " scx_alone 0"]) / median(A[n " alone 0"]))
             printf "\nN=%d node%s   U_alone: default scheduler %s units/s, under scx_gang %s of that\n", n, plural, median(A[n " alone 0"]), scxrel
             printf "   RTT: ping idle p50 %s, ping idle under scx_gang %s, ping with every node busy %s; gangd heartbeat min %s idle, %s busy\n", us(rping[n]), us(rsi[n]), us(rload[n]), us(rhbi[n]), us(rhb[n])
+            na = split(A[n " alone 0"], z, " "); nb = split(A[n " scx_alone 0"], z, " ")
+            sa = na > 1 ? (minmax(A[n " alone 0"], "max") - minmax(A[n " alone 0"], "min")) / median(A[n " alone 0"]) : -1
+            sb = nb > 1 ? (minmax(A[n " scx_alone 0"], "max") - minmax(A[n " scx_alone 0"], "min")) / median(A[n " scx_alone 0"]) : -1
+            if (sa >= 0 || sb >= 0) printf "   noise: U_alone ranges over %.1f %% (default scheduler) and %.1f %% (scx_gang) of its median between repetitions: a per-switch figure below ~TQ x that (%.0f µs at TQ=100 ms) is not resolved\n", 100 * sa, 100 * sb, 100000 * (sa > sb ? sa : sb)
             printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
             printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "frozen", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
