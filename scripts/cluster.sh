@@ -128,7 +128,7 @@ trap 'step "terminated, cleaning up"; cleanup; exit 143' TERM
 # ---- other VMs -------------------------------------------------------------------------
 if ((WAIT_QUIET > 0)); then
     quiet_deadline=$((${EPOCHREALTIME%.*} + WAIT_QUIET)) said=0
-    while others=$(pgrep -c -x qemu-system-x86_64) && ((others > 0)); do
+    while others=$(pgrep -c -x qemu-system-x86) && ((others > 0)); do
         if ((${EPOCHREALTIME%.*} >= quiet_deadline)); then
             warn "other VMs still run after ${WAIT_QUIET} s of waiting; booting anyway"
             break
@@ -152,13 +152,14 @@ until [[ -s $SW_PIDFILE && -S $SW/ctl ]]; do
     ((n++ < 50)) || die "vde_switch did not come up"
     sleep 0.1
 done
+SW_PID=$(cat "$SW_PIDFILE")
 
 # ---- boot ------------------------------------------------------------------------------
 NCPU=$(nproc)
 # Other VMs on this host (another test or benchmark) take the same cores:
 # emulated time then crawls and timeouts inside the guests fire. Say so, and
 # keep it with the results.
-others=$(pgrep -c -x qemu-system-x86_64 2>/dev/null || true)
+others=$(pgrep -c -x qemu-system-x86 2>/dev/null || true)
 {
     echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "other_qemu ${others:-0}"
@@ -219,6 +220,11 @@ next_progress=$((${EPOCHREALTIME%.*} + 30))
 declare -a QRC=()
 while :; do
     ((${#KILL_AT[@]} + ${#KILL_MARK[@]} == 0)) || check_kills
+    if [[ -n ${SW_PID:-} ]] && ! kill -0 "$SW_PID" 2>/dev/null; then
+        warn "the virtual switch (pid $SW_PID) died after $(elapsed) s: the nodes are cut off ($(tail -n 3 "$WORK/switch.log" 2>/dev/null | tr '\n' ' '))"
+        echo "switch died after $(elapsed) s" >>"$OUT/host_load"
+        SW_PID=
+    fi
     left=0
     for i in "${!PIDS[@]}"; do
         [[ ${STATE[i]} == running ]] || continue

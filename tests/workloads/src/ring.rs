@@ -183,6 +183,7 @@ fn accept(me: &Rank, listener: &TcpListener, timeout: Duration) -> TcpStream {
                 s.set_read_timeout(Some(timeout)).ok();
                 return s;
             }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 if start.elapsed() >= CONNECT_FOR {
                     die(
@@ -319,11 +320,16 @@ fn main() {
         .join()
         .unwrap_or_else(|_| die(Some(r), "the sender thread panicked"));
     // The predecessor closes after its last round: nothing may follow.
+    // (A read with a timeout returns EINTR when the cgroup freezer parks us:
+    // read_exact and write_all retry by themselves, a bare read does not.)
     let mut rest = [0u8; 1];
-    match inp.read(&mut rest) {
-        Ok(0) => {}
-        Ok(_) => die(Some(r), format!("rank {prev} sent more than {k} rounds")),
-        Err(e) => die(Some(r), format!("waiting for rank {prev} to close: {e}")),
+    loop {
+        match inp.read(&mut rest) {
+            Ok(0) => break,
+            Ok(_) => die(Some(r), format!("rank {prev} sent more than {k} rounds")),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => die(Some(r), format!("waiting for rank {prev} to close: {e}")),
+        }
     }
     let node = std::env::var("GANG_NODE").unwrap_or_default();
     println!(
