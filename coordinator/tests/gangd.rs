@@ -538,7 +538,10 @@ fn a_missing_program_is_refused_before_any_rank_starts() {
         schedule: vec![],
     };
     write_frame(&mut w, &hello).unwrap();
-    assert!(matches!(read_frame::<ToAgent>(&mut r).unwrap(), Some(ToAgent::Welcome { .. })));
+    assert!(matches!(
+        read_frame::<ToAgent>(&mut r).unwrap(),
+        Some(ToAgent::Welcome { .. })
+    ));
     let n1 = thread::spawn(move || {
         let mut spawned = false;
         while let Ok(Some(m)) = read_frame::<ToAgent>(&mut r) {
@@ -653,4 +656,40 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
         status: ExitStatus::Exited(0),
     });
     assert_eq!(fe.ended().0, 0);
+}
+
+#[test]
+fn another_user_can_neither_kill_nor_suspend_a_job() {
+    use std::os::unix::process::CommandExt;
+    let g = Gangd::start("owner", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    let mut fe = FrontEnd::connect(&g);
+    // Submitted by root (this test); uid 1001 is someone else.
+    let job = accepted(fe.submit("mine", 1, &["/bin/sleep", "100"]));
+    wait_until("spawn", || n0.spawned(job).len() == 1);
+    std::fs::set_permissions(&g.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for verb in ["kill", "suspend"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gang"))
+            .arg("--socket")
+            .arg(g.sock())
+            .args([verb, &job.0.to_string()])
+            .uid(1001)
+            .gid(1001)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{verb}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("belongs to another user"), "{verb}: {err}");
+    }
+    assert!(!n0
+        .got()
+        .iter()
+        .any(|m| matches!(m, ToAgent::KillJob { .. } | ToAgent::SuspendJob { .. })));
+    assert!(
+        g.log().contains("uid 1001 may not act on job"),
+        "{}",
+        g.log()
+    );
+    fe.send(FromClient::Kill { job });
+    assert_eq!(fe.recv(), ToClient::Done, "the owner (root) may");
 }
