@@ -278,7 +278,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "idle≈", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
                 t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t
-                ratio = (ks in med) && (kg in med) && med[ks] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
+                ratio = (ks in med) && (kg in med) && med[ks] > 0 && med[kg] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
                 printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(est[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
             }
         }
