@@ -65,6 +65,9 @@ need_cmd awk sort
 IMG=$OUT/image.cpio.gz
 mkdir -p "$OUT"
 NCPU=$(nproc)
+TAIL_PID= MON_PID=
+# Our helpers (progress filter, sampler) end with us, however we end.
+trap '[[ -z $TAIL_PID$MON_PID ]] || kill $TAIL_PID $MON_PID 2>/dev/null' EXIT
 if ((BOOT == 0)); then
     [[ -z ${ICOUNT} && -f $OUT/icount ]] && ICOUNT=$(cat "$OUT/icount")
     [[ -f $OUT/head ]] && HEAD=$(cat "$OUT/head")
@@ -141,6 +144,7 @@ for n in $NODES_LIST; do
     sleep 1
     kill "$TAIL_PID" "$MON_PID" 2>/dev/null || true
     wait "$TAIL_PID" "$MON_PID" 2>/dev/null || true
+    TAIL_PID= MON_PID=
     fv=$(awk '$2 > 0 { b++ } END { printf "%d", NR ? 100 * b / NR : 0 }' "$OUT/n$n/host_foreign_vms")
     ((fv == 0)) || warn "N=$n: other VMs ran on the host during $fv % of this boot: its figures include their load"
     echo "$(cut -d' ' -f1-3 /proc/loadavg)" >"$OUT/n$n/host_load_after"
@@ -273,7 +277,8 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             na = split(A[n " alone 0"], z, " "); nb = split(A[n " scx_alone 0"], z, " ")
             sa = na > 1 ? (minmax(A[n " alone 0"], "max") - minmax(A[n " alone 0"], "min")) / median(A[n " alone 0"]) : -1
             sb = nb > 1 ? (minmax(A[n " scx_alone 0"], "max") - minmax(A[n " scx_alone 0"], "min")) / median(A[n " scx_alone 0"]) : -1
-            if (sa >= 0 || sb >= 0) printf "   noise: U_alone ranges over %.1f %% (default scheduler) and %.1f %% (scx_gang) of its median between repetitions: a per-switch figure below ~TQ x that (%.0f µs at TQ=100 ms) is not resolved\n", 100 * sa, 100 * sb, 100000 * (sa > sb ? sa : sb)
+            pa = sa >= 0 ? sprintf("%.1f %%", 100 * sa) : "-"; pb = sb >= 0 ? sprintf("%.1f %%", 100 * sb) : "-"
+            if (sa >= 0 || sb >= 0) printf "   noise: U_alone ranges over %s (default scheduler) and %s (scx_gang) of its median between repetitions: a per-switch figure below ~TQ x that (%.0f µs at TQ=100 ms) is not resolved\n", pa, pb, 100000 * (sa > sb ? sa : sb)
             printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
             printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "idle≈", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
