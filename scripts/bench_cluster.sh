@@ -23,9 +23,12 @@
 #                                               boot until no other qemu runs on the host)
 #   --quick: N = 1 2, TQ 100 200, 1 repetition.
 #   --icount S: qemu -icount shift=S (guest time counts instructions). NOT the
-#     default: the guests' clocks then run apart from real time and from each
-#     other, and time a guest spends idle waiting for the network is skipped,
-#     so RTTs and barrier times are not physical (see the output's note).
+#     default, and it does not work for a cluster: with cluster.sh's
+#     sleep=off an idle guest's clock jumps to its next timer, so the guests'
+#     clocks run apart from real time and from each other; tried with
+#     --icount 0 --nodes 2: the nodes' 60 s wait for each other's ping passed
+#     in seconds of real time and the cluster never formed. Real time it is,
+#     with the host's noise (the table prints the noise floor).
 # Writes DIR (default target/bench/cluster)/{results.csv,runs.csv,table.txt}
 # and keeps every boot's results in DIR/n<N>/.
 set -euo pipefail
