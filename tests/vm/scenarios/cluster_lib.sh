@@ -62,8 +62,10 @@ cluster_init() {
 	[ "$NODE_ID" = 0 ] && start_board
 	i=0
 	while [ "$i" -lt "$NNODES" ]; do
-		[ "$i" = "$NODE_ID" ] || wait_for 60 ping -c 1 -W 1 "node$i" > /dev/null ||
+		[ "$i" = "$NODE_ID" ] || wait_for 60 ping -c 1 -W 1 "node$i" > /dev/null || {
+			{ ip addr; ip -s link; cat /proc/net/arp; } > "$RESULTS/net.txt" 2>&1
 			fail "node$i does not answer ping"
+		}
 		i=$((i + 1))
 	done
 	log "node $NODE_ID: all $NNODES nodes reachable"
