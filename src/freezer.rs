@@ -44,17 +44,28 @@ pub fn park_and_drain(
     timeout: Duration,
 ) -> io::Result<FrozenReport> {
     let start = Instant::now();
-    for (_, dir) in gangs {
-        set_frozen(dir, true)?;
+    // A job that ends just now takes its cgroup away: nothing to park there.
+    let mut present = Vec::with_capacity(gangs.len());
+    for (name, dir) in gangs {
+        match set_frozen(dir, true) {
+            Ok(()) => present.push((name.clone(), dir.clone())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
+    let gangs = present;
     let parked = wait_until(start + timeout, || {
-        gangs.iter().all(|(_, dir)| is_frozen(dir))
+        gangs.iter().all(|(_, dir)| is_frozen(dir) || !dir.exists())
     });
     let freeze_us = start.elapsed().as_micros() as u64;
 
     let mut ids = Vec::new();
-    for (_, dir) in gangs {
-        ids.extend(drain::cgroup_ids(dir)?);
+    for (_, dir) in &gangs {
+        match drain::cgroup_ids(dir) {
+            Ok(more) => ids.extend(more),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     let left = timeout.saturating_sub(start.elapsed());
     ids.truncate(drain::MAX_FILTER_CGROUPS);
