@@ -90,6 +90,30 @@ if [[ $APPEND != *scenario_timeout=* ]]; then
     APPEND="scenario_timeout=$st${APPEND:+ $APPEND}"
 fi
 
+# The guests' TSC is the host's (TCG reads it), but a guest calibrates it
+# against its emulated timers at boot, and on a loaded host that goes badly
+# wrong: seen "tsc: Detected 57.618 MHz processor" for a 2.6 GHz TSC, after
+# which the guest's clock ran many times too fast and every timeout in it
+# fired. So the guests are told the host's TSC frequency. (Not with --icount:
+# the TSC then counts instructions.)
+host_tsc_khz() {
+    local mhz
+    mhz=$(dmesg 2>/dev/null | grep -o 'Refined TSC clocksource calibration: [0-9.]* MHz' | tail -n 1 | grep -o '[0-9.]*')
+    [[ -n $mhz ]] ||
+        mhz=$(dmesg 2>/dev/null | grep -o 'tsc: Detected [0-9.]* MHz' | tail -n 1 | grep -o '[0-9.]*')
+    if [[ -z $mhz ]] && grep -qw constant_tsc /proc/cpuinfo; then
+        mhz=$(awk -F': *' '/^cpu MHz/ {print $2; exit}' /proc/cpuinfo)
+    fi
+    [[ -n $mhz ]] && LC_ALL=C awk -v m="$mhz" 'BEGIN {printf "%d", m * 1000 + 0.5}'
+}
+if [[ $(uname -m) == x86_64 && -z ${ICOUNT:-} && $APPEND != *tsc_early_khz=* ]]; then
+    if khz=$(host_tsc_khz) && [[ $khz -gt 0 ]]; then
+        APPEND+=" tsc_early_khz=$khz"
+    else
+        warn "host TSC frequency unknown: the guests calibrate their own (unreliable on a loaded host)"
+    fi
+fi
+
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/scx_gang_cluster.XXXXXX")
 SW=$WORK/switch
 SW_PIDFILE=$WORK/switch.pid
@@ -164,6 +188,7 @@ others=$(pgrep -c -x qemu-system-x86 2>/dev/null || true)
     echo "loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "other_qemu ${others:-0}"
     echo "cpus $NCPU"
+    echo "tsc_khz ${khz:-unset}"
 } >"$OUT/host_load"
 ((${others:-0} == 0)) ||
     warn "$others other qemu process(es) run on this host (load $(cut -d' ' -f1 /proc/loadavg), $NCPU CPUs): guest timings will suffer"
