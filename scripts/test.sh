@@ -27,4 +27,4 @@ fi
 # tests/vm.rs boots one node per test, tests/vm_cluster.rs a cluster of four
 # (a head node running gangd and three compute nodes, ~2 min per test).
 step "host tests, then VM acceptance tests (each boots one VM, the cluster tests four)"
-cargo test --release --workspace -- --include-ignored --test-threads=1
+cargo test --release --workspace --no-fail-fast -- --include-ignored --test-threads=1
