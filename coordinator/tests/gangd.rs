@@ -693,3 +693,22 @@ fn another_user_can_neither_kill_nor_suspend_a_job() {
     fe.send(FromClient::Kill { job });
     assert_eq!(fe.recv(), ToClient::Done, "the owner (root) may");
 }
+
+#[test]
+fn a_lone_job_is_not_frozen_at_every_slot_boundary() {
+    let g = Gangd::start("lone", 1, &["--slot-ms", "20"]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("alone", 1, &["/bin/true"]));
+    wait_until("spawn", || n0.spawned(job).len() == 1);
+    thread::sleep(Duration::from_millis(500));
+    let freezes = n0
+        .got()
+        .iter()
+        .filter(|m| matches!(m, ToAgent::Freeze { .. }))
+        .count();
+    assert!(
+        freezes <= 2,
+        "{freezes} freezes in 25 slots: only a change of the table may switch a lone job"
+    );
+}
