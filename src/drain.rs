@@ -462,7 +462,11 @@ mod tests {
             "the peer reads nothing, so it cannot drain"
         );
 
+        // The reader starts only after wait_steady took its first sample, so
+        // that sample must still see the queued bytes.
+        let (sampled, may_read) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
+            let _ = may_read.recv();
             let mut buf = vec![0u8; 1 << 20];
             let mut got = 0;
             while got < written {
@@ -470,8 +474,17 @@ mod tests {
             }
             server
         });
-        let report =
-            wait_steady(ours_only, Duration::from_secs(10), Duration::from_millis(5)).unwrap();
+        let first_then_read = || {
+            let sockets = ours_only();
+            let _ = sampled.send(());
+            sockets
+        };
+        let report = wait_steady(
+            first_then_read,
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+        )
+        .unwrap();
         assert!(report.drained, "{report:?}");
         assert!(report.initial.queued_bytes > 0);
         assert!(report.last.is_steady());
