@@ -97,7 +97,10 @@ const TRACKED_FDS: usize = 1024;
 static SPIN_NS: [AtomicU64; TRACKED_FDS + 1] = [const { AtomicU64::new(0) }; TRACKED_FDS + 1];
 
 fn cell(fd: i32) -> &'static AtomicU64 {
-    let i = usize::try_from(fd).ok().filter(|&i| i < TRACKED_FDS).unwrap_or(TRACKED_FDS);
+    let i = usize::try_from(fd)
+        .ok()
+        .filter(|&i| i < TRACKED_FDS)
+        .unwrap_or(TRACKED_FDS);
     &SPIN_NS[i]
 }
 
@@ -124,27 +127,114 @@ mod tests {
     fn rules() {
         let s = 100_000;
         // Early hit: unchanged; late hit: +25 %.
-        assert_eq!(next_spin(s, Observation::Hit { spin_ns: s, waited_ns: 10_000 }), s);
-        assert_eq!(next_spin(s, Observation::Hit { spin_ns: s, waited_ns: 80_000 }), 125_000);
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::Hit {
+                    spin_ns: s,
+                    waited_ns: 10_000
+                }
+            ),
+            s
+        );
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::Hit {
+                    spin_ns: s,
+                    waited_ns: 80_000
+                }
+            ),
+            125_000
+        );
         // Near miss: doubled; far miss: halved.
-        assert_eq!(next_spin(s, Observation::Blocked { spun_ns: s, waited_ns: 150_000 }), 200_000);
-        assert_eq!(next_spin(s, Observation::Blocked { spun_ns: s, waited_ns: 5_000_000 }), 50_000);
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::Blocked {
+                    spun_ns: s,
+                    waited_ns: 150_000
+                }
+            ),
+            200_000
+        );
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::Blocked {
+                    spun_ns: s,
+                    waited_ns: 5_000_000
+                }
+            ),
+            50_000
+        );
         // A far timeout halves, a short one teaches nothing.
-        assert_eq!(next_spin(s, Observation::TimedOut { spun_ns: s, waited_ns: 1_000_000 }), 50_000);
-        assert_eq!(next_spin(s, Observation::TimedOut { spun_ns: 0, waited_ns: 0 }), s);
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::TimedOut {
+                    spun_ns: s,
+                    waited_ns: 1_000_000
+                }
+            ),
+            50_000
+        );
+        assert_eq!(
+            next_spin(
+                s,
+                Observation::TimedOut {
+                    spun_ns: 0,
+                    waited_ns: 0
+                }
+            ),
+            s
+        );
         // Bounds.
-        assert_eq!(next_spin(MAX_SPIN_NS, Observation::Blocked { spun_ns: MAX_SPIN_NS, waited_ns: MAX_SPIN_NS + 1 }), MAX_SPIN_NS);
-        assert_eq!(next_spin(MIN_SPIN_NS, Observation::Blocked { spun_ns: MIN_SPIN_NS, waited_ns: 1 << 40 }), MIN_SPIN_NS);
+        assert_eq!(
+            next_spin(
+                MAX_SPIN_NS,
+                Observation::Blocked {
+                    spun_ns: MAX_SPIN_NS,
+                    waited_ns: MAX_SPIN_NS + 1
+                }
+            ),
+            MAX_SPIN_NS
+        );
+        assert_eq!(
+            next_spin(
+                MIN_SPIN_NS,
+                Observation::Blocked {
+                    spun_ns: MIN_SPIN_NS,
+                    waited_ns: 1 << 40
+                }
+            ),
+            MIN_SPIN_NS
+        );
         // A near miss of a short spin counts the block cost as "near".
-        assert_eq!(next_spin(MIN_SPIN_NS, Observation::Blocked { spun_ns: MIN_SPIN_NS, waited_ns: MIN_SPIN_NS + BLOCK_COST_NS }), 2 * MIN_SPIN_NS);
+        assert_eq!(
+            next_spin(
+                MIN_SPIN_NS,
+                Observation::Blocked {
+                    spun_ns: MIN_SPIN_NS,
+                    waited_ns: MIN_SPIN_NS + BLOCK_COST_NS
+                }
+            ),
+            2 * MIN_SPIN_NS
+        );
     }
 
     fn run(mut s: u64, arrival_ns: u64, rounds: usize) -> u64 {
         for _ in 0..rounds {
             let obs = if s >= arrival_ns {
-                Observation::Hit { spin_ns: s, waited_ns: arrival_ns }
+                Observation::Hit {
+                    spin_ns: s,
+                    waited_ns: arrival_ns,
+                }
             } else {
-                Observation::Blocked { spun_ns: s, waited_ns: arrival_ns }
+                Observation::Blocked {
+                    spun_ns: s,
+                    waited_ns: arrival_ns,
+                }
             };
             s = next_spin(s, obs);
         }
@@ -173,14 +263,26 @@ mod tests {
     fn shrinks_when_the_peer_is_away() {
         let mut s = MAX_SPIN_NS;
         for _ in 0..20 {
-            s = next_spin(s, Observation::Blocked { spun_ns: s, waited_ns: 50_000_000 });
+            s = next_spin(
+                s,
+                Observation::Blocked {
+                    spun_ns: s,
+                    waited_ns: 50_000_000,
+                },
+            );
         }
         assert_eq!(s, MIN_SPIN_NS);
     }
 
     #[test]
     fn per_fd_state() {
-        observe(900, Observation::Blocked { spun_ns: INITIAL_SPIN_NS, waited_ns: INITIAL_SPIN_NS + 1 });
+        observe(
+            900,
+            Observation::Blocked {
+                spun_ns: INITIAL_SPIN_NS,
+                waited_ns: INITIAL_SPIN_NS + 1,
+            },
+        );
         assert_eq!(spin_for(900), 2 * INITIAL_SPIN_NS);
         assert_eq!(spin_for(901), INITIAL_SPIN_NS);
     }

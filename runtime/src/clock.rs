@@ -98,7 +98,9 @@ impl SlotSnapshot {
         } else if self.slot_end_ns == 0 {
             SlotRemaining::NoDeadline
         } else {
-            SlotRemaining::Left(Duration::from_nanos(self.slot_end_ns.saturating_sub(now_ns)))
+            SlotRemaining::Left(Duration::from_nanos(
+                self.slot_end_ns.saturating_sub(now_ns),
+            ))
         }
     }
 }
@@ -185,10 +187,15 @@ pub unsafe fn write_page(page: *mut SlotClockPage, snap: &SlotSnapshot) {
 
 /// CLOCK_MONOTONIC now, in ns: the time base of the clock page.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -196,7 +203,11 @@ mod tests {
     use super::*;
 
     fn snap(running: u64, end: u64) -> SlotSnapshot {
-        SlotSnapshot { running_gangs: running, slot_end_ns: end, ..Default::default() }
+        SlotSnapshot {
+            running_gangs: running,
+            slot_end_ns: end,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -209,10 +220,30 @@ mod tests {
             SlotRemaining::Left(Duration::from_nanos(60))
         );
         // Overdue: zero left, not a wrap-around.
-        assert_eq!(snap(1 << 3, 100).remaining(3, 400), SlotRemaining::Left(Duration::ZERO));
+        assert_eq!(
+            snap(1 << 3, 100).remaining(3, 400),
+            SlotRemaining::Left(Duration::ZERO)
+        );
         // Gang 63 is the top bit; ids beyond are in no slot.
         assert!(snap(1 << 63, 0).runs(63));
         assert!(!snap(u64::MAX, 0).runs(64));
+    }
+
+    #[test]
+    fn layout_matches_intf_h() {
+        use std::mem::offset_of;
+        let offsets = [
+            offset_of!(SlotClockPage, seq),
+            offset_of!(SlotClockPage, generation),
+            offset_of!(SlotClockPage, slot_start_ns),
+            offset_of!(SlotClockPage, slot_end_ns),
+            offset_of!(SlotClockPage, yield_lead_ns),
+            offset_of!(SlotClockPage, running_gangs),
+            offset_of!(SlotClockPage, next_gangs),
+            offset_of!(SlotClockPage, slot),
+            offset_of!(SlotClockPage, nr_slots),
+        ];
+        assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 48, 56, 60]);
     }
 
     #[test]
@@ -235,7 +266,11 @@ mod tests {
 
     #[test]
     fn odd_sequence_is_unknown() {
-        let page = SlotClockPage { seq: 5, generation: 1, ..Default::default() };
+        let page = SlotClockPage {
+            seq: 5,
+            generation: 1,
+            ..Default::default()
+        };
         assert_eq!(unsafe { read_page(&page) }, None);
     }
 

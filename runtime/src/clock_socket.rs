@@ -40,20 +40,38 @@ impl SlotClock {
     /// struct rounded up to the page size). The fd may be closed afterwards.
     pub fn map(fd: RawFd, gang: u32) -> io::Result<SlotClock> {
         if gang >= 64 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "gang id beyond 63"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "gang id beyond 63",
+            ));
         }
         // SAFETY: sysconf has no preconditions.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page_size = if page_size > 0 { page_size as usize } else { 4096 };
+        let page_size = if page_size > 0 {
+            page_size as usize
+        } else {
+            4096
+        };
         let len = std::mem::size_of::<SlotClockPage>().div_ceil(page_size) * page_size;
         // SAFETY: a fresh mapping chosen by the kernel; errors are checked.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(SlotClock { gang, page: p as *const SlotClockPage, len })
+        Ok(SlotClock {
+            gang,
+            page: p as *const SlotClockPage,
+            len,
+        })
     }
 
     /// This process's gang id on this node (0..63).
@@ -133,7 +151,10 @@ fn receive(sock: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         // SAFETY: CMSG_SPACE is a pure computation.
         let space = unsafe { libc::CMSG_SPACE((4 * std::mem::size_of::<RawFd>()) as u32) };
         let mut cbuf = vec![0u64; (space as usize).div_ceil(8)];
-        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
         // SAFETY: msghdr is plain data; zeroed is a valid empty header.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
@@ -196,7 +217,10 @@ pub fn open_clock(path: &Path) -> ClockOpen {
         Ok(Greeting::NoGang(reason)) => ClockOpen::NoGang(reason),
         Ok(Greeting::Gang(gang)) => {
             if fds.len() != 1 {
-                return ClockOpen::Unavailable(format!("gang {gang} came with {} fds, not 1", fds.len()));
+                return ClockOpen::Unavailable(format!(
+                    "gang {gang} came with {} fds, not 1",
+                    fds.len()
+                ));
             }
             let fd = fds.pop().expect("one fd");
             match SlotClock::map(fd.as_raw_fd(), gang) {
@@ -235,7 +259,10 @@ mod tests {
         assert!(parse_greeting("gang -1").is_err());
         assert!(parse_greeting("gang").is_err());
         assert!(parse_greeting("gang 5 extra").is_err());
-        assert_eq!(parse_greeting("none not in a gang"), Ok(Greeting::NoGang("not in a gang".into())));
+        assert_eq!(
+            parse_greeting("none not in a gang"),
+            Ok(Greeting::NoGang("not in a gang".into()))
+        );
         assert_eq!(parse_greeting("none"), Ok(Greeting::NoGang(String::new())));
         assert!(parse_greeting("hello").is_err());
         assert!(parse_greeting("").is_err());

@@ -32,7 +32,10 @@ pub const MAX_SPIN_US: u64 = 1_000_000;
 /// Is this switch value one of the "off" spellings?
 pub fn is_off(value: Option<&OsStr>) -> bool {
     matches!(
-        value.and_then(OsStr::to_str).map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+        value
+            .and_then(OsStr::to_str)
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref(),
         Some("off" | "0" | "no" | "false")
     )
 }
@@ -87,7 +90,10 @@ impl std::error::Error for WaitPolicyError {}
 /// `inslot:US` (US: spin limit in microseconds, default
 /// [`DEFAULT_SPIN_US`]). Surrounding blanks are ignored, nothing else is.
 pub fn parse_wait_policy(value: &str) -> Result<WaitPolicy, WaitPolicyError> {
-    let err = |reason: &str| WaitPolicyError { value: value.to_string(), reason: reason.to_string() };
+    let err = |reason: &str| WaitPolicyError {
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
     let v = value.trim();
     let (name, us) = match v.split_once(':') {
         None => (v, None),
@@ -124,7 +130,10 @@ pub fn wait_policy_from(value: Option<&OsStr>) -> Result<WaitPolicy, WaitPolicyE
     match value {
         None => Ok(WaitPolicy::Block),
         Some(v) => match v.to_str() {
-            None => Err(WaitPolicyError { value: v.to_string_lossy().into(), reason: "not UTF-8".into() }),
+            None => Err(WaitPolicyError {
+                value: v.to_string_lossy().into(),
+                reason: "not UTF-8".into(),
+            }),
             Some(s) if s.trim().is_empty() => Ok(WaitPolicy::Block),
             Some(s) => parse_wait_policy(s),
         },
@@ -134,7 +143,9 @@ pub fn wait_policy_from(value: Option<&OsStr>) -> Result<WaitPolicy, WaitPolicyE
 /// This process's default wait policy (`GANG_WAIT`), read once.
 pub fn default_wait_policy() -> Result<WaitPolicy, WaitPolicyError> {
     static POLICY: OnceLock<Result<WaitPolicy, WaitPolicyError>> = OnceLock::new();
-    POLICY.get_or_init(|| wait_policy_from(std::env::var_os(WAIT_ENV).as_deref())).clone()
+    POLICY
+        .get_or_init(|| wait_policy_from(std::env::var_os(WAIT_ENV).as_deref()))
+        .clone()
 }
 
 #[cfg(test)]
@@ -146,11 +157,20 @@ mod tests {
     fn clock_switches() {
         let off = OsString::from("off");
         let sock = OsString::from("/tmp/x.sock");
-        assert_eq!(clock_socket_from(None, None), Some(PathBuf::from(DEFAULT_CLOCK_SOCKET)));
-        assert_eq!(clock_socket_from(None, Some(&sock)), Some(PathBuf::from("/tmp/x.sock")));
+        assert_eq!(
+            clock_socket_from(None, None),
+            Some(PathBuf::from(DEFAULT_CLOCK_SOCKET))
+        );
+        assert_eq!(
+            clock_socket_from(None, Some(&sock)),
+            Some(PathBuf::from("/tmp/x.sock"))
+        );
         assert_eq!(clock_socket_from(Some(&off), Some(&sock)), None);
         assert_eq!(clock_socket_from(Some(OsStr::new("OFF")), None), None);
-        assert_eq!(clock_socket_from(Some(OsStr::new("on")), None), Some(PathBuf::from(DEFAULT_CLOCK_SOCKET)));
+        assert_eq!(
+            clock_socket_from(Some(OsStr::new("on")), None),
+            Some(PathBuf::from(DEFAULT_CLOCK_SOCKET))
+        );
         assert!(is_off(Some(OsStr::new("0"))));
         assert!(!is_off(Some(OsStr::new("1"))));
         assert!(!is_off(None));

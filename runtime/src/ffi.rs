@@ -71,11 +71,13 @@ fn timeout_of(ms: i32) -> Option<Duration> {
 }
 
 fn wait_c(fd: i32, policy: WaitPolicy, timeout_ms: i32) -> i32 {
-    guard(-1, || match wait_readable(fd, policy, timeout_of(timeout_ms)) {
-        Ok(o) => o.is_readable() as i32,
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-            -1
+    guard(-1, || {
+        match wait_readable(fd, policy, timeout_of(timeout_ms)) {
+            Ok(o) => o.is_readable() as i32,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                -1
+            }
         }
     })
 }
@@ -119,7 +121,12 @@ pub fn policy_of(policy: i32, spin_us: i64) -> Option<WaitPolicy> {
 /// Waits for `fd` readable with an explicit policy (`spin_us` < 0: the
 /// default 200 µs; ignored by block and adaptive). Bad policy: -1, EINVAL.
 #[no_mangle]
-pub extern "C" fn gang_wait_readable_policy(fd: i32, policy: i32, spin_us: i64, timeout_ms: i32) -> i32 {
+pub extern "C" fn gang_wait_readable_policy(
+    fd: i32,
+    policy: i32,
+    spin_us: i64,
+    timeout_ms: i32,
+) -> i32 {
     guard(-1, || match policy_of(policy, spin_us) {
         None => {
             set_errno(libc::EINVAL);
@@ -160,10 +167,19 @@ mod tests {
     #[test]
     fn policies_from_c() {
         assert_eq!(policy_of(0, 5), Some(WaitPolicy::Block));
-        assert_eq!(policy_of(1, 50), Some(WaitPolicy::Spin(Duration::from_micros(50))));
-        assert_eq!(policy_of(1, -1), Some(WaitPolicy::Spin(Duration::from_micros(200))));
+        assert_eq!(
+            policy_of(1, 50),
+            Some(WaitPolicy::Spin(Duration::from_micros(50)))
+        );
+        assert_eq!(
+            policy_of(1, -1),
+            Some(WaitPolicy::Spin(Duration::from_micros(200)))
+        );
         assert_eq!(policy_of(2, 0), Some(WaitPolicy::Adaptive));
-        assert_eq!(policy_of(3, 7), Some(WaitPolicy::InSlot(Duration::from_micros(7))));
+        assert_eq!(
+            policy_of(3, 7),
+            Some(WaitPolicy::InSlot(Duration::from_micros(7)))
+        );
         assert_eq!(policy_of(4, 0), None);
         assert_eq!(policy_of(-1, 0), None);
     }
@@ -171,12 +187,18 @@ mod tests {
     #[test]
     fn bad_policy_is_einval() {
         assert_eq!(gang_wait_readable_policy(0, 9, 0, 0), -1);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EINVAL)
+        );
     }
 
     #[test]
     fn bad_fd_is_ebadf() {
         assert_eq!(gang_wait_readable_policy(-5, GANG_WAIT_BLOCK, 0, 0), -1);
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EBADF));
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EBADF)
+        );
     }
 }

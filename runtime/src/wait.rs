@@ -97,14 +97,24 @@ pub fn wait_stats() -> WaitStats {
 /// retrying EINTR until the deadline. Readable includes POLLHUP/POLLERR;
 /// POLLNVAL is EBADF.
 fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let deadline = timeout.map(|t| monotonic_ns().saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
+    let deadline =
+        timeout.map(|t| monotonic_ns().saturating_add(t.as_nanos().min(u64::MAX as u128) as u64));
     loop {
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ts = deadline.map(|d| {
             let left = d.saturating_sub(monotonic_ns());
-            libc::timespec { tv_sec: (left / 1_000_000_000) as _, tv_nsec: (left % 1_000_000_000) as _ }
+            libc::timespec {
+                tv_sec: (left / 1_000_000_000) as _,
+                tv_nsec: (left % 1_000_000_000) as _,
+            }
         });
-        let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: one valid pollfd; the timespec (if any) outlives the call;
         // no signal mask.
         let n = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
@@ -146,7 +156,11 @@ pub fn in_slot_now() -> Option<bool> {
 /// Waits until `fd` is readable (POLLIN, or POLLHUP/POLLERR so that the
 /// caller's read sees the EOF or error) or `timeout` passes (`None`:
 /// forever), spinning first as `policy` says. EINTR is retried.
-pub fn wait_readable(fd: RawFd, policy: WaitPolicy, timeout: Option<Duration>) -> io::Result<WaitOutcome> {
+pub fn wait_readable(
+    fd: RawFd,
+    policy: WaitPolicy,
+    timeout: Option<Duration>,
+) -> io::Result<WaitOutcome> {
     wait_readable_with(fd, policy, timeout, &in_slot_now)
 }
 
@@ -219,11 +233,24 @@ pub fn wait_readable_with(
         adaptive::observe(
             fd,
             match end {
-                WaitEnd::ReadySpinning => Observation::Hit { spin_ns, waited_ns: spun },
-                WaitEnd::ReadyBlocked => Observation::Blocked { spun_ns: spun, waited_ns: waited },
-                WaitEnd::TimedOut => Observation::TimedOut { spun_ns: spun, waited_ns: waited },
+                WaitEnd::ReadySpinning => Observation::Hit {
+                    spin_ns,
+                    waited_ns: spun,
+                },
+                WaitEnd::ReadyBlocked => Observation::Blocked {
+                    spun_ns: spun,
+                    waited_ns: waited,
+                },
+                WaitEnd::TimedOut => Observation::TimedOut {
+                    spun_ns: spun,
+                    waited_ns: waited,
+                },
             },
         );
     }
-    Ok(WaitOutcome { end, spun: Duration::from_nanos(spun), waited: Duration::from_nanos(waited) })
+    Ok(WaitOutcome {
+        end,
+        spun: Duration::from_nanos(spun),
+        waited: Duration::from_nanos(waited),
+    })
 }

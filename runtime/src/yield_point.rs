@@ -42,7 +42,9 @@ pub fn yield_point_on(
     yielded_in: &mut Option<u64>,
     do_yield: impl FnOnce(),
 ) -> bool {
-    let Some(snap) = clock.snapshot() else { return false };
+    let Some(snap) = clock.snapshot() else {
+        return false;
+    };
     if !should_yield(&snap, clock.gang(), now_ns, *yielded_in) {
         return false;
     }
@@ -61,7 +63,9 @@ pub fn yield_point() -> bool {
     if !env::yield_enabled() {
         return false;
     }
-    let Some(clock) = process_clock() else { return false };
+    let Some(clock) = process_clock() else {
+        return false;
+    };
     YIELDED_IN.with(|cell| {
         let mut last = cell.get();
         let yielded = yield_point_on(clock, monotonic_ns(), &mut last, || {

@@ -19,7 +19,11 @@ fn lib_dir() -> PathBuf {
 }
 
 fn have_cc() -> bool {
-    Command::new("cc").arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn build() -> Option<PathBuf> {
@@ -28,11 +32,23 @@ fn build() -> Option<PathBuf> {
         return None;
     }
     let lib = lib_dir();
-    assert!(lib.join("libgangrt.so").exists(), "no libgangrt.so in {}", lib.display());
+    assert!(
+        lib.join("libgangrt.so").exists(),
+        "no libgangrt.so in {}",
+        lib.display()
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pingpong");
     let st = Command::new("cc")
-        .args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
+        .args([
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O2",
+            "-I",
+        ])
         .arg(root.join("include"))
         .arg(root.join("examples/c/pingpong.c"))
         .arg("-L")
@@ -65,10 +81,17 @@ fn pingpong_in_c() {
         let o = run(&bin, wait);
         let stdout = String::from_utf8_lossy(&o.stdout);
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "GANG_WAIT={wait}: {:?}\n{stdout}\n{stderr}", o.status);
+        assert!(
+            o.status.success(),
+            "GANG_WAIT={wait}: {:?}\n{stdout}\n{stderr}",
+            o.status
+        );
         assert!(stdout.contains("3000 ping-pongs ok"), "{stdout}");
         // No clock: unknown slot, generation 0, never a yield.
-        assert!(stdout.contains("slot remaining -1 ns, generation 0"), "{stdout}");
+        assert!(
+            stdout.contains("slot remaining -1 ns, generation 0"),
+            "{stdout}"
+        );
         assert!(stdout.contains(" 0 yields"), "{stdout}");
         assert!(stdout.contains("3000 waits"), "{stdout}");
         assert!(stderr.is_empty(), "GANG_WAIT={wait}: {stderr}");
@@ -77,6 +100,8 @@ fn pingpong_in_c() {
     let o = run(&bin, "fast");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
-    let warnings = stderr.matches("gangrt: warning: GANG_WAIT=\"fast\"").count();
+    let warnings = stderr
+        .matches("gangrt: warning: GANG_WAIT=\"fast\"")
+        .count();
     assert_eq!(warnings, 2, "one per process (ping and pong): {stderr}");
 }

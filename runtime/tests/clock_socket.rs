@@ -30,11 +30,16 @@ fn gang_line_with_memfd_is_mapped_and_read() {
     let (path, server) = serve_once(b"gang 5\n".to_vec(), Some(mem.fd.as_raw_fd()));
     let st = open_clock(&path);
     server.join().unwrap();
-    let ClockOpen::Mapped(clock) = st else { panic!("expected a clock, got {st:?}") };
+    let ClockOpen::Mapped(clock) = st else {
+        panic!("expected a clock, got {st:?}")
+    };
     assert_eq!(clock.gang(), 5);
     assert_eq!(clock.snapshot(), Some(page(7)));
     let s = clock.snapshot().unwrap();
-    assert_eq!(s.remaining(5, 1_500_000), SlotRemaining::Left(Duration::from_micros(500)));
+    assert_eq!(
+        s.remaining(5, 1_500_000),
+        SlotRemaining::Left(Duration::from_micros(500))
+    );
     assert_eq!(s.remaining(2, 1_500_000), SlotRemaining::NotMySlot);
 
     // The mapping is shared: the "scheduler" switches, the library sees it.

@@ -18,30 +18,57 @@ fn good_values() {
     assert_eq!(parse_wait_policy("spin:50"), Ok(WaitPolicy::Spin(us(50))));
     assert_eq!(parse_wait_policy("spin:0"), Ok(WaitPolicy::Spin(us(0))));
     assert_eq!(parse_wait_policy("inslot"), Ok(WaitPolicy::InSlot(us(200))));
-    assert_eq!(parse_wait_policy("inslot:1000"), Ok(WaitPolicy::InSlot(us(1000))));
+    assert_eq!(
+        parse_wait_policy("inslot:1000"),
+        Ok(WaitPolicy::InSlot(us(1000)))
+    );
     assert_eq!(parse_wait_policy(" spin:7\n"), Ok(WaitPolicy::Spin(us(7))));
-    assert_eq!(parse_wait_policy("spin:1000000"), Ok(WaitPolicy::Spin(us(MAX_SPIN_US))));
+    assert_eq!(
+        parse_wait_policy("spin:1000000"),
+        Ok(WaitPolicy::Spin(us(MAX_SPIN_US)))
+    );
 }
 
 #[test]
 fn bad_values() {
     for bad in [
-        "", "Block", "spinning", "spin:", "spin:-1", "spin:+5", "spin:1.5", "spin:10us",
-        "spin:1000001", "spin:99999999999999999999999", "block:10", "adaptive:5", "inslot:x",
-        "spin:5:6", "yield",
+        "",
+        "Block",
+        "spinning",
+        "spin:",
+        "spin:-1",
+        "spin:+5",
+        "spin:1.5",
+        "spin:10us",
+        "spin:1000001",
+        "spin:99999999999999999999999",
+        "block:10",
+        "adaptive:5",
+        "inslot:x",
+        "spin:5:6",
+        "yield",
     ] {
         let e = parse_wait_policy(bad).expect_err(bad);
         let msg = e.to_string();
         assert!(msg.contains("GANG_WAIT"), "{msg}");
-        assert!(msg.contains("expected block, spin[:US], adaptive or inslot[:US]"), "{msg}");
+        assert!(
+            msg.contains("expected block, spin[:US], adaptive or inslot[:US]"),
+            "{msg}"
+        );
     }
 }
 
 #[test]
 fn unset_or_empty_is_block() {
     assert_eq!(wait_policy_from(None), Ok(WaitPolicy::Block));
-    assert_eq!(wait_policy_from(Some(OsStr::new(""))), Ok(WaitPolicy::Block));
-    assert_eq!(wait_policy_from(Some(OsStr::new("spin:3"))), Ok(WaitPolicy::Spin(us(3))));
+    assert_eq!(
+        wait_policy_from(Some(OsStr::new(""))),
+        Ok(WaitPolicy::Block)
+    );
+    assert_eq!(
+        wait_policy_from(Some(OsStr::new("spin:3"))),
+        Ok(WaitPolicy::Spin(us(3)))
+    );
     assert!(wait_policy_from(Some(OsStr::new("fast"))).is_err());
 }
 

@@ -68,7 +68,10 @@ impl Drop for MemPage {
 /// Sends `data` on `sock` with `fd` (if any) attached by SCM_RIGHTS.
 pub fn send_with_fd(sock: &UnixStream, data: &[u8], fd: Option<RawFd>) {
     unsafe {
-        let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() };
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut _,
+            iov_len: data.len(),
+        };
         let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
         let mut cbuf = vec![0u64; space.div_ceil(8)];
         let mut msg: libc::msghdr = std::mem::zeroed();
@@ -84,7 +87,12 @@ pub fn send_with_fd(sock: &UnixStream, data: &[u8], fd: Option<RawFd>) {
             std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
         }
         let n = libc::sendmsg(sock.as_raw_fd(), &msg, 0);
-        assert_eq!(n, data.len() as isize, "sendmsg: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            n,
+            data.len() as isize,
+            "sendmsg: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
