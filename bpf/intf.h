@@ -45,18 +45,22 @@ enum gang_ids {
 };
 
 /*
- * Dispatch queues: one per gang (GANG_DSQ_BASE + gang id) and one shared by
+ * Dispatch queues: one per gang (GANG_DSQ_BASE + gang id), one per gang for
+ * tasks that yielded their slot (PARK_DSQ_BASE + gang id), and one shared by
  * every task of no gang.
  */
 enum gang_dsqs {
 	OTHER_DSQ = 1,
 	GANG_DSQ_BASE = 1024,
+	/* Tasks that yielded their slot, one queue per gang. */
+	PARK_DSQ_BASE = 2048,
 };
 
 /* What made a slot switch happen. */
 enum gang_switch_cause {
 	SWITCH_TIMER = 1,	/* standalone rotation by the BPF timer */
 	SWITCH_COMMAND = 2,	/* the daemon (on behalf of the coordinator) */
+	SWITCH_YIELD = 3,	/* timer rotation, early: every rank yielded */
 };
 
 /* Kinds of trace events sent through the ring buffer. */
@@ -99,6 +103,8 @@ enum gang_stat {
 	STAT_PRIORITY_DIRECT,	/* per-CPU kthread or scx_gang itself run at once */
 	STAT_EVENTS_LOST,	/* trace events dropped: ring buffer full */
 	STAT_WAKE_KICK,		/* owner CPU kicked when its gang's task woke */
+	STAT_YIELD_PARK,	/* a yielding gang task parked until its next slot */
+	STAT_YIELD_IGNORED,	/* a sched_yield() outside the lead time: plain yield */
 	NR_GANG_STATS,
 };
 
@@ -108,11 +114,54 @@ struct gang_cpu_stats {
 	u64 other_run_ns;			/* run time of tasks of no gang */
 };
 
+/*
+ * The slot clock: what a gang's ranks may know about their slot, written by
+ * the scheduler at every switch and read by the runtime library (runtime/)
+ * through a read-only mapping of the `slot_clock` map, with no system call.
+ * A seqcount guards it: `seq` is odd while the scheduler writes; a reader
+ * reads seq, the fields, then seq again, and retries on an odd or changed
+ * value. Bit g of a gang mask stands for gang id g (GANG_MAX_GANGS <= 64).
+ * The library mirrors this layout (runtime/src/clock.rs); a test checks that
+ * both agree.
+ */
+struct gang_slot_clock {
+	u64 seq;
+	u64 generation;		/* switch generation in force */
+	u64 slot_start_ns;	/* CLOCK_MONOTONIC time the slot began */
+	u64 slot_end_ns;	/* when the next switch is due; 0: none is */
+	u64 yield_lead_ns;	/* yield_point() yields this close to the end */
+	u64 running_gangs;	/* gangs owning CPUs in the slot in force */
+	u64 next_gangs;		/* gangs owning CPUs in the slot after it */
+	u32 slot;		/* slot in force */
+	u32 nr_slots;		/* slots in the table */
+};
+
+/* Per-gang ends of slot (array gang_slot_ends, indexed by gang id). */
+struct gang_slot_ends {
+	u64 voluntary;	/* every rank here had yielded when the slot ended */
+	u64 forced;	/* the slot ended with a rank not yielded: preempted */
+	u64 yields;	/* rank yields honoured (task parked until next slot) */
+	u64 early;	/* switches brought forward because all had yielded */
+};
+
+/* Notices to the daemon (ring buffer `notices`, woken at once). */
+enum gang_notice_kind {
+	/* Every rank of `gang` on this node yielded in generation `generation`. */
+	NOTICE_ALL_YIELDED = 1,
+};
+
+struct gang_notice {
+	u64 generation;
+	u32 kind;	/* enum gang_notice_kind */
+	s32 gang;
+};
+
 /* Argument of the `switch_slot` syscall program. */
 struct switch_args {
 	u32 slot;
 	u32 cause;
 	u64 generation;
+	u64 slot_len_ns;	/* the slot's length, for the clock; 0: unknown */
 };
 
 /* Argument of the `rehome_gang` syscall program. */

@@ -38,6 +38,22 @@
  * with no slot run as tasks of no gang for the same reason, and one rotation
  * never lasts longer than GANG_ROTATION_MAX_MS.
  *
+ * Voluntary yield. A rank that reaches a safe point near the end of its
+ * slot (the runtime library's yield_point(), within yield_lead of the
+ * deadline in the slot clock) calls sched_yield(). ops.yield() then parks the
+ * task in its gang's park queue: it runs again only in a later generation,
+ * when its gang owns the CPU again. When every rank (process) of a gang here
+ * has yielded, the gang is done with the slot: under the timer rotation the
+ * switch is brought forward once every gang of the slot is done; under
+ * commands, a notice tells the daemon, which tells the coordinator. At each
+ * switch every gang leaving its CPUs counts a voluntary or a forced end of
+ * slot. A sched_yield() outside the lead time is a plain yield: MPI progress
+ * loops call it all the time.
+ *
+ * Slot clock. slot_clock, a section of its own, is the page ranks map read
+ * only (the daemon hands out the fd): generation, deadline, which gangs run
+ * now and next, under a seqcount.
+ *
  * Trace. While trace_on is set, every switch, every slot owner after it and
  * every change of what a CPU runs go to the `events` ring buffer, for the
  * daemon's `trace` command. Counters are per-CPU (enum gang_stat).
@@ -87,6 +103,24 @@ volatile u32 cur_slot;
 volatile u64 cur_gen;
 volatile u64 slot_started_ns;
 
+/* Ranks (processes) of each gang on this node, counted by the daemon. */
+volatile u32 gang_ranks[GANG_MAX_GANGS];
+/* Voluntary and forced ends of slot per gang, read by the daemon. */
+struct gang_slot_ends gang_ends[GANG_MAX_GANGS];
+/* Ranks of each gang that yielded in generation gang_yield_gen[]. */
+u32 gang_yields[GANG_MAX_GANGS];
+u64 gang_yield_gen[GANG_MAX_GANGS];
+/* The last generation in which every rank of the gang yielded. */
+u64 gang_done_gen[GANG_MAX_GANGS];
+/* The timer fires early for generation early_gen: all ranks yielded. */
+u64 early_gen;
+
+/*
+ * The page ranks map read-only. Its own section, so it is a map of its own
+ * and a rank sees nothing else of the scheduler.
+ */
+struct gang_slot_clock slot_clock SEC(".data.slot_clock");
+
 struct cpu_ctx {
 	s32 running;		/* gang id, GANG_OTHER or GANG_IDLE */
 	u32 run_flags;		/* enum gang_run_flags of what runs */
@@ -119,6 +153,8 @@ struct {
 
 struct task_ctx {
 	s32 gang;		/* gang id or GANG_OTHER, as of the last enqueue */
+	u64 park_gen;		/* yielded its slot in this generation */
+	bool parked;		/* park_gen is valid */
 };
 
 struct {
@@ -132,6 +168,20 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
+
+/* Few and urgent: the daemon sleeps on this one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} notices SEC(".maps");
+
+/* tgid -> generation of its last yield: one count per rank, not per thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u64);
+} rank_yields SEC(".maps");
 
 struct rotation_timer {
 	struct bpf_timer timer;
@@ -220,6 +270,33 @@ static bool gang_has_slot(s32 gang)
 static u64 gang_dsq(s32 gang)
 {
 	return GANG_DSQ_BASE + gang;
+}
+
+static u64 park_dsq(s32 gang)
+{
+	return PARK_DSQ_BASE + gang;
+}
+
+static bool valid_gang(s32 gang)
+{
+	return gang >= 0 && gang < GANG_MAX_GANGS;
+}
+
+/* Bit of @gang in a gang mask of the slot clock. */
+static u64 gang_bit(s32 gang)
+{
+	return valid_gang(gang) ? 1ULL << gang : 0;
+}
+
+/* Gangs owning at least one CPU in @slot. */
+static u64 slot_gangs(u32 slot)
+{
+	u64 mask = 0;
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus)
+		mask |= gang_bit(slot_owner(slot, cpu));
+	return mask;
 }
 
 /*
@@ -363,10 +440,58 @@ static void set_running(struct cpu_ctx *cctx, s32 cpu, s32 what, u32 flags, u64 
  * longer allowed there (preempting it) and wake idle CPUs the new owner has
  * work for.
  */
-static void do_switch(u32 slot, u64 gen, u32 cause, u64 now)
+static void count_slot_ends(u64 leaving, u64 old_gen, bool early)
 {
+	s32 gang;
+
+	bpf_for(gang, 0, GANG_MAX_GANGS) {
+		struct gang_slot_ends *ends;
+		volatile u32 *ranks;
+		u64 *done_gen;
+
+		if (!(leaving & gang_bit(gang)))
+			continue;
+		ends = MEMBER_VPTR(gang_ends, [gang]);
+		ranks = MEMBER_VPTR(gang_ranks, [gang]);
+		done_gen = MEMBER_VPTR(gang_done_gen, [gang]);
+		if (!ends || !ranks || !*ranks || !done_gen)
+			continue;
+		if (*done_gen == old_gen && old_gen) {
+			ends->voluntary++;
+			if (early)
+				ends->early++;
+		} else {
+			ends->forced++;
+		}
+	}
+}
+
+/* Publish the slot now in force to the ranks (seqcount write side). */
+static void publish_clock(u32 slot, u64 gen, u64 now, u64 len, u64 running)
+{
+	u32 n = nr_slots;
+
+	__sync_fetch_and_add(&slot_clock.seq, 1);
+	barrier();
+	slot_clock.generation = gen;
+	slot_clock.slot_start_ns = now;
+	slot_clock.slot_end_ns = (n > 1 && len) ? now + len : 0;
+	slot_clock.running_gangs = running;
+	slot_clock.next_gangs = n > 1 ? slot_gangs(slot + 1 < n ? slot + 1 : 0) : running;
+	slot_clock.slot = slot;
+	slot_clock.nr_slots = n;
+	barrier();
+	__sync_fetch_and_add(&slot_clock.seq, 1);
+}
+
+static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
+{
+	u64 running = slot_gangs(slot), old_gen = cur_gen;
 	s32 cpu;
 
+	count_slot_ends(slot_clock.running_gangs & ~running, old_gen,
+			cause == SWITCH_YIELD);
+	publish_clock(slot, gen, now, len, running);
 	cur_slot = slot;
 	cur_gen = gen;
 	slot_started_ns = now;
@@ -386,7 +511,8 @@ static void do_switch(u32 slot, u64 gen, u32 cause, u64 now)
 		if (running == owner)
 			continue;
 		if (running == GANG_IDLE) {
-			if (owner >= 0 && scx_bpf_dsq_nr_queued(gang_dsq(owner)) > 0) {
+			if (owner >= 0 && (scx_bpf_dsq_nr_queued(gang_dsq(owner)) > 0 ||
+					   scx_bpf_dsq_nr_queued(park_dsq(owner)) > 0)) {
 				scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 				stat_inc(STAT_KICK_IDLE);
 			}
@@ -416,6 +542,7 @@ static u64 next_slot_len(void)
 struct pending_switch {
 	u64 ts;
 	u64 gen;
+	u64 len;
 	u32 slot;
 	u32 cause;
 	u32 armed;
@@ -430,13 +557,16 @@ static int rotation_timerfn(void *map, int *key, struct bpf_timer *timer)
 
 	if (pending.armed) {
 		pending.armed = 0;
-		do_switch(pending.slot, pending.gen, pending.cause, pending.ts);
+		do_switch(pending.slot, pending.gen, pending.cause, pending.ts, pending.len);
 	} else if (timer_rotation && n > 0) {
+		u32 cause = early_gen == cur_gen ? SWITCH_YIELD : SWITCH_TIMER;
+
 		next = cur_slot + 1;
 		if (next >= n)
 			next = 0;
 		if (next != cur_slot)
-			do_switch(next, cur_gen + 1, SWITCH_TIMER, bpf_ktime_get_ns());
+			do_switch(next, cur_gen + 1, cause, bpf_ktime_get_ns(),
+				  next_slot_len());
 	}
 	bpf_timer_start(timer, next_slot_len(), 0);
 	return 0;
@@ -464,6 +594,40 @@ static void kick_owner_cpu(struct task_struct *p, s32 gang)
 		stat_inc(STAT_WAKE_KICK);
 		return;
 	}
+}
+
+/* Did @p yield its slot in the generation in force? */
+static bool is_parked(struct task_struct *p)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	return tctx && tctx->parked && tctx->park_gen == cur_gen;
+}
+
+/*
+ * A task of @gang that yielded in an earlier generation, for @cpu: its gang
+ * owns the CPU again. Tasks that yielded in this generation stay parked.
+ */
+static bool dispatch_parked(s32 cpu, s32 gang)
+{
+	struct task_struct *p;
+	bool moved = false;
+
+	if (!scx_bpf_dsq_nr_queued(park_dsq(gang)))
+		return false;
+	bpf_for_each(scx_dsq, p, park_dsq(gang), 0) {
+		struct task_ctx *tctx = lookup_task_ctx(p);
+
+		if (tctx && tctx->parked && tctx->park_gen == cur_gen)
+			continue;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0)) {
+			moved = true;
+			break;
+		}
+	}
+	return moved;
 }
 
 /* May @p (of class @gang) run on @cpu right now? */
@@ -502,6 +666,12 @@ s32 BPF_STRUCT_OPS(gang_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wak
 void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	s32 gang = refresh_task_gang(p), cpu = scx_bpf_task_cpu(p);
+
+	/* Yielded its slot: it waits for its gang's next one. */
+	if (gang >= 0 && is_parked(p)) {
+		scx_bpf_dsq_insert(p, park_dsq(gang), GANG_SLICE_NS, enq_flags);
+		return;
+	}
 
 	/*
 	 * The last runnable task of this CPU: keep it here if it may run here,
@@ -571,12 +741,13 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	}
 
 	if (owner >= 0) {
-		if (scx_bpf_dsq_move_to_local(gang_dsq(owner), 0)) {
+		if (scx_bpf_dsq_move_to_local(gang_dsq(owner), 0) ||
+		    dispatch_parked(cpu, owner)) {
 			stat_inc(STAT_GANG_DISPATCH);
 			return;
 		}
-		/* The owner's task that just ran keeps the CPU. */
-		if (prev_queued && prev_class == owner) {
+		/* The owner's task that just ran keeps the CPU, unless it yielded. */
+		if (prev_queued && prev_class == owner && !is_parked(prev)) {
 			scx_bpf_task_set_slice(prev, GANG_SLICE_NS);
 			return;
 		}
@@ -659,6 +830,103 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
 	}
 }
 
+/*
+ * Count one more rank of @gang yielded in the generation in force; when all
+ * have, the gang is done with its slot: bring the timer rotation forward if
+ * every gang of the slot is, or tell the daemon.
+ */
+static void rank_yielded(struct task_struct *p, s32 gang)
+{
+	u64 gen = cur_gen, *last, *yield_gen, *done_gen, old;
+	u32 tgid = p->tgid, *yields, done;
+	volatile u32 *ranks;
+	struct gang_notice *n;
+	struct rotation_timer *rt;
+	u32 zero = 0;
+	s32 g;
+
+	yield_gen = MEMBER_VPTR(gang_yield_gen, [gang]);
+	yields = MEMBER_VPTR(gang_yields, [gang]);
+	done_gen = MEMBER_VPTR(gang_done_gen, [gang]);
+	ranks = MEMBER_VPTR(gang_ranks, [gang]);
+	if (!yield_gen || !yields || !done_gen || !ranks)
+		return;
+	last = bpf_map_lookup_elem(&rank_yields, &tgid);
+	if (last && *last == gen)
+		return;		/* another thread of the same rank */
+	bpf_map_update_elem(&rank_yields, &tgid, &gen, BPF_ANY);
+
+	if (*yield_gen != gen) {
+		*yield_gen = gen;
+		*yields = 0;
+	}
+	done = __sync_add_and_fetch(yields, 1);
+	if (!*ranks || done < *ranks)
+		return;
+	old = *done_gen;
+	if (old == gen || __sync_val_compare_and_swap(done_gen, old, gen) != old)
+		return;		/* told already */
+
+	if (!timer_rotation) {
+		n = bpf_ringbuf_reserve(&notices, sizeof(*n), 0);
+		if (n) {
+			n->generation = gen;
+			n->kind = NOTICE_ALL_YIELDED;
+			n->gang = gang;
+			bpf_ringbuf_submit(n, 0);
+		}
+		return;
+	}
+	bpf_for(g, 0, GANG_MAX_GANGS) {
+		u64 *other = MEMBER_VPTR(gang_done_gen, [g]);
+
+		if ((slot_clock.running_gangs & gang_bit(g)) && other && *other != gen)
+			return;
+	}
+	rt = bpf_map_lookup_elem(&rotation, &zero);
+	if (rt && early_gen != gen) {
+		early_gen = gen;
+		bpf_timer_start(&rt->timer, 0, 0);
+	}
+}
+
+/*
+ * sched_yield(). Inside the lead time before its slot ends (and when its gang
+ * does not keep the CPU in the next slot) a gang task is done with the slot:
+ * it is parked until its gang's next one. Anything else is a plain yield.
+ */
+bool BPF_STRUCT_OPS(gang_yield, struct task_struct *from, struct task_struct *to)
+{
+	s32 gang, cpu = scx_bpf_task_cpu(from);
+	u64 end = slot_clock.slot_end_ns, lead = slot_clock.yield_lead_ns;
+	struct task_ctx *tctx;
+
+	if (to)
+		return false;
+	scx_bpf_task_set_slice(from, 0);
+	gang = task_class(from);
+	if (gang < 0 || gang != cpu_owner(cpu) || !end || !lead ||
+	    bpf_ktime_get_ns() + lead < end ||
+	    (slot_clock.next_gangs & gang_bit(gang))) {
+		stat_inc(STAT_YIELD_IGNORED);
+		return false;
+	}
+	tctx = lookup_task_ctx(from);
+	if (!tctx)
+		return false;
+	tctx->park_gen = cur_gen;
+	tctx->parked = true;
+	stat_inc(STAT_YIELD_PARK);
+	if (valid_gang(gang)) {
+		struct gang_slot_ends *ends = MEMBER_VPTR(gang_ends, [gang]);
+
+		if (ends)
+			__sync_fetch_and_add(&ends->yields, 1);
+	}
+	rank_yielded(from, gang);
+	return false;
+}
+
 void BPF_STRUCT_OPS(gang_update_idle, s32 cpu, bool idle)
 {
 	struct cpu_ctx *cctx;
@@ -696,6 +964,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 		return ret;
 	bpf_for(gang, 0, GANG_MAX_GANGS) {
 		ret = scx_bpf_create_dsq(gang_dsq(gang), -1);
+		if (ret)
+			return ret;
+		ret = scx_bpf_create_dsq(park_dsq(gang), -1);
 		if (ret)
 			return ret;
 	}
@@ -737,6 +1008,7 @@ int switch_slot(struct switch_args *args)
 		return -ENOENT;
 	pending.ts = bpf_ktime_get_ns();
 	pending.gen = args->generation;
+	pending.len = args->slot_len_ns;
 	pending.slot = args->slot;
 	pending.cause = args->cause ? args->cause : SWITCH_COMMAND;
 	barrier();
@@ -758,6 +1030,8 @@ int rehome_gang(struct rehome_args *args)
 		return -EINVAL;
 	bpf_rcu_read_lock();
 	bpf_for_each(scx_dsq, p, gang_dsq(gang), 0)
+		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, OTHER_DSQ, 0);
+	bpf_for_each(scx_dsq, p, park_dsq(gang), 0)
 		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, OTHER_DSQ, 0);
 	bpf_rcu_read_unlock();
 	return 0;
@@ -791,6 +1065,7 @@ SCX_OPS_DEFINE(gang_ops,
 	       .running		= (void *)gang_running,
 	       .stopping	= (void *)gang_stopping,
 	       .tick		= (void *)gang_tick,
+	       .yield		= (void *)gang_yield,
 	       .update_idle	= (void *)gang_update_idle,
 	       .init_task	= (void *)gang_init_task,
 	       .init		= (void *)gang_init,

@@ -39,7 +39,14 @@ pub enum Request {
     /// stop the standalone rotation: switches then come by `Switch`.
     Schedule { slots: Vec<Vec<Placement>> },
     /// Switch to `slot` now, tagging the switch with generation `gen`.
-    Switch { slot: u32, gen: u64 },
+    /// `slot_ms` (0 or absent: unknown) dates the slot's end in the ranks'
+    /// slot clock, so they can yield before it.
+    Switch {
+        slot: u32,
+        gen: u64,
+        #[serde(default)]
+        slot_ms: u32,
+    },
     /// Back to standalone: one slot per gang, rotated by the BPF timer.
     Standalone,
     /// First half of a coordinated switch: park the tasks of the slot's
@@ -133,6 +140,12 @@ pub struct Pending {
 pub enum Inbox {
     Request(Pending),
     KnobsChanged,
+    /// Every rank of gang `gang` here yielded its slot in generation `gen`
+    /// (from the scheduler's notices).
+    AllYielded {
+        gang: i32,
+        gen: u64,
+    },
 }
 
 /// Listens on `path` (replacing a stale socket) and forwards requests into
@@ -256,9 +269,13 @@ mod tests {
 
     #[test]
     fn requests_have_a_stable_wire_form() {
-        let r = Request::Switch { slot: 1, gen: 7 };
+        let r = Request::Switch {
+            slot: 1,
+            gen: 7,
+            slot_ms: 0,
+        };
         let s = serde_json::to_string(&r).unwrap();
-        assert_eq!(s, r#"{"op":"switch","slot":1,"gen":7}"#);
+        assert_eq!(s, r#"{"op":"switch","slot":1,"gen":7,"slot_ms":0}"#);
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         let sched: Request =
             serde_json::from_str(r#"{"op":"schedule","slots":[[{"gang":"a","cpus":"0"}]]}"#)
@@ -293,7 +310,7 @@ mod tests {
         let (_, rx) = serve(&path).unwrap();
         let next = move || match rx.recv().unwrap() {
             Inbox::Request(p) => p,
-            Inbox::KnobsChanged => panic!("no knob was written"),
+            _ => panic!("only requests come from the socket"),
         };
         let server = thread::spawn(move || {
             let p = next();
@@ -311,7 +328,11 @@ mod tests {
         );
         let err = call(
             &path,
-            &Request::Switch { slot: 9, gen: 1 },
+            &Request::Switch {
+                slot: 9,
+                gen: 1,
+                slot_ms: 0,
+            },
             Duration::from_secs(5),
         )
         .unwrap_err();

@@ -168,6 +168,22 @@ pub fn cgroup_level(mount: &Path, dir: &Path) -> Option<u32> {
     Some(rel.components().count() as u32)
 }
 
+/// Processes (ranks) in the cgroup `dir` and every cgroup below it. The
+/// scheduler counts a gang's slot as yielded when this many of them have.
+pub fn count_processes(dir: &Path) -> u32 {
+    let here = fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u32)
+        .unwrap_or(0);
+    let below: u32 = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .map(|e| count_processes(&e.path()))
+        .sum();
+    here + below
+}
+
 /// The directory of a gang below the root.
 pub fn gang_path(root: &Path, name: &str) -> PathBuf {
     root.join(name)
@@ -176,6 +192,19 @@ pub fn gang_path(root: &Path, name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_are_counted_in_the_gang_and_below() {
+        let root = std::env::temp_dir().join(format!("gang-procs-{}", std::process::id()));
+        let sub = root.join("rank1");
+        fs::create_dir_all(&sub).unwrap();
+        fs::write(root.join("cgroup.procs"), "10\n11\n").unwrap();
+        fs::write(sub.join("cgroup.procs"), "12\n").unwrap();
+        fs::create_dir_all(root.join("empty")).unwrap();
+        assert_eq!(count_processes(&root), 3);
+        assert_eq!(count_processes(&root.join("gone")), 0);
+        let _ = fs::remove_dir_all(&root);
+    }
 
     fn dir(name: &str, id: u64, populated: bool) -> GangDir {
         GangDir {

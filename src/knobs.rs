@@ -11,6 +11,8 @@ use crate::knobfs::{KnobError, KnobSet};
 
 pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;
+/// 0 turns voluntary yield off; at most 1 s (slots are 1 ms to 10 s).
+pub const YIELD_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
 
 /// The knobs an operator sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub struct NodeKnobs {
     pub housekeeping: CpuList,
     /// Minimum share of each CPU for waiting tasks of no gang.
     pub min_other_share_pct: u32,
+    /// A rank's yield_point() this close to its slot's end ends the slot
+    /// for the rank (the scheduler parks it until its gang's next slot).
+    pub yield_lead_us: u32,
 }
 
 impl NodeKnobs {
@@ -32,6 +37,7 @@ impl NodeKnobs {
             fill: false,
             housekeeping: CpuList::new(),
             min_other_share_pct: 5,
+            yield_lead_us: 5_000,
         }
     }
 
@@ -43,6 +49,9 @@ impl NodeKnobs {
             "fill" => self.fill = parse_in_range(name, value, 0..=1)? == 1,
             "min_other_share_pct" => {
                 self.min_other_share_pct = parse_in_range(name, value, MIN_OTHER_SHARE_RANGE)?
+            }
+            "yield_lead_us" => {
+                self.yield_lead_us = parse_in_range(name, value, YIELD_LEAD_US_RANGE)?
             }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
@@ -66,6 +75,7 @@ impl NodeKnobs {
             "fill" => (self.fill as u32).to_string(),
             "min_other_share_pct" => self.min_other_share_pct.to_string(),
             "housekeeping_cpus" => self.housekeeping.to_string(),
+            "yield_lead_us" => self.yield_lead_us.to_string(),
             _ => return None,
         })
     }
@@ -100,6 +110,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "fill",
     "housekeeping_cpus",
     "min_other_share_pct",
+    "yield_lead_us",
 ];
 pub const STATUS_NAMES: &[&str] = &[
     "mode",
@@ -119,7 +130,7 @@ pub struct NodeStatus {
     pub switches: u64,
     pub nr_gangs: u32,
     pub nr_slots: u32,
-    /// One line per gang: "id name slots".
+    /// One line per gang: "id name slots ranks yields voluntary forced early".
     pub gangs: String,
 }
 
@@ -224,6 +235,19 @@ mod tests {
             let err = k.set("slot_ms", bad, 2).unwrap_err();
             assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}: {err}");
             assert_eq!(k.slot_ms, 20, "a refused value changes nothing");
+        }
+    }
+
+    #[test]
+    fn yield_lead_us_takes_0_to_one_second() {
+        let mut k = NodeKnobs::new();
+        assert_eq!(k.get("yield_lead_us").unwrap(), "5000");
+        k.set("yield_lead_us", "0", 2).unwrap();
+        assert_eq!(k.yield_lead_us, 0, "0 turns voluntary yield off");
+        k.set("yield_lead_us", "250", 2).unwrap();
+        for bad in ["1000001", "-1", "1ms", ""] {
+            assert!(k.set("yield_lead_us", bad, 2).is_err(), "{bad:?}");
+            assert_eq!(k.yield_lead_us, 250, "a refused value changes nothing");
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod bpf_intf;
+pub mod clock;
 pub mod control;
 pub mod cpulist;
 pub mod drain;

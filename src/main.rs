@@ -63,6 +63,16 @@ struct Opts {
     #[arg(long, default_value = "/run/scx_gang.sock")]
     socket: PathBuf,
 
+    /// The slot clock socket, where ranks (the gang runtime library) get
+    /// their read-only view of the slot clock.
+    #[arg(long, default_value = "/run/scx_gang-clock.sock")]
+    clock_socket: PathBuf,
+
+    /// A rank's yield_point() this close to its slot's end, in µs, ends the
+    /// slot for it (0-1000000; 0: voluntary yield off).
+    #[arg(long, default_value = "5000")]
+    yield_lead_us: String,
+
     /// Print statistics every N seconds while running.
     #[arg(long)]
     stats: Option<f64>,
@@ -136,6 +146,13 @@ pub struct Config {
     pub exit_dump_len: u32,
     /// Who holds which gang frozen, shared with the node agent.
     pub holds: FreezeHolds,
+    /// What the slot clock server hands out.
+    pub clock: Arc<scx_gang::clock::ClockShare>,
+    /// The main loop's inbox (the yield notices thread writes to it).
+    pub inbox: std::sync::mpsc::Sender<control::Inbox>,
+    /// Told (gang name, generation) when every rank of a gang here yielded
+    /// its slot: the node agent tells gangd.
+    pub on_all_yielded: Option<agent::YieldSink>,
 }
 
 fn main() {
@@ -220,8 +237,17 @@ fn run(opts: Opts) -> Result<()> {
         .with_context(|| format!("serving knob files in {}", opts.knob_dir.display()))?;
     let (inbox, requests) = control::serve(&opts.socket)?;
     let holds = FreezeHolds::new();
+    let clock = scx_gang::clock::ClockShare::new();
+    let gang_root_rel = opts
+        .gang_root
+        .strip_prefix(&opts.cgroup_mount)
+        .context("the gang root must be below the cgroup mount")?
+        .to_path_buf();
+    scx_gang::clock::serve(&opts.clock_socket, gang_root_rel, clock.clone())
+        .context("serving the slot clock")?;
+    let mut on_all_yielded = None;
     if let Some((coordinator, key, node)) = cluster {
-        agent::start(
+        let (_agent, sink) = agent::start(
             AgentConfig {
                 coordinator,
                 key,
@@ -235,9 +261,11 @@ fn run(opts: Opts) -> Result<()> {
             shutdown.clone(),
         )
         .context("starting the node agent")?;
+        on_all_yielded = Some(sink);
     }
+    let wake = inbox.clone();
     shared.on_change(move || {
-        let _ = inbox.send(control::Inbox::KnobsChanged);
+        let _ = wake.send(control::Inbox::KnobsChanged);
     });
     let cfg = Config {
         cgroup_mount: opts.cgroup_mount.clone(),
@@ -245,6 +273,9 @@ fn run(opts: Opts) -> Result<()> {
         verbose: opts.verbose,
         exit_dump_len: opts.exit_dump_len,
         holds,
+        clock,
+        inbox,
+        on_all_yielded,
     };
 
     let mut open_object = MaybeUninit::uninit();
@@ -258,6 +289,7 @@ fn run(opts: Opts) -> Result<()> {
         info!("restarting scx_gang");
     }
     let _ = fs::remove_file(&opts.socket);
+    let _ = fs::remove_file(&opts.clock_socket);
     Ok(())
 }
 
@@ -284,6 +316,7 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("fill", &opts.fill),
         ("housekeeping_cpus", &opts.housekeeping_cpus),
         ("min_other_share_pct", &opts.min_other_share_pct),
+        ("yield_lead_us", &opts.yield_lead_us),
     ] {
         k.set(name, value, nr_cpus)
             .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramInput, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, ProgramInput, RingBufferBuilder};
 use log::{info, warn};
 use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
@@ -99,6 +99,11 @@ pub struct Scheduler<'a> {
     control: &'a Receiver<Inbox>,
     stats_server: StatsServer<(), Metrics>,
     traces: Vec<TraceSession>,
+    /// Length of the slot the last switch command started (its clock's
+    /// deadline), ns; 0: unknown.
+    commanded_len_ns: u64,
+    /// Processes of each gang here, by gang id (gang_ranks in BPF).
+    ranks: Vec<u32>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -135,6 +140,9 @@ impl<'a> Scheduler<'a> {
         rodata.daemon_tgid = std::process::id();
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
+        cfg.clock.set_map(Some(
+            readonly_fd(&skel.maps.data_slot_clock).context("opening the slot clock read-only")?,
+        ));
         let knob_values = knobs.snapshot();
         init_bss(&mut skel, &knob_values);
         let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
@@ -163,6 +171,8 @@ impl<'a> Scheduler<'a> {
             control,
             stats_server,
             traces: Vec::new(),
+            commanded_len_ns: 0,
+            ranks: vec![0; MAX_GANGS],
         };
         // A daemon killed between a freeze and its switch left gangs parked
         // (suspended jobs stay frozen).
@@ -188,6 +198,12 @@ impl<'a> Scheduler<'a> {
             0
         })?;
         let events = rb_builder.build()?;
+        let notices_done = Arc::new(AtomicBool::new(false));
+        let notices = watch_notices(
+            MapHandle::try_from(&self.skel.maps.notices)?,
+            self.cfg.inbox.clone(),
+            notices_done.clone(),
+        )?;
         let (stats_reply, stats_requests) = self.stats_server.channels();
         let mut last_scan = Instant::now();
 
@@ -201,13 +217,11 @@ impl<'a> Scheduler<'a> {
             };
             // Knob writes only wake the loop; the generation check below
             // applies them.
-            if let Ok(Inbox::Request(pending)) = self.control.recv_timeout(period) {
-                self.handle(pending);
+            if let Ok(inbox) = self.control.recv_timeout(period) {
+                self.take(inbox);
             }
             while let Ok(inbox) = self.control.try_recv() {
-                if let Inbox::Request(pending) = inbox {
-                    self.handle(pending);
-                }
+                self.take(inbox);
             }
             while stats_requests.try_recv().is_ok() {
                 stats_reply.send(self.metrics())?;
@@ -229,8 +243,27 @@ impl<'a> Scheduler<'a> {
                 .reply
                 .send(Response::error("scheduler stopped during the trace"));
         }
+        notices_done.store(true, Ordering::Relaxed);
+        let _ = notices.join();
         let _ = self.struct_ops.take();
+        self.cfg.clock.set_map(None);
         uei_report!(&self.skel, uei)
+    }
+
+    fn take(&mut self, inbox: Inbox) {
+        match inbox {
+            Inbox::Request(pending) => self.handle(pending),
+            // The generation check of the main loop applies them.
+            Inbox::KnobsChanged => {}
+            Inbox::AllYielded { gang, gen } => {
+                if let (Some(name), Some(sink)) = (
+                    self.registry.name_of(gang as GangId),
+                    &self.cfg.on_all_yielded,
+                ) {
+                    sink(name, gen);
+                }
+            }
+        }
     }
 
     /// Registers new gangs, retires gone ones, and rebuilds the table.
@@ -240,9 +273,17 @@ impl<'a> Scheduler<'a> {
         for name in &changes.refused {
             warn!("gang {name}: all {MAX_GANGS} gang ids are taken; its tasks run as tasks of no gang");
         }
+        self.count_ranks();
         if changes.is_empty() {
             return Ok(());
         }
+        self.cfg.clock.set_gangs(
+            self.registry
+                .by_id()
+                .iter()
+                .map(|g| (g.name.clone(), g.id as i32))
+                .collect(),
+        );
         for g in &changes.removed {
             info!("gang {} (id {}) left: its slot is given back", g.name, g.id);
             let _ = self
@@ -273,6 +314,23 @@ impl<'a> Scheduler<'a> {
             _ => {}
         }
         self.push_table()
+    }
+
+    /// How many ranks of each gang must yield for its slot to end early.
+    fn count_ranks(&mut self) {
+        let mut ranks = vec![0u32; MAX_GANGS];
+        for g in self.registry.by_id() {
+            ranks[g.id as usize] =
+                gangs::count_processes(&gangs::gang_path(&self.cfg.gang_root, &g.name));
+        }
+        self.skel
+            .maps
+            .bss_data
+            .as_mut()
+            .unwrap()
+            .gang_ranks
+            .copy_from_slice(&ranks);
+        self.ranks = ranks;
     }
 
     fn standalone_table(&self) -> SlotTable {
@@ -386,7 +444,10 @@ impl<'a> Scheduler<'a> {
                 self.rescan();
                 self.install_column(slots)
             }
-            Request::Switch { slot, gen } => self.command_switch(slot, gen),
+            Request::Switch { slot, gen, slot_ms } => {
+                self.commanded_len_ns = u64::from(slot_ms) * 1_000_000;
+                self.command_switch(slot, gen)
+            }
             Request::Rotate => self.rotate(),
             Request::Standalone => {
                 self.thaw();
@@ -577,10 +638,17 @@ impl<'a> Scheduler<'a> {
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {
+        // Under commands the slot lasts what the coordinator said; under the
+        // timer, slot_ms (the timer's own switches date their slots).
+        let slot_len_ns = match self.mode {
+            Mode::Coordinated => self.commanded_len_ns,
+            _ => u64::from(self.applied.1.slot_ms) * 1_000_000,
+        };
         let mut args = switch_args {
             slot,
             cause,
             generation: gen,
+            slot_len_ns,
         };
         run_syscall(&self.skel.progs.switch_slot, &mut args).context("switch_slot")
     }
@@ -718,16 +786,23 @@ impl<'a> Scheduler<'a> {
 
     fn publish_status(&self) {
         let m = self.metrics();
+        let bss = self.skel.maps.bss_data.as_ref().unwrap();
         let gangs = self
             .registry
             .by_id()
             .iter()
             .map(|g| {
+                let ends = &bss.gang_ends[g.id as usize];
                 format!(
-                    "{} {} slots={:#x}",
+                    "{} {} slots={:#x} ranks={} yields={} voluntary={} forced={} early={}",
                     g.id,
                     g.name,
-                    self.table.slot_mask(g.id)
+                    self.table.slot_mask(g.id),
+                    self.ranks[g.id as usize],
+                    ends.yields,
+                    ends.voluntary,
+                    ends.forced,
+                    ends.early
                 )
             })
             .collect::<Vec<_>>()
@@ -795,6 +870,13 @@ fn column_table(
 }
 
 fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
+    // One aligned word: a rank reading the clock sees the old or the new.
+    skel.maps
+        .data_slot_clock_data
+        .as_mut()
+        .unwrap()
+        .slot_clock
+        .yield_lead_ns = u64::from(k.yield_lead_us) * 1000;
     let bss = skel.maps.bss_data.as_mut().unwrap();
     bss.slot_ns = k.slot_ms as u64 * 1_000_000;
     bss.fill = k.fill as u32;
@@ -806,6 +888,67 @@ fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
 fn init_bss(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
     write_knobs(skel, k);
     skel.maps.bss_data.as_mut().unwrap().timer_rotation = 1;
+}
+
+/// A read-only fd of `map`, for processes that must not write it.
+fn readonly_fd(map: &dyn MapCore) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let id = map.info()?.info.id;
+    let opts = libbpf_rs::libbpf_sys::bpf_get_fd_by_id_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_get_fd_by_id_opts>() as _,
+        open_flags: libbpf_rs::libbpf_sys::BPF_F_RDONLY,
+        token_fd: 0,
+    };
+    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_map_get_fd_by_id_opts(id, &opts) };
+    if fd < 0 {
+        bail!("map id {id}: {}", std::io::Error::from_raw_os_error(-fd));
+    }
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// A thread that sleeps on the scheduler's notices ring buffer and wakes
+/// the main loop with each, so a yield reaches the coordinator at once
+/// (the main loop itself only polls every IDLE_PERIOD).
+fn watch_notices(
+    map: MapHandle,
+    inbox: Sender<Inbox>,
+    done: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    Ok(std::thread::Builder::new()
+        .name("yield-notices".into())
+        .spawn(move || {
+            let mut builder = RingBufferBuilder::new();
+            let added = builder.add(&map, move |data: &[u8]| {
+                if let Some(n) = decode_notice(data) {
+                    if n.kind == gang_notice_kind_NOTICE_ALL_YIELDED {
+                        let _ = inbox.send(Inbox::AllYielded {
+                            gang: n.gang,
+                            gen: n.generation,
+                        });
+                    }
+                }
+                0
+            });
+            let built = match added {
+                Ok(_) => builder.build(),
+                Err(e) => Err(e),
+            };
+            let notices = match built {
+                Ok(rb) => rb,
+                Err(e) => {
+                    warn!("yield notices: {e}: early switches are off");
+                    return;
+                }
+            };
+            while !done.load(Ordering::Relaxed) {
+                let _ = notices.poll(Duration::from_millis(100));
+            }
+        })?)
+}
+
+fn decode_notice(data: &[u8]) -> Option<gang_notice> {
+    (data.len() >= std::mem::size_of::<gang_notice>())
+        .then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) })
 }
 
 /// Runs a SEC("syscall") program with `args` as its context.

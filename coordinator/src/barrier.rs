@@ -40,6 +40,9 @@ pub struct SwitchSpec {
     /// freeze phase adds drain_timeout_ms to it: a node that waits out its
     /// drain timeout is slow, not unresponsive.
     pub phase_timeout_us: u64,
+    /// Passed to the agents in Switch: the new slot's length, for the
+    /// ranks' slot clock.
+    pub slot_ms: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +191,7 @@ impl SlotSwitch {
                     _ => ToAgent::Switch {
                         gen: s.gen,
                         slot: s.to_slot,
+                        slot_ms: s.slot_ms,
                     },
                 },
             ));
@@ -380,10 +384,10 @@ impl SlotSwitch {
             self.freeze_us = Some(now - self.start_us);
             self.phase = Phase::Switching;
             self.phase_start_us = now;
-            let (gen, slot) = (self.spec.gen, self.spec.to_slot);
+            let (gen, slot, slot_ms) = (self.spec.gen, self.spec.to_slot, self.spec.slot_ms);
             for (&node, st) in &self.nodes {
                 if st.failed.is_none() {
-                    out.push((node, ToAgent::Switch { gen, slot }));
+                    out.push((node, ToAgent::Switch { gen, slot, slot_ms }));
                 }
             }
         }

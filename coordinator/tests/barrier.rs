@@ -18,6 +18,7 @@ fn spec(n: u32, barrier: Barrier) -> SwitchSpec {
         barrier,
         drain_timeout_ms: 5,
         phase_timeout_us: 100_000,
+        slot_ms: 50,
     }
 }
 
@@ -73,9 +74,30 @@ fn strict_happy_path_three_nodes() {
     assert_eq!(
         out,
         vec![
-            (N0, ToAgent::Switch { gen: G, slot: 1 }),
-            (N1, ToAgent::Switch { gen: G, slot: 1 }),
-            (N2, ToAgent::Switch { gen: G, slot: 1 }),
+            (
+                N0,
+                ToAgent::Switch {
+                    gen: G,
+                    slot: 1,
+                    slot_ms: 50
+                }
+            ),
+            (
+                N1,
+                ToAgent::Switch {
+                    gen: G,
+                    slot: 1,
+                    slot_ms: 50
+                }
+            ),
+            (
+                N2,
+                ToAgent::Switch {
+                    gen: G,
+                    slot: 1,
+                    slot_ms: 50
+                }
+            ),
         ]
     );
     assert_eq!(sw.phase(), Phase::Switching);

@@ -999,7 +999,7 @@ mod end_to_end {
                         timed_out: false,
                         freeze_us: 1,
                     }),
-                    ToAgent::Switch { gen, slot } => send(FromAgent::Running {
+                    ToAgent::Switch { gen, slot, .. } => send(FromAgent::Running {
                         gen,
                         slot,
                         switch_us: 1,

@@ -174,7 +174,7 @@ impl FakeAgent {
                         timed_out: false,
                         freeze_us: 10,
                     }),
-                    ToAgent::Switch { gen, slot } => Some(FromAgent::Running {
+                    ToAgent::Switch { gen, slot, .. } => Some(FromAgent::Running {
                         gen: *gen,
                         slot: *slot,
                         switch_us: 7,

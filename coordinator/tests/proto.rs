@@ -101,6 +101,7 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
                     freeze_us
                 }
             ),
+        (gen(), job()).prop_map(|(gen, job)| FromAgent::Yielded { gen, job }),
         (gen(), any::<u32>(), any::<u64>()).prop_map(|(gen, slot, switch_us)| FromAgent::Running {
             gen,
             slot,
@@ -171,7 +172,11 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
                 }
             }
         ),
-        (gen(), any::<u32>()).prop_map(|(gen, slot)| ToAgent::Switch { gen, slot }),
+        (gen(), any::<u32>(), any::<u32>()).prop_map(|(gen, slot, slot_ms)| ToAgent::Switch {
+            gen,
+            slot,
+            slot_ms
+        }),
         spawn,
         (job(), any::<i32>()).prop_map(|(job, signal)| ToAgent::KillJob { job, signal }),
         job().prop_map(|job| ToAgent::SuspendJob { job }),
@@ -508,7 +513,11 @@ fn every_message_type_has_a_sample_and_round_trips() {
             to_slot: 1,
             drain_timeout_ms: 50,
         },
-        ToAgent::Switch { gen, slot: 1 },
+        ToAgent::Switch {
+            gen,
+            slot: 1,
+            slot_ms: 50,
+        },
         ToAgent::Prepare {
             job,
             argv: vec!["./lu".into()],

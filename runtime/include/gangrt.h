@@ -13,7 +13,7 @@
  *
  * Environment:
  *   GANG_CLOCK=off          do not ask scx_gang for the slot clock
- *   GANG_CLOCK_SOCKET=PATH  where scx_gang serves it (/run/scx_gang/clock.sock)
+ *   GANG_CLOCK_SOCKET=PATH  where scx_gang serves it (/run/scx_gang-clock.sock)
  *   GANG_YIELD=off          gang_yield_point() never yields
  *   GANG_WAIT=POLICY        policy of gang_wait_readable():
  *                           block | spin[:US] | adaptive | inslot[:US]

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// Path of the daemon's clock socket.
 pub const CLOCK_SOCKET_ENV: &str = "GANG_CLOCK_SOCKET";
 /// Where scx_gang serves the clock unless told otherwise.
-pub const DEFAULT_CLOCK_SOCKET: &str = "/run/scx_gang/clock.sock";
+pub const DEFAULT_CLOCK_SOCKET: &str = "/run/scx_gang-clock.sock";
 /// `off` (or `0`, `no`, `false`): do not ask for a clock at all.
 pub const CLOCK_ENV: &str = "GANG_CLOCK";
 /// `off` (or `0`, `no`, `false`): yield_point() never yields.

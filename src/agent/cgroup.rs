@@ -15,6 +15,15 @@ pub fn gang_name(job: JobId) -> String {
     format!("job{job}")
 }
 
+/// The job whose gang is `name`, if it is a job's.
+pub fn job_of_gang(name: &str) -> Option<JobId> {
+    let id = name.strip_prefix("job")?;
+    if id.starts_with('+') || id.starts_with('0') && id.len() > 1 {
+        return None;
+    }
+    id.parse().ok().map(JobId)
+}
+
 pub fn job_dir(gang_root: &Path, job: JobId) -> PathBuf {
     gang_root.join(gang_name(job))
 }
@@ -63,5 +72,19 @@ pub fn try_remove(dir: &Path) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_gang_name_maps_back_to_its_job_and_nothing_else_does() {
+        assert_eq!(job_of_gang(&gang_name(JobId(42))), Some(JobId(42)));
+        assert_eq!(job_of_gang("job0"), Some(JobId(0)));
+        for other in ["job", "jobs", "job+1", "job01", "job-1", "a", "job1x", ""] {
+            assert_eq!(job_of_gang(other), None, "{other:?}");
+        }
     }
 }

@@ -113,7 +113,7 @@ impl Handler {
                 to_slot,
                 drain_timeout_ms,
             } => self.freeze(gen, from_slot, to_slot, drain_timeout_ms),
-            ToAgent::Switch { gen, slot } => self.switch(gen, slot),
+            ToAgent::Switch { gen, slot, slot_ms } => self.switch(gen, slot, slot_ms),
             ToAgent::Schedule { slots } => self.install(slots),
             ToAgent::Knobs {
                 slot_ms,
@@ -212,12 +212,14 @@ impl Handler {
         }
     }
 
-    fn switch(&mut self, gen: Gen, slot: u32) {
+    fn switch(&mut self, gen: Gen, slot: u32, slot_ms: u32) {
         let start = Instant::now();
-        match self
-            .main
-            .call(Request::Switch { slot, gen: gen.0 }, REQUEST_TIMEOUT)
-        {
+        let request = Request::Switch {
+            slot,
+            gen: gen.0,
+            slot_ms,
+        };
+        match self.main.call(request, REQUEST_TIMEOUT) {
             Ok(_) => {
                 self.link.send(FromAgent::Running {
                     gen,

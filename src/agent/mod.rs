@@ -81,13 +81,18 @@ pub struct AgentConfig {
     pub holds: FreezeHolds,
 }
 
+/// What the scheduler calls when every rank of a gang on this node yielded
+/// its slot: (gang name, generation).
+pub type YieldSink = Arc<dyn Fn(&str, u64) + Send + Sync>;
+
 /// Starts the agent thread. `inbox` is the scheduler main loop's (what
-/// control::serve returns); the thread runs until `shutdown` is set.
+/// control::serve returns); the thread runs until `shutdown` is set. The
+/// sink tells gangd about yields (FromAgent::Yielded).
 pub fn start(
     cfg: AgentConfig,
     inbox: Sender<Inbox>,
     shutdown: Arc<AtomicBool>,
-) -> io::Result<JoinHandle<()>> {
+) -> io::Result<(JoinHandle<()>, YieldSink)> {
     let link = Arc::new(Link::new());
     let ranks = Ranks::new(
         cfg.node.clone(),
@@ -102,10 +107,24 @@ pub fn start(
         link.clone(),
         ranks,
     )?;
+    let yields = link.clone();
+    let sink: YieldSink = Arc::new(move |gang: &str, gen: u64| {
+        // Only jobs' gangs are the cluster's business; a yield notice is
+        // worthless once gangd is away (the switch it would hasten is over).
+        if let Some(job) = cgroup::job_of_gang(gang) {
+            if yields.is_connected() {
+                yields.send(FromAgent::Yielded {
+                    gen: gang_coordinator::proto::Gen(gen),
+                    job,
+                });
+            }
+        }
+    });
     let agent = Agent { cfg, link, handler };
-    thread::Builder::new()
+    let thread = thread::Builder::new()
         .name("agent".into())
-        .spawn(move || agent.run(&shutdown))
+        .spawn(move || agent.run(&shutdown))?;
+    Ok((thread, sink))
 }
 
 struct Agent {

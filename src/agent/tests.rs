@@ -422,6 +422,7 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
     conn.send(ToAgent::Switch {
         gen: Gen(3),
         slot: 1,
+        slot_ms: 40,
     });
     match conn.recv() {
         FromAgent::Running {
@@ -448,7 +449,11 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
     );
     assert_eq!(
         next_request(&agent.seen),
-        Request::Switch { slot: 1, gen: 3 }
+        Request::Switch {
+            slot: 1,
+            gen: 3,
+            slot_ms: 40
+        }
     );
 
     conn.send(ToAgent::Freeze {

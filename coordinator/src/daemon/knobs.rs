@@ -46,10 +46,11 @@ pub const WRITABLE: [&str; 6] = [
     "barrier",
     "drain_timeout_ms",
 ];
-pub const READ_ONLY: [&str; 6] = [
+pub const READ_ONLY: [&str; 7] = [
     "nodes",
     "jobs",
     "switches",
+    "early_switches",
     "drain_timeouts",
     "missed_switches",
     "last_switch",
@@ -123,6 +124,8 @@ pub struct Status {
     pub nodes: String,
     pub jobs: usize,
     pub switches: u64,
+    /// Switches before the slot's end: every job of the slot had yielded.
+    pub early_switches: u64,
     pub drain_timeouts: u64,
     /// Times a node was left out of a switch for answering too late.
     pub missed_switches: u64,
@@ -165,6 +168,7 @@ impl KnobSet for KnobFiles {
             "nodes" => s.nodes.clone(),
             "jobs" => s.jobs.to_string(),
             "switches" => s.switches.to_string(),
+            "early_switches" => s.early_switches.to_string(),
             "drain_timeouts" => s.drain_timeouts.to_string(),
             "missed_switches" => s.missed_switches.to_string(),
             "last_switch" => s.last_switch.clone(),

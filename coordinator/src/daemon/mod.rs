@@ -289,6 +289,7 @@ impl Coordinator {
             .collect();
         s.jobs = self.jobs.len();
         s.switches = self.rotation.switches;
+        s.early_switches = self.rotation.early_switches;
         s.drain_timeouts = self.rotation.drain_timeouts;
         s.missed_switches = self.rotation.missed;
         s.last_switch = self.rotation.last_record.clone();
@@ -516,6 +517,7 @@ impl Coordinator {
             FromAgent::Frozen { .. } | FromAgent::Running { .. } => {
                 self.rotation.on_agent(node, &msg, now, &self.nodes);
             }
+            FromAgent::Yielded { gen, job } => self.rotation.on_yielded(gen, job, node),
             FromAgent::Prepared { job, error } => self.prepared(job, node, error),
             FromAgent::RankStarted { job, rank, pid } => {
                 log::debug!("job {job} rank {rank} started on {name} as pid {pid}");
@@ -1183,8 +1185,24 @@ impl Coordinator {
             .filter(|n| n.has_schedule())
             .map(|n| n.id)
             .collect();
+        // The (job, node) pairs running now: all must yield for an early switch.
+        let running: BTreeSet<(JobId, NodeId)> = match self.rotation.current() {
+            Some(slot) => self
+                .alloc
+                .jobs()
+                .iter()
+                .filter(|v| v.slots.contains(&(slot as usize)) && live.contains(&pid(v.id)))
+                .flat_map(|v| {
+                    self.alloc
+                        .nodes_of(v.id)
+                        .into_iter()
+                        .map(move |n| (pid(v.id), NodeId(n)))
+                })
+                .collect(),
+            None => BTreeSet::new(),
+        };
         self.rotation
-            .maybe_switch(&rotation, nodes, &self.knobs, now, &self.nodes);
+            .maybe_switch(&rotation, nodes, &running, &self.knobs, now, &self.nodes);
         if self.rotation.take_published() {
             self.publish_status();
         }

@@ -1,8 +1,10 @@
 //! The cluster's slot clock: every slot_ms, one [`SlotSwitch`] moves every
 //! node to the next slot of the rotation; its record goes to the switch
-//! log and the statistics.
+//! log and the statistics. A slot ends early when every job running in it
+//! has yielded it on every one of its nodes (voluntary yield): waiting out
+//! the deadline would only leave their CPUs idle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +14,7 @@ use log::{debug, warn};
 use serde_json::json;
 
 use crate::barrier::{Failure, Outbox, SlotSwitch, SwitchRecord, SwitchSpec};
-use crate::proto::{Barrier, FromAgent, Gen, NodeId};
+use crate::proto::{Barrier, FromAgent, Gen, JobId, NodeId};
 
 use super::knobs::ClusterKnobs;
 use super::nodes::Node;
@@ -42,6 +44,12 @@ pub struct Rotation {
     pub missed: u64,
     pub last_record: String,
     published: bool,
+    /// The generation in force (the last switch's).
+    current_gen: Option<Gen>,
+    /// (job, node) pairs that yielded the slot in force.
+    yielded: BTreeSet<(JobId, NodeId)>,
+    /// Switches that came before the deadline: every job had yielded.
+    pub early_switches: u64,
 }
 
 impl Rotation {
@@ -69,6 +77,9 @@ impl Rotation {
             missed: 0,
             last_record: String::new(),
             published: false,
+            current_gen: None,
+            yielded: BTreeSet::new(),
+            early_switches: 0,
         })
     }
 
@@ -94,12 +105,29 @@ impl Rotation {
         }
     }
 
-    /// Starts the next switch if one is due: the slot is over, the current
-    /// slot left the rotation, or the tables changed.
+    /// A node says every rank of `job` there yielded in `gen`.
+    pub fn on_yielded(&mut self, gen: Gen, job: JobId, node: NodeId) {
+        if self.current_gen == Some(gen) && self.switch.is_none() {
+            self.yielded.insert((job, node));
+        } else {
+            debug!("yield of job {job} on node {node} for gen {gen}: not the slot in force");
+        }
+    }
+
+    /// The slot in force, if any.
+    pub fn current(&self) -> Option<u32> {
+        self.current
+    }
+
+    /// Starts the next switch if one is due: the slot is over (or every
+    /// one of `running` — the (job, node) pairs of the slot in force — has
+    /// yielded it), the current slot left the rotation, or the tables
+    /// changed.
     pub fn maybe_switch(
         &mut self,
         rotation: &[u32],
         nodes: Vec<NodeId>,
+        running: &BTreeSet<(JobId, NodeId)>,
         knobs: &ClusterKnobs,
         now_us: u64,
         all: &BTreeMap<NodeId, Node>,
@@ -107,7 +135,9 @@ impl Rotation {
         if self.switch.is_some() {
             return;
         }
-        let slot_over = now_us >= self.slot_start_us + u64::from(knobs.slot_ms) * 1000;
+        let deadline = now_us >= self.slot_start_us + u64::from(knobs.slot_ms) * 1000;
+        let all_yielded = !running.is_empty() && running.is_subset(&self.yielded);
+        let slot_over = deadline || all_yielded;
         if rotation.is_empty() || nodes.is_empty() {
             // Nothing to switch: the next look is a slot from now, not a
             // busy loop.
@@ -139,6 +169,9 @@ impl Rotation {
             _ => rotation[0],
         };
         self.force = false;
+        if all_yielded && !deadline {
+            self.early_switches += 1;
+        }
         let gen = Gen(self.next_gen);
         self.next_gen += 1;
         let spec = SwitchSpec {
@@ -150,7 +183,9 @@ impl Rotation {
             barrier: knobs.barrier,
             drain_timeout_ms: knobs.drain_timeout_ms,
             phase_timeout_us: PHASE_TIMEOUT_US,
+            slot_ms: knobs.slot_ms,
         };
+        self.yielded.clear();
         let (sw, out) = SlotSwitch::start(spec, now_us);
         Self::send(out, all);
         self.switch = Some(sw);
@@ -207,6 +242,7 @@ impl Rotation {
         };
         self.switch = None;
         self.current = Some(rec.to_slot);
+        self.current_gen = Some(rec.gen);
         self.slot_start_us = now_us;
         self.switches += 1;
         self.drain_timeouts += u64::from(rec.drain_timeouts);

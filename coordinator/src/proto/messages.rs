@@ -181,6 +181,13 @@ pub enum FromAgent {
         slot: u32,
         switch_us: u64,
     },
+    /// Every rank of `job` on this node yielded its slot in generation
+    /// `gen` (voluntary yield): as far as this node goes, the switch may
+    /// come before the slot's end.
+    Yielded {
+        gen: Gen,
+        job: JobId,
+    },
     RankStarted {
         job: JobId,
         rank: u32,
@@ -254,6 +261,10 @@ pub enum ToAgent {
     Switch {
         gen: Gen,
         slot: u32,
+        /// The slot's length (the slot_ms knob), so ranks can see its end
+        /// coming; 0: unknown.
+        #[serde(default)]
+        slot_ms: u32,
     },
     /// Check, before any rank starts anywhere, that this node can run the
     /// job: the program exists and is executable by the user, cwd exists.
@@ -522,10 +533,21 @@ mod tests {
         let m = ToAgent::Switch {
             gen: Gen(42),
             slot: 1,
+            slot_ms: 50,
         };
         assert_eq!(
             serde_json::to_string(&m).unwrap(),
-            r#"{"type":"switch","gen":42,"slot":1}"#
+            r#"{"type":"switch","gen":42,"slot":1,"slot_ms":50}"#
+        );
+        // A gangd that predates slot_ms: the slot's end is unknown.
+        let old: ToAgent = serde_json::from_str(r#"{"type":"switch","gen":42,"slot":1}"#).unwrap();
+        assert_eq!(
+            old,
+            ToAgent::Switch {
+                gen: Gen(42),
+                slot: 1,
+                slot_ms: 0
+            }
         );
         let m = FromAgent::RankOutput {
             job: JobId(3),
