@@ -146,7 +146,14 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
             .arg("--image")
             .arg(image())
             .args(["--scenario", scenario])
-            .args(["--nodes", &nodes.to_string(), "--vcpus", "1", "--mem", "768"])
+            .args([
+                "--nodes",
+                &nodes.to_string(),
+                "--vcpus",
+                "1",
+                "--mem",
+                "768",
+            ])
             .args(["--timeout", &timeout_s.to_string()])
             // Other VMs on the host (a benchmark) would slow the guests' time
             // until their timeouts fire: wait for them first, within reason.
@@ -160,7 +167,8 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
         // a node's virtual network never carries a packet, so the nodes
         // cannot ping each other before anything else starts. Boot again.
         let no_network = (0..nodes).any(|i| {
-            fs::read_to_string(out.join(format!("node{i}/failure"))).is_ok_and(|f| f.contains("does not answer ping"))
+            fs::read_to_string(out.join(format!("node{i}/failure")))
+                .is_ok_and(|f| f.contains("does not answer ping"))
         });
         if status.success() || !no_network || attempt == NETWORK_RETRIES {
             break;

@@ -44,7 +44,11 @@ enum Stop {
     Units(u64),
     Until(f64),
     /// Count units done in [from, until), spin on until `end`.
-    Span { from: f64, until: f64, end: f64 },
+    Span {
+        from: f64,
+        until: f64,
+        end: f64,
+    },
 }
 
 fn worker(stop: &Stop) -> u64 {
