@@ -117,9 +117,15 @@ u64 early_gen;
 
 /*
  * The page ranks map read-only. Its own section, so it is a map of its own
- * and a rank sees nothing else of the scheduler.
+ * and a rank sees nothing else of the scheduler. A BPF map can only be
+ * mapped through a writable fd, so a rank that kept the fd could write the
+ * page: the scheduler never reads it back, it decides on the copies below.
  */
 struct gang_slot_clock slot_clock SEC(".data.slot_clock");
+u64 clock_end_ns;		/* slot_clock.slot_end_ns */
+u64 clock_running;		/* slot_clock.running_gangs */
+u64 clock_next;			/* slot_clock.next_gangs */
+volatile u64 yield_lead_ns;	/* knob; copied into the page at each switch */
 
 struct cpu_ctx {
 	s32 running;		/* gang id, GANG_OTHER or GANG_IDLE */
@@ -471,13 +477,18 @@ static void publish_clock(u32 slot, u64 gen, u64 now, u64 len, u64 running)
 {
 	u32 n = nr_slots;
 
+	clock_end_ns = (n > 1 && len) ? now + len : 0;
+	clock_running = running;
+	clock_next = n > 1 ? slot_gangs(slot + 1 < n ? slot + 1 : 0) : running;
+
 	__sync_fetch_and_add(&slot_clock.seq, 1);
 	barrier();
 	slot_clock.generation = gen;
 	slot_clock.slot_start_ns = now;
-	slot_clock.slot_end_ns = (n > 1 && len) ? now + len : 0;
+	slot_clock.slot_end_ns = clock_end_ns;
+	slot_clock.yield_lead_ns = yield_lead_ns;
 	slot_clock.running_gangs = running;
-	slot_clock.next_gangs = n > 1 ? slot_gangs(slot + 1 < n ? slot + 1 : 0) : running;
+	slot_clock.next_gangs = clock_next;
 	slot_clock.slot = slot;
 	slot_clock.nr_slots = n;
 	barrier();
@@ -489,7 +500,7 @@ static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
 	u64 running = slot_gangs(slot), old_gen = cur_gen;
 	s32 cpu;
 
-	count_slot_ends(slot_clock.running_gangs & ~running, old_gen,
+	count_slot_ends(clock_running & ~running, old_gen,
 			cause == SWITCH_YIELD);
 	publish_clock(slot, gen, now, len, running);
 	cur_slot = slot;
@@ -880,7 +891,7 @@ static void rank_yielded(struct task_struct *p, s32 gang)
 	bpf_for(g, 0, GANG_MAX_GANGS) {
 		u64 *other = MEMBER_VPTR(gang_done_gen, [g]);
 
-		if ((slot_clock.running_gangs & gang_bit(g)) && other && *other != gen)
+		if ((clock_running & gang_bit(g)) && other && *other != gen)
 			return;
 	}
 	rt = bpf_map_lookup_elem(&rotation, &zero);
@@ -898,7 +909,7 @@ static void rank_yielded(struct task_struct *p, s32 gang)
 bool BPF_STRUCT_OPS(gang_yield, struct task_struct *from, struct task_struct *to)
 {
 	s32 gang, cpu = scx_bpf_task_cpu(from);
-	u64 end = slot_clock.slot_end_ns, lead = slot_clock.yield_lead_ns;
+	u64 end = clock_end_ns, lead = yield_lead_ns;
 	struct task_ctx *tctx;
 
 	if (to)
@@ -907,7 +918,7 @@ bool BPF_STRUCT_OPS(gang_yield, struct task_struct *from, struct task_struct *to
 	gang = task_class(from);
 	if (gang < 0 || gang != cpu_owner(cpu) || !end || !lead ||
 	    bpf_ktime_get_ns() + lead < end ||
-	    (slot_clock.next_gangs & gang_bit(gang))) {
+	    (clock_next & gang_bit(gang))) {
 		stat_inc(STAT_YIELD_IGNORED);
 		return false;
 	}

@@ -3,8 +3,8 @@
 //!
 //! Ranks run as ordinary users, and unprivileged processes may not call
 //! bpf() (Debian disables it), so they cannot open the map themselves. The
-//! daemon opens it read-only once and passes that fd over a Unix socket
-//! (SCM_RIGHTS); the rank maps it and from then on reads its slot's
+//! daemon passes an fd of it over a Unix socket (SCM_RIGHTS); the rank maps
+//! it read-only and from then on reads its slot's
 //! deadline from memory, with no system call (runtime/, the gang runtime
 //! library, is the client). Who the rank is comes from the kernel
 //! (SO_PEERCRED, then /proc/PID/cgroup), never from what it says.
@@ -39,7 +39,8 @@ pub struct ClockShare {
 
 #[derive(Default)]
 struct ClockState {
-    /// Read-only fd of the slot clock map; None while no scheduler runs.
+    /// An fd of the slot clock map; None while no scheduler runs. (Only a
+    /// writable fd can be mapped; the scheduler never trusts the page.)
     map: Option<OwnedFd>,
     /// Gang directory name -> gang id.
     gangs: HashMap<String, i32>,

@@ -141,7 +141,7 @@ impl<'a> Scheduler<'a> {
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
         cfg.clock.set_map(Some(
-            readonly_fd(&skel.maps.data_slot_clock).context("opening the slot clock read-only")?,
+            clock_fd(&skel.maps.data_slot_clock).context("opening the slot clock")?,
         ));
         let knob_values = knobs.snapshot();
         init_bss(&mut skel, &knob_values);
@@ -870,14 +870,16 @@ fn column_table(
 }
 
 fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
+    let lead_ns = u64::from(k.yield_lead_us) * 1000;
     // One aligned word: a rank reading the clock sees the old or the new.
     skel.maps
         .data_slot_clock_data
         .as_mut()
         .unwrap()
         .slot_clock
-        .yield_lead_ns = u64::from(k.yield_lead_us) * 1000;
+        .yield_lead_ns = lead_ns;
     let bss = skel.maps.bss_data.as_mut().unwrap();
+    bss.yield_lead_ns = lead_ns;
     bss.slot_ns = k.slot_ms as u64 * 1_000_000;
     bss.fill = k.fill as u32;
     bss.min_other_share_pct = k.min_other_share_pct;
@@ -890,20 +892,12 @@ fn init_bss(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
     skel.maps.bss_data.as_mut().unwrap().timer_rotation = 1;
 }
 
-/// A read-only fd of `map`, for processes that must not write it.
-fn readonly_fd(map: &dyn MapCore) -> Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let id = map.info()?.info.id;
-    let opts = libbpf_rs::libbpf_sys::bpf_get_fd_by_id_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_get_fd_by_id_opts>() as _,
-        open_flags: libbpf_rs::libbpf_sys::BPF_F_RDONLY,
-        token_fd: 0,
-    };
-    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_map_get_fd_by_id_opts(id, &opts) };
-    if fd < 0 {
-        bail!("map id {id}: {}", std::io::Error::from_raw_os_error(-fd));
-    }
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+/// An fd of the slot clock map for ranks. A BPF map is mapped only through
+/// a writable fd (a read-only one loses VM_SHARED, which bpf refuses); the
+/// library maps it read-only, which also forbids mprotect to write, and
+/// closes the fd. The scheduler never reads the page back (see the BPF).
+fn clock_fd(map: &dyn MapCore) -> Result<std::os::fd::OwnedFd> {
+    Ok(map.as_fd().try_clone_to_owned()?)
 }
 
 /// A thread that sleeps on the scheduler's notices ring buffer and wakes

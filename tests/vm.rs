@@ -23,7 +23,7 @@ fn binaries() -> Vec<PathBuf> {
     let daemon = PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"));
     let dir = daemon.parent().unwrap().to_path_buf();
     let mut bins = vec![daemon];
-    for name in ["burn", "sigswitch"] {
+    for name in ["burn", "sigswitch", "ring", "slotclock"] {
         let p = dir.join(name);
         assert!(
             p.exists(),
@@ -472,4 +472,72 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
         "frozen 0",
         "the switch after a freeze thaws the gang"
     );
+}
+
+/// Counters of one gang in the node's `gangs` status file.
+fn slot_ends(status: &str, gang: &str) -> std::collections::HashMap<String, f64> {
+    let line = status
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(gang))
+        .unwrap_or_else(|| panic!("gang {gang} not in the status:\n{status}"));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn yielding_ranks_end_their_slots_voluntarily_and_wait_policies_lose_nothing() {
+    let r = run_scenario("yield", 2, 420);
+    let (before, after) = (read(&r, "gangs_before"), read(&r, "gangs_after"));
+    let delta =
+        |gang: &str, key: &str| slot_ends(&after, gang)[key] - slot_ends(&before, gang)[key];
+    // Gang a yields at every iteration: its slots end by its own choice.
+    let (vol, forced) = (delta("a", "voluntary"), delta("a", "forced"));
+    assert!(vol + forced >= 40.0, "8 s of 50 ms slots: {after}");
+    assert!(
+        vol / (vol + forced) >= 0.9,
+        "gang a: {vol} voluntary, {forced} forced ends of slot:\n{before}\n{after}"
+    );
+    assert!(delta("a", "yields") >= vol, "{after}");
+    assert!(delta("a", "early") > 0.0, "no slot ended early: {after}");
+    assert_eq!(slot_ends(&after, "a")["ranks"], 2.0, "{after}");
+    // Gang b never yields: it is still switched, at the deadline.
+    let (bvol, bforced) = (delta("b", "voluntary"), delta("b", "forced"));
+    assert_eq!(bvol, 0.0, "{after}");
+    assert!(bforced >= 40.0, "gang b forced ends: {bforced}: {after}");
+    let s = summary(&r);
+    let overlap = f(&s, &["overlap_fraction"]);
+    assert!(overlap < 0.01, "overlap {overlap:.4}: {s}");
+    // Yielding gives back only the tail of each slot.
+    let a_share = gang_share(&s, "a");
+    assert!(
+        (0.25..=0.55).contains(&a_share),
+        "gang a got {a_share:.3}: {s}"
+    );
+    for i in 0..2 {
+        assert!(f(&json(&r, &format!("a{i}.json")), &["yields"]) > 0.0);
+        assert_eq!(f(&json(&r, &format!("b{i}.json")), &["yields"]), 0.0);
+    }
+
+    // Every wait policy gets every token, in order, and ends.
+    for policy in ["block", "spin", "adaptive", "inslot"] {
+        for rank in 0..2 {
+            let name = format!("ring_{policy}_{rank}");
+            assert_eq!(
+                read(&r, &format!("{name}.rc")),
+                "0",
+                "{name}: {}",
+                read(&r, &format!("{name}.err"))
+            );
+            let out = json(&r, &format!("{name}.json"));
+            assert_eq!(f(&out, &["rounds"]), 300.0, "{out}");
+            assert!(f(&out, &["waits"]) >= 300.0, "{out}");
+            if policy == "block" {
+                assert_eq!(f(&out, &["spin_hits"]), 0.0, "{out}");
+            }
+            eprintln!("{name}: {out}");
+        }
+    }
 }

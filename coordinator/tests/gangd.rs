@@ -712,3 +712,79 @@ fn a_lone_job_is_not_frozen_at_every_slot_boundary() {
         "{freezes} freezes in 25 slots: only a change of the table may switch a lone job"
     );
 }
+
+/// The slot in force on a fake agent: the last Switch's generation and the
+/// job its table runs in that slot.
+fn running_on(ag: &FakeAgent) -> (Gen, JobId, u32) {
+    let got = ag.got();
+    let (gen, slot, slot_ms) = got
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ToAgent::Switch { gen, slot, slot_ms } => Some((*gen, *slot, *slot_ms)),
+            _ => None,
+        })
+        .unwrap();
+    let job = got
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            ToAgent::Schedule { slots } => Some(slots[slot as usize][0].job),
+            _ => None,
+        })
+        .unwrap();
+    (gen, job, slot_ms)
+}
+
+#[test]
+fn a_slot_ends_early_once_every_node_of_its_job_has_yielded() {
+    // Slots of a minute: only yields can end one within the test.
+    let g = Gangd::start("yield", 3, &["--slot-ms", "60000"]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let a = accepted(fe.submit("a", 3, &["/bin/true"]));
+    let mut fe2 = FrontEnd::connect(&g);
+    let b = accepted(fe2.submit("b", 3, &["/bin/true"]));
+    for ag in &agents {
+        wait_until("spawns", || {
+            ag.spawned(a).len() == 1 && ag.spawned(b).len() == 1
+        });
+    }
+    // Both jobs started: the tables changed, so one switch comes at once.
+    wait_until("a first switch", || {
+        agents
+            .iter()
+            .all(|ag| ag.got().iter().any(|m| matches!(m, ToAgent::Switch { .. })))
+            && !g.switches().is_empty()
+    });
+    thread::sleep(Duration::from_millis(300));
+    let before = g.switches().len();
+    let (gen, job, slot_ms) = running_on(&agents[0]);
+    assert_eq!(slot_ms, 60000, "the nodes learn the slot's length");
+
+    // Two of three nodes, a stale generation, another job: no switch.
+    for ag in &agents[..2] {
+        ag.send(FromAgent::Yielded { gen, job });
+    }
+    agents[2].send(FromAgent::Yielded {
+        gen: Gen(gen.0 - 1),
+        job,
+    });
+    let other = if job == a { b } else { a };
+    agents[2].send(FromAgent::Yielded { gen, job: other });
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(g.switches().len(), before, "not every node yielded yet");
+
+    // The last node yields: the slot ends now, not in a minute.
+    agents[2].send(FromAgent::Yielded { gen, job });
+    wait_until("an early switch", || g.switches().len() > before);
+    let (next_gen, next_job, _) = running_on(&agents[0]);
+    assert!(next_gen.0 > gen.0);
+    assert_eq!(next_job, other, "the other job's slot comes");
+    for ag in &agents {
+        ag.exit_all(a, ExitStatus::Exited(0));
+        ag.exit_all(b, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe.ended().0, 0);
+    assert_eq!(fe2.ended().0, 0);
+}

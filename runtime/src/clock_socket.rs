@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -231,20 +232,40 @@ pub fn open_clock(path: &Path) -> ClockOpen {
     }
 }
 
-static PROCESS_CLOCK: OnceLock<ClockOpen> = OnceLock::new();
+static PROCESS_CLOCK: OnceLock<SlotClock> = OnceLock::new();
+/// CLOCK_MONOTONIC ns of the last failed attempt; 0: none yet.
+static LAST_ATTEMPT_NS: AtomicU64 = AtomicU64::new(0);
+/// How often a process without a clock asks again. A rank often starts
+/// before the daemon has seen its gang (it scans every 100 ms), and the
+/// scheduler may start after the job: one failure must not be for ever.
+const RETRY_NS: u64 = 1_000_000_000;
 
-/// The process's clock, asked for on first use (from `GANG_CLOCK_SOCKET`,
-/// unless `GANG_CLOCK=off`) and kept for the life of the process.
-pub fn process_clock_state() -> &'static ClockOpen {
-    PROCESS_CLOCK.get_or_init(|| match env::clock_socket() {
-        None => ClockOpen::Unavailable("GANG_CLOCK=off".into()),
-        Some(path) => open_clock(&path),
-    })
-}
-
-/// The process's mapped clock, if there is one.
+/// The process's mapped clock (from `GANG_CLOCK_SOCKET`, unless
+/// `GANG_CLOCK=off`). Once mapped it is kept for the life of the process;
+/// until then it is asked for at most once per RETRY_NS, by one thread.
 pub fn process_clock() -> Option<&'static SlotClock> {
-    process_clock_state().clock()
+    if let Some(c) = PROCESS_CLOCK.get() {
+        return Some(c);
+    }
+    let path = env::clock_socket()?;
+    let now = crate::clock::monotonic_ns().max(1);
+    let last = LAST_ATTEMPT_NS.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < RETRY_NS {
+        return None;
+    }
+    if LAST_ATTEMPT_NS
+        .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return None; // another thread is asking
+    }
+    match open_clock(&path) {
+        ClockOpen::Mapped(c) => {
+            let _ = PROCESS_CLOCK.set(c);
+            PROCESS_CLOCK.get()
+        }
+        ClockOpen::NoGang(_) | ClockOpen::Unavailable(_) => None,
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@
 //!                                    compete over each other's whole window
 //!                                    if TAIL covers the spread of the starts
 //!
+//!   --yield-every N                  call the gang runtime's yield_point()
+//!                                    every N units (a safe point)
+//!
 //! Prints one JSON line at the end: work done, wall time, CPU time and the
 //! start and end on CLOCK_MONOTONIC, so a test can see how much CPU a task
 //! got and a benchmark how long fixed work took (or the makespan of several).
@@ -51,11 +54,15 @@ enum Stop {
     },
 }
 
-fn worker(stop: &Stop) -> u64 {
+fn worker(stop: &Stop, yield_every: u64) -> u64 {
     let start = Instant::now();
     let mut units = 0u64;
     let mut acc = 0u64;
     loop {
+        // A safe point of an iterative program: the end of an iteration.
+        if yield_every > 0 && units % yield_every == 0 {
+            gangrt::yield_point();
+        }
         match stop {
             Stop::After(d) if start.elapsed() >= *d => break,
             Stop::Units(n) if units >= *n => break,
@@ -104,7 +111,7 @@ extern "C" {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME]"
+        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME] [--yield-every N]"
     );
     std::process::exit(2);
 }
@@ -112,6 +119,7 @@ fn usage() -> ! {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut stop, mut threads, mut name) = (None, 1usize, String::from("burn"));
+    let mut yield_every = 0u64;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -147,6 +155,7 @@ fn main() {
                 });
             }
             "--threads" => threads = val().parse().unwrap_or_else(|_| usage()),
+            "--yield-every" => yield_every = val().parse().unwrap_or_else(|_| usage()),
             "--name" => name = val(),
             _ => usage(),
         }
@@ -156,16 +165,17 @@ fn main() {
     let start_mono = clock_seconds(CLOCK_MONOTONIC);
     let units: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
-            .map(|_| s.spawn(|| worker(&stop)))
+            .map(|_| s.spawn(|| worker(&stop, yield_every)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
     // start_s/end_s are CLOCK_MONOTONIC, comparable between processes.
     println!(
-        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6},\"start_s\":{:.6},\"end_s\":{:.6}}}",
+        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6},\"start_s\":{:.6},\"end_s\":{:.6},\"yields\":{}}}",
         start.elapsed().as_secs_f64(),
         clock_seconds(CLOCK_PROCESS_CPUTIME_ID),
         start_mono,
-        clock_seconds(CLOCK_MONOTONIC)
+        clock_seconds(CLOCK_MONOTONIC),
+        gangrt::yield_count()
     );
 }

@@ -1,6 +1,7 @@
 //! ring: an SPMD TCP workload, one process per rank of a gang job.
 //!
 //!   ring [--bytes B] [--rounds R | --seconds S] [--timeout T]
+//!        [--wait block|spin[:US]|adaptive|inslot[:US]] [--yield]
 //!
 //! Reads its place from the environment the node agent gives every rank:
 //! GANG_RANK, GANG_SIZE, GANG_PEERS (`host:port` of every rank, by rank,
@@ -25,6 +26,7 @@
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -51,7 +53,7 @@ fn die(rank: Option<usize>, msg: impl std::fmt::Display) -> ! {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: ring [--bytes B] [--rounds R | --seconds S] [--timeout T]   (GANG_RANK, GANG_SIZE, GANG_PEERS, GANG_PORT from the environment)");
+    eprintln!("usage: ring [--bytes B] [--rounds R | --seconds S] [--timeout T] [--wait block|spin[:US]|adaptive|inslot[:US]] [--yield]   (GANG_RANK, GANG_SIZE, GANG_PEERS, GANG_PORT from the environment)");
     std::process::exit(2);
 }
 
@@ -201,9 +203,18 @@ fn accept(me: &Rank, listener: &TcpListener, timeout: Duration) -> TcpStream {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut bytes, mut rounds, mut seconds, mut timeout_s) = (64 * 1024usize, None, None, 120.0);
+    let (mut wait, mut yields) = (None, false);
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
+            "--wait" => {
+                let v = val();
+                wait = Some(gangrt::parse_wait_policy(&v).unwrap_or_else(|e| {
+                    eprintln!("ring: --wait: {e}");
+                    std::process::exit(2)
+                }))
+            }
+            "--yield" => yields = true,
             "--bytes" => bytes = val().parse().unwrap_or_else(|_| usage()),
             "--rounds" => rounds = Some(val().parse::<u64>().unwrap_or_else(|_| usage())),
             "--seconds" => seconds = Some(val().parse::<f64>().unwrap_or_else(|_| usage())),
@@ -273,6 +284,19 @@ fn main() {
         if tx.send(cur.clone()).is_err() {
             die(Some(r), "the sender thread is gone");
         }
+        if yields {
+            gangrt::yield_point();
+        }
+        if let Some(policy) = wait {
+            match gangrt::wait_readable(inp.as_raw_fd(), policy, Some(timeout)) {
+                Ok(o) if o.end == gangrt::WaitEnd::TimedOut => die(
+                    Some(r),
+                    format!("round {k}: nothing from rank {prev} for {timeout_s} s"),
+                ),
+                Ok(_) => {}
+                Err(e) => die(Some(r), format!("round {k}: waiting for rank {prev}: {e}")),
+            }
+        }
         if let Err(e) = inp.read_exact(&mut got) {
             let what = if e.kind() == ErrorKind::UnexpectedEof {
                 "connection closed".to_string()
@@ -332,10 +356,16 @@ fn main() {
         }
     }
     let node = std::env::var("GANG_NODE").unwrap_or_default();
+    let w = gangrt::wait_stats();
     println!(
-        "{{\"rank\":{r},\"size\":{},\"rounds\":{k},\"bytes\":{bytes},\"elapsed_s\":{:.6},\"ok\":true,\"node\":\"{}\"}}",
+        "{{\"rank\":{r},\"size\":{},\"rounds\":{k},\"bytes\":{bytes},\"elapsed_s\":{:.6},\"ok\":true,\"node\":\"{}\",\"waits\":{},\"spin_hits\":{},\"blocks\":{},\"spin_ns\":{},\"yields\":{}}}",
         me.size,
         start.elapsed().as_secs_f64(),
-        node.replace(['"', '\\'], "_")
+        node.replace(['"', '\\'], "_"),
+        w.waits,
+        w.spin_hits,
+        w.blocks,
+        w.spin_ns,
+        gangrt::yield_count()
     );
 }
