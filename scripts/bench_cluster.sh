@@ -14,8 +14,12 @@
 # each process counts on its own clock (burn --busy-window); per
 # repetition against that repetition's U_alone, then medians.
 #
+#   - voluntary yield (issue 4, seed 000 Table 5): barrier strict with
+#     ranks that call yield_point() at every work unit ("yield"), so a
+#     slot ends when all its ranks yielded (early switches are counted);
+#
 #   scripts/bench_cluster.sh [--nodes "1 2 3"] [--tqs "50 100 200 500"] [--reps 3]
-#                            [--seconds 6] [--barriers "strict off"] [--fill 0]
+#                            [--seconds 6] [--barriers "strict off yield"] [--fill 0]
 #                            [--icount S] [--no-sig] [--quick] [--out DIR] [--no-build]
 #                            [--tables-only]   (the tables again from DIR's boots)
 #                            [--colocated]     (no head: gangd on compute node 0)
@@ -35,7 +39,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES_LIST="1 2 3" TQS="50 100 200 500" REPS=3 DMIN=6 BARRIERS="strict off" FILL=0
+NODES_LIST="1 2 3" TQS="50 100 200 500" REPS=3 DMIN=6 BARRIERS="strict off yield" FILL=0
 ICOUNT= SIG=1 OUT=target/bench/cluster BUILD=1 BOOT=1 HEAD=1 QUIET_WAIT=900
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -61,7 +65,7 @@ for n in $NODES_LIST; do [[ $n =~ ^[1-9]$ ]] || die "--nodes: $n is not a node c
 for t in $TQS; do [[ $t =~ ^[0-9]+$ && $t -ge 1 ]] || die "--tqs: $t is not a slot length in ms"; done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $DMIN =~ ^[0-9]+$ && $DMIN -ge 2 ]] || die "--seconds must be an integer >= 2"
-for b in $BARRIERS; do [[ $b == strict || $b == off ]] || die "--barriers: strict and/or off"; done
+for b in $BARRIERS; do [[ $b == strict || $b == off || $b == yield ]] || die "--barriers: strict, off and/or yield"; done
 [[ $FILL == 0 || $FILL == 1 ]] || die "--fill 0 or 1"
 need_cmd awk sort
 
@@ -179,7 +183,7 @@ idle_est() {
 # runs.csv: one row per run with r and T_overhead against its repetition's
 # U_alone (the signal runs summed over the nodes); results.csv: medians.
 runs=$OUT/runs.csv results=$OUT/results.csv table=$OUT/table.txt
-echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok" >"$runs"
+echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok,early_switches" >"$runs"
 for n in $NODES_LIST; do
     dir=$OUT/n$n
     {
@@ -195,21 +199,21 @@ for n in $NODES_LIST; do
         }
         $1 == "idle" { gi2[$2 " " $3 " " $4] = $5; next }
         $1 == "gang" { k = f("rep") " " f("method") " " f("tq"); gu[k] = f("units"); gd[k] = f("d"); gsw[k] = f("switches")
-            gt[k] = f("total_p50_us"); gs[k] = f("skew_p50_us"); gf[k] = f("freeze_p50_us"); gi[k] = f("idle_p50_us"); gsp[k] = f("spread_ms"); gok[k] = f("ok") }
+            gt[k] = f("total_p50_us"); gs[k] = f("skew_p50_us"); gf[k] = f("freeze_p50_us"); gi[k] = f("idle_p50_us"); gsp[k] = f("spread_ms"); gok[k] = f("ok"); ge[k] = f("early") }
         END {
             for (k in su) { split(k, a, " "); if (a[2] == "alone" && sn[k] == N && sd[k] > 0 && su[k] > 0) alone[a[1]] = su[k] / sd[k] }
             for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone" && gok[k] == 1 && gd[k] > 0 && gu[k] > 0) scx[a[1]] = gu[k] / gd[k] }
             for (k in su) { split(k, a, " "); if (a[2] == "alone") continue
                 ok = (sn[k] == N && (a[1] in alone) && sd[k] > 0); rate = ok ? su[k] / sd[k] : 0; base = ok ? alone[a[1]] : 0
                 r = ok ? rate / base : 0
-                printf "%d,%d,sigstop,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,,,,,,%d,%d\n", N, a[1], a[3], sd[k], su[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, ssw[k] / (sn[k] ? sn[k] : 1), ssp[k], ok }
+                printf "%d,%d,sigstop,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,,,,,,%d,%d,\n", N, a[1], a[3], sd[k], su[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, ssw[k] / (sn[k] ? sn[k] : 1), ssp[k], ok }
             for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone") continue
                 ok = (gok[k] == 1 && (a[1] in scx) && gd[k] > 0); rate = ok ? gu[k] / gd[k] : 0; base = ok ? scx[a[1]] : 0
                 r = ok ? rate / base : 0
-                printf "%d,%d,%s,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,%s,%s,%s,%s,%s,%d,%d\n", N, a[1], a[2], a[3], gd[k], gu[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, gsw[k], gt[k], gs[k], gf[k], (a[2] == "strict" ? gi[k] : ""), (a[2] == "strict" ? gi2[k] : ""), gsp[k], ok }
+                printf "%d,%d,%s,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,%s,%s,%s,%s,%s,%d,%d,%s\n", N, a[1], a[2], a[3], gd[k], gu[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, gsw[k], gt[k], gs[k], gf[k], (a[2] == "strict" ? gi[k] : ""), (a[2] == "strict" ? gi2[k] : ""), gsp[k], ok, ge[k] }
             # the baselines too (r = 1 by definition; their rate is the figure)
-            for (k in alone) printf "%d,%d,alone,0,,,%.2f,%.2f,1,0,0,,,,,,,1\n", N, k, alone[k], alone[k]
-            for (k in scx) printf "%d,%d,scx_alone,0,,,%.2f,%.2f,%.5f,0,0,,,,,,,1\n", N, k, scx[k], (k in alone) ? alone[k] : 0, (k in alone) ? scx[k] / alone[k] : 0
+            for (k in alone) printf "%d,%d,alone,0,,,%.2f,%.2f,1,0,0,,,,,,,1,\n", N, k, alone[k], alone[k]
+            for (k in scx) printf "%d,%d,scx_alone,0,,,%.2f,%.2f,%.5f,0,0,,,,,,,1,\n", N, k, scx[k], (k in alone) ? alone[k] : 0, (k in alone) ? scx[k] / alone[k] : 0
         }' | sort -t, -k1,1n -k3,3 -k4,4n -k2,2n >>"$runs"
 done
 
@@ -253,6 +257,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         if ($15 != "") I[k] = I[k] " " $15
         if ($16 != "") E[k] = E[k] " " $16
         if ($3 == "alone" || $3 == "scx_alone") A[k] = A[k] " " $7
+        if ($19 != "") { EA[k] += $19; ES[k] += $11 }
     }
     END {
         for (i = 1; i <= nk; i++) {
@@ -269,6 +274,7 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
         else printf "N compute nodes, gangd on node 0 among its ranks; 1 vCPU each, qemu pinned to host core i %% %d%s.\n", ncpu, ncpu == 2 ? " (3 nodes: nodes 0 and 2 share core 0)" : ""
         print clock "."
         printf "Window D >= %d s per run; gangd fill=%d; scx_gang against one job alone under scx_gang, SIGSTOP (sigswitch) against burn alone on the default scheduler, every node at once.\n", d, fill
+        print "yield = the strict barrier with ranks that call yield_point() at every work unit (seed 000 Table 5); early = share of its switches gangd brought forward because every rank had yielded; strict/yld = strict overhead over yield overhead."
         print "total = barrier start -> last node Running (gangd switch log, p50 over the window); idle≈ = CPU time a strict switch leaves idle on a node, from the switch log: its park+drain time plus its Frozen -> Running at gangd (the direct cost, immune to host noise); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job."
         for (j = 1; j <= nn; j++) {
             n = ns[j]
@@ -283,11 +289,13 @@ echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhe
             pa = sa >= 0 ? sprintf("%.1f %%", 100 * sa) : "-"; pb = sb >= 0 ? sprintf("%.1f %%", 100 * sb) : "-"
             if (sa >= 0 || sb >= 0) printf "   noise: U_alone ranges over %s (default scheduler) and %s (scx_gang) of its median between repetitions: a per-switch figure below ~TQ x that (%.0f µs at TQ=100 ms) is not resolved\n", pa, pb, 100000 * (sa > sb ? sa : sb)
             printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
-            printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "idle≈", "skew", "off µs/sw [min..max]", "total", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
+            printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s %-7s %-11s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "idle≈", "skew", "off µs/sw [min..max]", "total", "yield µs/sw [min..max]", "early", "strict/yld", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
             for (i = 1; i <= nt[n]; i++) {
-                t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t
+                t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t; ky = n " yield " t
                 ratio = (ks in med) && (kg in med) && med[ks] > 0 && med[kg] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
-                printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(est[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
+                yratio = (ks in med) && (ky in med) && med[ks] > 0 && med[ky] > 0 ? sprintf("%.2fx", med[ks] / med[ky]) : "-"
+                early = (ky in ES) && ES[ky] > 0 ? sprintf("%.0f %%", 100 * EA[ky] / ES[ky]) : "-"
+                printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s %-7s %-11s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(est[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[ky]) rng[ky], early, yratio, ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
             }
         }
         for (j = 1; j <= nn; j++) if (retried[ns[j]]) printf "\nnote: N=%d: %d gang run(s) needed a retry (a job failed, e.g. gangd dropped a node silent 2 s in a barrier; see n%d/node0/tries.jsonl)\n", ns[j], retried[ns[j]], ns[j]

@@ -22,7 +22,11 @@
 #    CPU stays idle, so the barrier's time shows as lost work, as a switch's
 #    time does in Table 4), an agent on every compute node. One job of N
 #    ranks alone (one rank per compute node: no switch), then for each TQ
-#    and barrier two such jobs switched every TQ by gangd. slot_ms and barrier are set through
+#    and barrier two such jobs switched every TQ by gangd. Method "yield":
+#    barrier strict, and every rank calls the runtime library's yield_point()
+#    at each work unit (burn --yield-every 1), so slots end voluntarily
+#    (seed 000 Table 5 against Table 4); early_switches counts the switches
+#    gangd brought forward. slot_ms and barrier are set through
 #    /run/gangd between runs. The switches inside the window come from
 #    gangd's switch log (switch.jsonl): medians of total_us (barrier start ->
 #    last Running), skew_us (spread of the Running answers), freeze_us.
@@ -196,15 +200,21 @@ gang_try() {
 	d=$(d_for "$tq")
 	lead=$(lead_for "$tq")
 	[ "$tq" = 0 ] || knob slot_ms "$tq"
-	[ "$m" = scx_alone ] || knob barrier "$m"
+	# yield: the strict barrier, ranks that yield at every work unit.
+	YF=""
+	case $m in
+	scx_alone) ;;
+	yield) knob barrier strict; YF="--yield-every 1" ;;
+	*) knob barrier "$m" ;;
+	esac
 	sw0=$(cat "$GANGD_KNOBS/switches")
 	t0=$(now_ms)
-	as_alice gang run -n "$NC" --name "A$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name A \
+	as_alice gang run -n "$NC" --name "A$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name A $YF \
 		> /tmp/A.out 2> /tmp/A.err &
 	PA=$!
 	names=A
 	if [ "$m" != scx_alone ]; then
-		as_alice gang run -n "$NC" --name "B$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name B \
+		as_alice gang run -n "$NC" --name "B$rep" --label -- /usr/bin/burn --busy-window "$lead" "$d" "$lead" --name B $YF \
 			> /tmp/B.out 2> /tmp/B.err &
 		PB=$!
 		names="A B"
@@ -213,8 +223,10 @@ gang_try() {
 	# their submission): read the counter LEAD + 0.3 s and D later.
 	sleep "$(awk -v l="$lead" 'BEGIN { print l + 0.3 }')"
 	sw_a=$(cat "$GANGD_KNOBS/switches")
+	early_a=$(cat "$GANGD_KNOBS/early_switches")
 	sleep "$d"
 	sw_b=$(cat "$GANGD_KNOBS/switches")
+	early_b=$(cat "$GANGD_KNOBS/early_switches")
 	wait $PA; rc_a=$?
 	[ "$PB" = 0 ] || { wait $PB; rc_b=$?; }
 	: > /tmp/AB.out
@@ -250,7 +262,7 @@ gang_try() {
 		if (n) print t / n }' /tmp/win.jsonl | median)
 	fails=$(grep -c '"failed":\[{' /tmp/win.jsonl)
 	cp /tmp/AB.out "$RESULTS/ranks.$rep.$m.$tq.out"
-	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"idle_p50_us\":${idle:-0},\"log_from\":$((sw_a + 1)),\"log_to\":$sw_b,\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"early\":$((early_b - early_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"idle_p50_us\":${idle:-0},\"log_from\":$((sw_a + 1)),\"log_to\":$sw_b,\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
 	cat /tmp/run.json >> "$RESULTS/tries.jsonl"
 }
 
