@@ -153,8 +153,13 @@ fn main() {
     let env = Env::from_env().unwrap_or_else(|e| fail(e));
     let (r, n) = (env.rank, env.size);
     let spinner = Spinner::calibrate();
-    let loops = if grain_us == 0 { 0 } else { spinner.loops_for(grain_us) };
-    let mut comm = Comm::establish(&env, &common, |a, b| linked(n, a, b)).unwrap_or_else(|e| fail(e));
+    let loops = if grain_us == 0 {
+        0
+    } else {
+        spinner.loops_for(grain_us)
+    };
+    let mut comm =
+        Comm::establish(&env, &common, |a, b| linked(n, a, b)).unwrap_or_else(|e| fail(e));
     let fault = spmd::fault_injected();
     let limit = iters.unwrap_or(u64::MAX);
     let run_for = seconds.map(Duration::from_secs_f64);
@@ -196,8 +201,7 @@ fn main() {
         iters: k,
         elapsed,
         iter_us: samples,
-        check: "allreduce sum over all ranks equal to the expected total in every iteration"
-            .into(),
+        check: "allreduce sum over all ranks equal to the expected total in every iteration".into(),
         extra: vec![
             ("grain_us", grain_us.to_string()),
             ("grain_loops", loops.to_string()),

@@ -34,7 +34,7 @@ const USAGE: &str = "[--bytes B] [--iters N] [--wait block|spin[:US]|adaptive|in
 fn rounds(n: usize) -> usize {
     match n {
         0 | 1 => 0,
-        n if n % 2 == 0 => n - 1,
+        n if n & 1 == 0 => n - 1,
         n => n,
     }
 }
@@ -44,7 +44,7 @@ fn partner(n: usize, r: usize, k: usize) -> Option<usize> {
     if n < 2 {
         return None;
     }
-    let m = if n % 2 == 0 { n - 1 } else { n };
+    let m = if n & 1 == 0 { n - 1 } else { n };
     if r == m {
         // Rank n - 1 of an even size meets the fixed point: 2x = k (mod m).
         return Some(k * m.div_ceil(2) % m);
@@ -52,7 +52,7 @@ fn partner(n: usize, r: usize, k: usize) -> Option<usize> {
     let p = (k + m - r) % m;
     if p != r {
         Some(p)
-    } else if n % 2 == 0 {
+    } else if n & 1 == 0 {
         Some(n - 1)
     } else {
         None
@@ -136,6 +136,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::needless_range_loop)]
     fn every_pair_meets_once_per_iteration() {
         for n in 1..=12 {
             let mut met = vec![vec![0; n]; n];

@@ -119,7 +119,10 @@ fn main() {
         iters: rounds,
         elapsed,
         iter_us: samples,
-        check: format!("token round number and {} pattern bytes at every hop", bytes - 8),
+        check: format!(
+            "token round number and {} pattern bytes at every hop",
+            bytes - 8
+        ),
         extra: vec![("bytes", bytes.to_string())],
         node: env.node,
     }

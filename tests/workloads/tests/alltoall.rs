@@ -17,7 +17,13 @@ fn three_ranks() {
 #[test]
 fn two_ranks_one_mib() {
     // Blocks far larger than the socket buffers, sent both ways at once.
-    ok_run(BIN, "alltoall", 2, &["--iters", "5", "--bytes", "1048576"], Some(5));
+    ok_run(
+        BIN,
+        "alltoall",
+        2,
+        &["--iters", "5", "--bytes", "1048576"],
+        Some(5),
+    );
 }
 
 #[test]
@@ -27,13 +33,25 @@ fn one_rank() {
 
 #[test]
 fn four_ranks_odd_bytes() {
-    let vs = ok_run(BIN, "alltoall", 4, &["--iters", "10", "--bytes", "10007"], Some(10));
+    let vs = ok_run(
+        BIN,
+        "alltoall",
+        4,
+        &["--iters", "10", "--bytes", "10007"],
+        Some(10),
+    );
     assert_eq!(vs[0]["rounds"], 3);
 }
 
 #[test]
 fn wait_adaptive() {
-    waited(&ok_run(BIN, "alltoall", 3, &["--iters", "20", "--wait", "adaptive"], Some(20)));
+    waited(&ok_run(
+        BIN,
+        "alltoall",
+        3,
+        &["--iters", "20", "--wait", "adaptive"],
+        Some(20),
+    ));
 }
 
 #[test]
@@ -71,6 +89,11 @@ fn wrong_block_detected() {
 fn bad_arguments() {
     bad_args(
         BIN,
-        &[&["--iters", "0"], &["--bytes", "0"], &["--bytes"], &["--seconds", "1"]],
+        &[
+            &["--iters", "0"],
+            &["--bytes", "0"],
+            &["--bytes"],
+            &["--seconds", "1"],
+        ],
     );
 }

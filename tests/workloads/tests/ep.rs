@@ -35,7 +35,13 @@ fn one_rank() {
 fn work_ms_makes_grains() {
     // 50 ms of 1000 us grains: 50 grains; 10 ms of 3000 us grains: 4.
     ok_run(BIN, "ep", 2, &["--work-ms", "50"], Some(50));
-    ok_run(BIN, "ep", 2, &["--work-ms", "10", "--grain-us", "3000"], Some(4));
+    ok_run(
+        BIN,
+        "ep",
+        2,
+        &["--work-ms", "10", "--grain-us", "3000"],
+        Some(4),
+    );
 }
 
 #[test]
@@ -49,7 +55,13 @@ fn wait_adaptive() {
 
 #[test]
 fn wait_inslot_and_yield() {
-    waited(&ok_run(BIN, "ep", 3, &args(&["--wait", "inslot:100", "--yield"]), Some(30)));
+    waited(&ok_run(
+        BIN,
+        "ep",
+        3,
+        &args(&["--wait", "inslot:100", "--yield"]),
+        Some(30),
+    ));
 }
 
 #[test]

@@ -14,7 +14,13 @@ fn three_ranks() {
 
 #[test]
 fn two_ranks_big_token() {
-    let vs = ok_run(BIN, "rt", 2, &["--rounds", "100", "--bytes", "100000"], Some(100));
+    let vs = ok_run(
+        BIN,
+        "rt",
+        2,
+        &["--rounds", "100", "--bytes", "100000"],
+        Some(100),
+    );
     assert_eq!(vs[1]["bytes"], 100000);
 }
 
@@ -25,7 +31,13 @@ fn one_rank() {
 
 #[test]
 fn wait_adaptive() {
-    waited(&ok_run(BIN, "rt", 3, &["--rounds", "200", "--wait", "adaptive"], Some(200)));
+    waited(&ok_run(
+        BIN,
+        "rt",
+        3,
+        &["--rounds", "200", "--wait", "adaptive"],
+        Some(200),
+    ));
 }
 
 #[test]
@@ -71,7 +83,10 @@ fn killed_peer() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     all_failed(&outs[..2], "rt");
     assert_eq!(outs[2].code, None, "rank 2 was killed");
-    assert!(outs[..2].iter().any(|o| o.stderr.contains("rank 2")), "{outs:?}");
+    assert!(
+        outs[..2].iter().any(|o| o.stderr.contains("rank 2")),
+        "{outs:?}"
+    );
 }
 
 #[test]
@@ -86,5 +101,23 @@ fn bad_arguments() {
             &["--wait", "sometimes"],
             &["--timeout", "-1"],
         ],
+    );
+}
+
+#[test]
+fn stalled_peer_times_out() {
+    // Rank 2 stops (SIGSTOP) mid-run: the others give up after --timeout
+    // (socket read timeout, no --wait).
+    let mut job = Job::new(BIN, 3, &["--rounds", "100000000", "--timeout", "2"]);
+    job.stop = Some((2, Duration::from_millis(800)));
+    job.limit = Duration::from_secs(12);
+    let (outs, took) = job.run();
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    all_failed(&outs[..2], "rt");
+    assert!(
+        outs[..2]
+            .iter()
+            .any(|o| o.stderr.contains("nothing for 2.0 s")),
+        "{outs:?}"
     );
 }

@@ -77,12 +77,17 @@ fn ident() -> (&'static str, Option<usize>) {
 
 /// Prints `WORKLOAD: rank R: MSG` on stderr and exits 1.
 pub fn fail(msg: impl std::fmt::Display) -> ! {
+    note(msg);
+    std::process::exit(1);
+}
+
+/// Prints `WORKLOAD: rank R: MSG` on stderr and goes on.
+pub fn note(msg: impl std::fmt::Display) {
     let (name, rank) = ident();
     match rank {
         Some(r) => eprintln!("{name}: rank {r}: {msg}"),
         None => eprintln!("{name}: rank ?: {msg}"),
     }
-    std::process::exit(1);
 }
 
 /// Prints the usage on stderr and exits 2.
@@ -361,11 +366,11 @@ impl Comm {
                     s.set_read_timeout(Some(left)).ok();
                     let mut h = [0u8; HELLO_LEN];
                     if let Err(e) = s.read_exact(&mut h) {
-                        eprintln!("rank {r}: dropping a connection from {from}: no hello: {e}");
+                        note(format!("dropping a connection from {from}: no hello: {e}"));
                         continue;
                     }
                     let Some((j, size)) = parse_hello(&h) else {
-                        eprintln!("rank {r}: dropping a connection from {from}: bad hello");
+                        note(format!("dropping a connection from {from}: bad hello"));
                         continue;
                     };
                     if size != n {
@@ -409,7 +414,11 @@ impl Comm {
             s.set_read_timeout(Some(left)).ok();
             let mut h = [0u8; HELLO_LEN];
             s.read_exact(&mut h).map_err(|e| {
-                format!("no hello from rank {j} at {}: {}", env.peers[j], io_what(&e))
+                format!(
+                    "no hello from rank {j} at {}: {}",
+                    env.peers[j],
+                    io_what(&e)
+                )
             })?;
             match parse_hello(&h) {
                 Some((rank, size)) if rank == j && size == n => {}
@@ -509,11 +518,7 @@ impl Comm {
                     }
                 })
                 .map_err(|e| format!("starting the sender thread: {e}"))?;
-            self.sender = Some(Sender {
-                jobs,
-                done,
-                thread,
-            });
+            self.sender = Some(Sender { jobs, done, thread });
         }
         Ok(self.sender.as_ref().unwrap())
     }
@@ -536,7 +541,9 @@ impl Comm {
             .jobs
             .send((peer, out))
             .map_err(|_| "the sender thread is gone".to_string())?;
-        let got = self.recv(peer, inbuf);
+        // On a failed receive the job is over: return at once rather than
+        // wait for a write that may only end with the timeout.
+        self.recv(peer, inbuf)?;
         let (out, sent) = self
             .sender
             .as_ref()
@@ -545,7 +552,6 @@ impl Comm {
             .recv()
             .map_err(|_| "the sender thread is gone".to_string())?;
         sent?;
-        got?;
         Ok(out)
     }
 
@@ -580,10 +586,7 @@ impl Comm {
                         Ok(_) => return Err(format!("rank {j} sent more than expected")),
                         Err(e) if e.kind() == ErrorKind::Interrupted => {}
                         Err(e) => {
-                            return Err(format!(
-                                "waiting for rank {j} to close: {}",
-                                io_what(&e)
-                            ))
+                            return Err(format!("waiting for rank {j} to close: {}", io_what(&e)))
                         }
                     }
                 }
@@ -650,9 +653,7 @@ impl Spinner {
             let us = timed(n).as_secs_f64() * 1e6;
             best = best.max(n as f64 / us.max(1e-3));
         }
-        Spinner {
-            loops_per_us: best,
-        }
+        Spinner { loops_per_us: best }
     }
 
     /// The loop steps of a grain of `us` microseconds.
@@ -830,7 +831,12 @@ mod tests {
         let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let e = Env::new(1, 2, p(&["h:1", "h:2"]), None).unwrap();
         assert_eq!(e.port, 2);
-        assert_eq!(Env::new(0, 2, p(&["h:1", "h:2"]), Some("9".into())).unwrap().port, 9);
+        assert_eq!(
+            Env::new(0, 2, p(&["h:1", "h:2"]), Some("9".into()))
+                .unwrap()
+                .port,
+            9
+        );
         assert!(Env::new(0, 3, p(&["h:1", "h:2"]), None).is_err());
         assert!(Env::new(2, 2, p(&["h:1", "h:2"]), None).is_err());
         assert!(Env::new(0, 0, p(&[]), None).is_err());

@@ -33,6 +33,9 @@ pub struct Job {
     pub limit: Duration,
     /// Kill this rank after this long.
     pub kill: Option<(usize, Duration)>,
+    /// Stop this rank (SIGSTOP) after this long; it is killed once the
+    /// others are over.
+    pub stop: Option<(usize, Duration)>,
 }
 
 impl Job {
@@ -46,6 +49,7 @@ impl Job {
             env: Vec::new(),
             limit: Duration::from_secs(30),
             kill: None,
+            stop: None,
         }
     }
 
@@ -98,6 +102,7 @@ impl Job {
             .collect();
         let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
         let mut killed = false;
+        let mut stopped = false;
         loop {
             for (i, (_, c)) in children.iter_mut().enumerate() {
                 if codes[i].is_none() {
@@ -115,6 +120,18 @@ impl Job {
                         c.kill().ok();
                     }
                     killed = true;
+                }
+            }
+            if let Some((r, after)) = self.stop {
+                let i = children.iter().position(|(cr, _)| *cr == r).unwrap();
+                if !stopped && t0.elapsed() >= after {
+                    // SAFETY: a signal to our own child, still unwaited.
+                    unsafe { libc::kill(children[i].1.id() as libc::pid_t, libc::SIGSTOP) };
+                    stopped = true;
+                }
+                let others_over = codes.iter().enumerate().all(|(j, c)| j == i || c.is_some());
+                if stopped && others_over && codes[i].is_none() {
+                    children[i].1.kill().ok();
                 }
             }
             if t0.elapsed() > self.limit {
@@ -170,7 +187,13 @@ pub fn check_ok(outs: &[Out], workload: &str, n: usize, iters: Option<u64>) -> V
                 o.stderr
             );
             let lines: Vec<&str> = o.stdout.lines().collect();
-            assert_eq!(lines.len(), 1, "rank {}: one line expected: {:?}", o.rank, o.stdout);
+            assert_eq!(
+                lines.len(),
+                1,
+                "rank {}: one line expected: {:?}",
+                o.rank,
+                o.stdout
+            );
             let v: Value = serde_json::from_str(lines[0])
                 .unwrap_or_else(|e| panic!("rank {}: not JSON ({e}): {}", o.rank, lines[0]));
             assert_eq!(v["workload"], workload, "{v}");
@@ -185,7 +208,11 @@ pub fn check_ok(outs: &[Out], workload: &str, n: usize, iters: Option<u64>) -> V
             assert!(v["elapsed_s"].as_f64().unwrap() > 0.0, "{v}");
             let q: Vec<f64> = ["p50", "p90", "p99", "max"]
                 .iter()
-                .map(|k| v["iter_us"][k].as_f64().unwrap_or_else(|| panic!("iter_us.{k}: {v}")))
+                .map(|k| {
+                    v["iter_us"][k]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("iter_us.{k}: {v}"))
+                })
                 .collect();
             assert!(q[0] <= q[1] && q[1] <= q[2] && q[2] <= q[3], "{v}");
             for k in ["waits", "spin_hits", "blocks", "spin_ns", "yields"] {
@@ -203,7 +230,13 @@ pub fn check_ok(outs: &[Out], workload: &str, n: usize, iters: Option<u64>) -> V
 }
 
 /// Runs `n` ranks with `args`, checks them as [`check_ok`] does.
-pub fn ok_run(bin: &'static str, workload: &str, n: usize, args: &[&str], iters: Option<u64>) -> Vec<Value> {
+pub fn ok_run(
+    bin: &'static str,
+    workload: &str,
+    n: usize,
+    args: &[&str],
+    iters: Option<u64>,
+) -> Vec<Value> {
     let (outs, _) = Job::new(bin, n, args).run();
     check_ok(&outs, workload, n, iters)
 }
@@ -227,8 +260,20 @@ pub fn not_waited(vs: &[Value]) {
 /// on stdout).
 pub fn all_failed(outs: &[Out], workload: &str) {
     for o in outs {
-        assert_eq!(o.code, Some(1), "rank {} should fail: {}{}", o.rank, o.stdout, o.stderr);
-        assert!(o.stdout.is_empty(), "rank {} printed {:?}", o.rank, o.stdout);
+        assert_eq!(
+            o.code,
+            Some(1),
+            "rank {} should fail: {}{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+        assert!(
+            o.stdout.is_empty(),
+            "rank {} printed {:?}",
+            o.rank,
+            o.stdout
+        );
         let prefix = format!("{workload}: rank {}: ", o.rank);
         assert!(
             o.stderr.lines().any(|l| l.starts_with(&prefix)),
@@ -263,7 +308,8 @@ pub fn missing_peer(bin: &'static str, workload: &str, n: usize, args: &[&str]) 
     all_failed(&outs, workload);
     let gone = format!("rank {}", n - 1);
     assert!(
-        outs.iter().any(|o| o.stderr.contains(&gone) || o.stderr.contains(&format!("[{}]", n - 1))),
+        outs.iter()
+            .any(|o| o.stderr.contains(&gone) || o.stderr.contains(&format!("[{}]", n - 1))),
         "nobody names the missing rank: {outs:?}"
     );
     assert!(took < Duration::from_secs(9), "took {took:?}");
