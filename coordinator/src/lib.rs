@@ -13,5 +13,6 @@ pub mod daemon;
 pub mod frontend;
 pub mod knobfs;
 pub mod matrix;
+pub mod pmi;
 pub mod proto;
 pub mod trace;
