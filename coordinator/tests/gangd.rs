@@ -788,3 +788,116 @@ fn a_slot_ends_early_once_every_node_of_its_job_has_yielded() {
     assert_eq!(fe.ended().0, 0);
     assert_eq!(fe2.ended().0, 0);
 }
+
+/// The PMI environment gangd gave `rank` of `job` on this fake node.
+fn pmi_env(ag: &FakeAgent, job: JobId) -> std::collections::HashMap<String, String> {
+    ag.got()
+        .iter()
+        .find_map(|m| match m {
+            ToAgent::SpawnRank { job: j, env, .. } if *j == job => Some(env.clone()),
+            _ => None,
+        })
+        .unwrap()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("PMI_"))
+        .collect()
+}
+
+/// One line of a simple-PMI conversation: send `req`, read one answer line.
+fn pmi_call(s: &mut BufReader<TcpStream>, req: &str) -> String {
+    use std::io::BufRead;
+    s.get_mut().write_all(req.as_bytes()).unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).unwrap();
+    line
+}
+
+fn pmi_connect(env: &std::collections::HashMap<String, String>) -> BufReader<TcpStream> {
+    use std::io::BufRead;
+    let s = TcpStream::connect(&env["PMI_PORT"]).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = BufReader::new(s);
+    let ack = pmi_call(&mut s, &format!("cmd=initack pmiid={}\n", env["PMI_ID"]));
+    assert!(ack.starts_with("cmd=initack rc=0"), "{ack}");
+    for _ in 0..3 {
+        let mut set = String::new();
+        s.read_line(&mut set).unwrap();
+        assert!(set.starts_with("cmd=set "), "{set}");
+    }
+    let init = pmi_call(&mut s, "cmd=init pmi_version=1 pmi_subversion=1\n");
+    assert!(init.starts_with("cmd=response_to_init rc=0"), "{init}");
+    s
+}
+
+#[test]
+fn mpi_ranks_find_each_other_through_gangds_pmi_and_an_abort_ends_the_job() {
+    let g = Gangd::start("pmi", 3, &[]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("mpi", 3, &["/bin/true"]));
+    for ag in &agents {
+        wait_until("spawns", || ag.spawned(job).len() == 1);
+    }
+    let envs: Vec<_> = agents.iter().map(|ag| pmi_env(ag, job)).collect();
+    let mut ranks: Vec<u32> = envs
+        .iter()
+        .map(|e| e["PMI_RANK"].parse().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2], "{envs:?}");
+    assert!(envs
+        .iter()
+        .all(|e| e["PMI_SIZE"] == "3" && e["PMI_PORT"].starts_with("127.0.0.1:")));
+
+    // Every rank: init, the node map, a business card, the barrier, the others' cards.
+    let mut conns: Vec<_> = envs.iter().map(pmi_connect).collect();
+    let kvs = pmi_call(&mut conns[0], "cmd=get_my_kvsname\n");
+    let kvs = kvs.trim().rsplit("kvsname=").next().unwrap().to_string();
+    let map = pmi_call(
+        &mut conns[0],
+        &format!("cmd=get kvsname={kvs} key=PMI_process_mapping\n"),
+    );
+    assert!(
+        map.contains("rc=0") && map.contains("(vector,"),
+        "one rank per node: {map}"
+    );
+    for (c, e) in conns.iter_mut().zip(&envs) {
+        let put = pmi_call(
+            c,
+            &format!(
+                "cmd=put kvsname={kvs} key=card{} value=addr{}\n",
+                e["PMI_RANK"], e["PMI_RANK"]
+            ),
+        );
+        assert!(put.contains("rc=0"), "{put}");
+    }
+    for c in &mut conns {
+        c.get_mut().write_all(b"cmd=barrier_in\n").unwrap();
+    }
+    for c in &mut conns {
+        use std::io::BufRead;
+        let mut out = String::new();
+        c.read_line(&mut out).unwrap();
+        assert!(out.starts_with("cmd=barrier_out"), "{out}");
+    }
+    let card = pmi_call(&mut conns[1], &format!("cmd=get kvsname={kvs} key=card2\n"));
+    assert!(card.contains("value=addr2"), "{card}");
+
+    // Rank 0 aborts: gangd kills the whole job.
+    conns[0]
+        .get_mut()
+        .write_all(b"cmd=abort exitcode=7\n")
+        .unwrap();
+    for ag in &agents {
+        wait_until("a kill", || {
+            ag.got()
+                .iter()
+                .any(|m| matches!(m, ToAgent::KillJob { job: j, .. } if *j == job))
+        });
+        ag.exit_all(job, ExitStatus::Signaled(9));
+    }
+    let (code, summary, failure) = fe.ended();
+    assert_eq!(code, 7, "MPI abort's exit code: {summary}");
+    assert_eq!(failure.map(|f| f.rank), Some(0), "{summary}");
+    assert!(g.log().contains("called MPI abort"), "{}", g.log());
+}

@@ -52,6 +52,9 @@ pub struct Job {
     /// When the kill went out: ranks that never report are given up on.
     pub kill_sent: Option<Instant>,
     pub submitted: Instant,
+    /// The job's PMI server (MPI programs find each other through it);
+    /// dropped, and its port closed, with the job.
+    pub pmi: Option<crate::pmi::PmiServer>,
 }
 
 impl Job {
@@ -81,6 +84,7 @@ impl Job {
             ending: None,
             kill_sent: None,
             submitted: Instant::now(),
+            pmi: None,
         }
     }
 
@@ -188,6 +192,7 @@ mod tests {
             ending: None,
             kill_sent: None,
             submitted: Instant::now(),
+            pmi: None,
         }
     }
 

@@ -9,6 +9,7 @@ mod jobs;
 pub mod knobs;
 pub mod net;
 mod nodes;
+mod pmi_jobs;
 mod rotation;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -229,8 +230,9 @@ impl Coordinator {
                 conn,
                 outlet,
                 addr,
+                local,
                 hello,
-            }) => self.node_joined(conn, outlet, addr, hello),
+            }) => self.node_joined(conn, outlet, addr, local, hello),
             Event::Net(NetEvent::Agent { conn, msg }) => {
                 if let Some(&node) = self.conn_node.get(&conn) {
                     self.from_agent(node, msg);
@@ -302,6 +304,7 @@ impl Coordinator {
         conn: ConnId,
         outlet: Outlet,
         addr: std::net::IpAddr,
+        local: std::net::IpAddr,
         hello: net::Hello,
     ) {
         let name = hello.node.clone();
@@ -323,7 +326,8 @@ impl Coordinator {
         };
         let next = NodeId(self.node_ids.len() as u32);
         let id = *self.node_ids.entry(name.clone()).or_insert(next);
-        let node = Node::new(id, name.clone(), outlet, addr, hello.nr_cpus, housekeeping);
+        let mut node = Node::new(id, name.clone(), outlet, addr, hello.nr_cpus, housekeeping);
+        node.gangd_addr = local;
         if !self.rebuild_cluster(Some(&node), None) {
             node.outlet.send(&ToAgent::Refused {
                 reason: format!("node {name} does not fit the matrix"),
@@ -885,14 +889,19 @@ impl Coordinator {
             let port = node.next_port();
             peers.push(format!("{}:{}", node.addr, port));
         }
+        j.pmi = pmi_jobs::start(id, &j.rank_node);
         for (rank, &n) in j.rank_node.iter().enumerate() {
+            let mut env = j.env.clone();
+            if let Some(server) = &j.pmi {
+                env.extend(server.rank_env(&self.nodes[&n].gangd_addr.to_string(), rank as u32));
+            }
             self.nodes[&n].outlet.send(&ToAgent::SpawnRank {
                 job: id,
                 name: j.name.clone(),
                 rank: rank as u32,
                 size: j.ranks,
                 argv: j.argv.clone(),
-                env: j.env.clone(),
+                env,
                 cwd: j.cwd.clone(),
                 uid: j.cred.uid,
                 gid: j.cred.gid,
@@ -1045,10 +1054,39 @@ impl Coordinator {
         }
     }
 
+    /// A PMI failure (an MPI rank aborted, or left before finalize) ends
+    /// the job like a rank failure: the other ranks would wait for it.
+    fn check_pmi(&mut self) {
+        let failed: Vec<(JobId, (u32, i32, String))> = self
+            .jobs
+            .iter()
+            .filter_map(|(&id, j)| Some((id, pmi_jobs::failure(j.pmi.as_ref()?)?)))
+            .collect();
+        for (id, (rank, code, why)) in failed {
+            let node = self.jobs[&id]
+                .rank_node
+                .get(rank as usize)
+                .and_then(|&n| self.node_name(n))
+                .unwrap_or_default();
+            let j = self.jobs.get_mut(&id).expect("just seen");
+            if j.ending.is_none() {
+                info!("job {id}: {why}: ending it");
+                j.failure = Some(RankFailure {
+                    rank,
+                    node,
+                    status: ExitStatus::Exited(code),
+                });
+                j.ending = Some(Ending::Failed);
+                self.kill_job(id, libc::SIGKILL);
+            }
+        }
+    }
+
     fn check_deadlines(&mut self) {
         if !self.pending_attach.is_empty() {
             self.serve_pending_attach();
         }
+        self.check_pmi();
         let overdue: Vec<JobId> = self
             .jobs
             .iter()

@@ -119,6 +119,9 @@ pub enum NetEvent {
         conn: ConnId,
         outlet: Outlet,
         addr: IpAddr,
+        /// gangd's own address on this connection: where the node's ranks
+        /// reach gangd (the PMI server).
+        local: IpAddr,
         hello: Hello,
     },
     Agent {
@@ -184,6 +187,10 @@ fn agent_connection(stream: TcpStream, key: ClusterKey, post: impl Fn(NetEvent))
         .peer_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let local = stream
+        .local_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
     // Switch messages are small and latency-bound.
     let _ = stream.set_nodelay(true);
     let conn = next_conn();
@@ -208,6 +215,7 @@ fn agent_connection(stream: TcpStream, key: ClusterKey, post: impl Fn(NetEvent))
         conn,
         outlet,
         addr,
+        local,
         hello,
     });
     let mut reader = io::BufReader::with_capacity(256 << 10, stream);

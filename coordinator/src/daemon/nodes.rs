@@ -19,6 +19,8 @@ pub struct Node {
     pub name: String,
     pub outlet: Outlet,
     pub addr: IpAddr,
+    /// gangd's address as this node reaches it (for the ranks' PMI_PORT).
+    pub gangd_addr: IpAddr,
     pub nr_cpus: u32,
     pub housekeeping: Vec<u32>,
     pub last_seen: Instant,
@@ -51,6 +53,7 @@ impl Node {
             name,
             outlet,
             addr,
+            gangd_addr: addr,
             nr_cpus,
             housekeeping,
             last_seen: Instant::now(),
