@@ -1,10 +1,12 @@
-# Voluntary yield (issue 4) on one node, standalone rotation, slot_ms=50:
+# Voluntary yield (issue 4) on one node, standalone rotation, slot_ms=50,
+# yield_lead_us=10000 (a loaded host stretches an iteration of the emulated
+# ranks to milliseconds: a short lead would miss it):
 # gang a's two ranks call yield_point() at every iteration, gang b's two never
 # do. Then a ring of two ranks waits with wait_readable under each policy
 # while a CPU-bound gang competes for the slots.
 . /scenarios/lib.sh
 
-start_scx_gang --slot-ms 50 --yield-lead-us 5000
+start_scx_gang --slot-ms 50 --yield-lead-us 10000
 for i in 0 1; do
 	in_gang a burn --seconds 16 --threads 1 --yield-every 1 --name a$i > "$RESULTS/a$i.json"
 	eval A$i=\$!
