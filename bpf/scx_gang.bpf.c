@@ -788,6 +788,14 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 		return;
 	account(cctx, now);
 
+	/* Running again: whatever parked it is over. */
+	if (gang >= 0) {
+		struct task_ctx *tctx = lookup_task_ctx(p);
+
+		if (tctx)
+			tctx->parked = false;
+	}
+
 	/* Moved by rehome_gang or to another cgroup since: look again. */
 	if (gang >= 0 && gang != cpu_owner(cpu))
 		gang = refresh_task_gang(p);
@@ -1045,6 +1053,34 @@ int rehome_gang(struct rehome_args *args)
 	bpf_for_each(scx_dsq, p, park_dsq(gang), 0)
 		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, OTHER_DSQ, 0);
 	bpf_rcu_read_unlock();
+	return 0;
+}
+
+/*
+ * Daemon command: the gang is about to be frozen (the coordinator's switch
+ * barrier) but not all its ranks yielded. A parked task must run to reach
+ * the freezer (it parks tasks at their return to user space), so its parked
+ * tasks go back to its queue and the CPUs it owns are woken; they return
+ * from sched_yield() straight into the freezer.
+ */
+SEC("syscall")
+int release_parked(struct rehome_args *args)
+{
+	struct task_struct *p;
+	s32 gang = args->gang, cpu;
+
+	if (gang < 0 || gang >= GANG_MAX_GANGS)
+		return -EINVAL;
+	if (!scx_bpf_dsq_nr_queued(park_dsq(gang)))
+		return 0;
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, park_dsq(gang), 0)
+		scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, gang_dsq(gang), 0);
+	bpf_rcu_read_unlock();
+	bpf_for(cpu, 0, nr_cpus) {
+		if (cpu_owner(cpu) == gang)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
 	return 0;
 }
 

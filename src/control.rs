@@ -92,6 +92,10 @@ pub struct FrozenReport {
     pub busy_sockets: u32,
     pub unacked_segs: u64,
     pub queued_bytes: u64,
+    /// Gangs every rank of which had yielded the slot: already parked by
+    /// the scheduler, so not frozen (only drained).
+    #[serde(default)]
+    pub yielded: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

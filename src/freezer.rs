@@ -35,18 +35,28 @@ pub fn is_frozen(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Parks the gangs (name, cgroup directory), waits for every task to be
-/// parked and then for the gangs' TCP sockets to be steady, all within
-/// `timeout` from now. The gangs stay frozen: thaw them with `set_frozen`.
-pub fn park_and_drain(
-    gen: u64,
-    gangs: &[(String, PathBuf)],
-    timeout: Duration,
-) -> io::Result<FrozenReport> {
+/// A gang to park: its name, its cgroup directory, and whether every rank
+/// of it yielded the slot (the scheduler parks those itself until the
+/// gang's next slot: only their traffic is waited for).
+pub struct ParkGang {
+    pub name: String,
+    pub dir: PathBuf,
+    pub yielded: bool,
+}
+
+/// Parks the gangs, waits for every task to be parked and then for the
+/// gangs' TCP sockets to be steady, all within `timeout` from now. The
+/// gangs stay frozen: thaw them with `set_frozen`.
+pub fn park_and_drain(gen: u64, all: &[ParkGang], timeout: Duration) -> io::Result<FrozenReport> {
     let start = Instant::now();
+    let (yielded, gangs): (Vec<&ParkGang>, Vec<&ParkGang>) = all.iter().partition(|g| g.yielded);
+    let gangs: Vec<(String, PathBuf)> = gangs
+        .iter()
+        .map(|g| (g.name.clone(), g.dir.clone()))
+        .collect();
     // A job that ends just now takes its cgroup away: nothing to park there.
     let mut present = Vec::with_capacity(gangs.len());
-    for (name, dir) in gangs {
+    for (name, dir) in &gangs {
         match set_frozen(dir, true) {
             Ok(()) => present.push((name.clone(), dir.clone())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -60,7 +70,11 @@ pub fn park_and_drain(
     let freeze_us = start.elapsed().as_micros() as u64;
 
     let mut ids = Vec::new();
-    for (_, dir) in &gangs {
+    for dir in gangs
+        .iter()
+        .map(|(_, d)| d)
+        .chain(yielded.iter().map(|g| &g.dir))
+    {
         match drain::cgroup_ids(dir) {
             Ok(more) => ids.extend(more),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -81,6 +95,7 @@ pub fn park_and_drain(
         busy_sockets: drain.initial.busy_sockets,
         unacked_segs: drain.initial.unacked_segs,
         queued_bytes: drain.initial.queued_bytes,
+        yielded: yielded.iter().map(|g| g.name.clone()).collect(),
     })
 }
 

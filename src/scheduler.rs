@@ -582,28 +582,39 @@ impl<'a> Scheduler<'a> {
             return;
         }
         self.take_command();
-        let slot = self.skel.maps.bss_data.as_ref().unwrap().cur_slot as usize;
-        let gangs: Vec<(String, PathBuf)> = self
+        let bss = self.skel.maps.bss_data.as_ref().unwrap();
+        let (slot, cur_gen) = (bss.cur_slot as usize, bss.cur_gen);
+        let done_gen = bss.gang_done_gen;
+        let gangs: Vec<(GangId, freezer::ParkGang)> = self
             .table
             .placements()
             .get(slot)
             .into_iter()
             .flat_map(|p| p.keys())
-            .filter_map(|&id| self.registry.name_of(id))
-            .map(|name| {
-                (
-                    name.to_string(),
-                    gangs::gang_path(&self.cfg.gang_root, name),
-                )
+            .filter_map(|&id| Some((id, self.registry.name_of(id)?)))
+            .map(|(id, name)| {
+                let gang = freezer::ParkGang {
+                    name: name.to_string(),
+                    dir: gangs::gang_path(&self.cfg.gang_root, name),
+                    // Every rank yielded: BPF parks them until the gang's
+                    // next slot, the freezer has nothing to add.
+                    yielded: cur_gen != 0 && done_gen[id as usize] == cur_gen,
+                };
+                (id, gang)
             })
             // A job that ended a moment ago (its cgroup removed) has
             // nothing to park.
-            .filter(|(_, dir)| dir.exists())
+            .filter(|(_, g)| g.dir.exists())
             .collect();
-        for (_, dir) in &gangs {
-            self.holds.park(dir);
+        for (id, g) in gangs.iter().filter(|(_, g)| !g.yielded) {
+            // Ranks that yielded must run to reach the freezer.
+            if let Err(e) = self.release_parked(*id as i32) {
+                warn!("gang {}: releasing its yielded tasks: {e:#}", g.name);
+            }
+            self.holds.park(&g.dir);
+            self.frozen.push(g.dir.clone());
         }
-        self.frozen.extend(gangs.iter().map(|(_, dir)| dir.clone()));
+        let gangs: Vec<freezer::ParkGang> = gangs.into_iter().map(|(_, g)| g).collect();
         let timeout = Duration::from_millis(drain_timeout_ms);
         std::thread::spawn(move || {
             let response = match freezer::park_and_drain(gen, &gangs, timeout) {
@@ -656,6 +667,11 @@ impl<'a> Scheduler<'a> {
     fn rehome_gang(&mut self, gang: i32) -> Result<()> {
         let mut args = rehome_args { gang };
         run_syscall(&self.skel.progs.rehome_gang, &mut args).context("rehome_gang")
+    }
+
+    fn release_parked(&mut self, gang: i32) -> Result<()> {
+        let mut args = rehome_args { gang };
+        run_syscall(&self.skel.progs.release_parked, &mut args).context("release_parked")
     }
 
     fn start_trace(&mut self, seconds: f64, reply: Sender<Response>) {
