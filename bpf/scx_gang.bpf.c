@@ -107,9 +107,13 @@ volatile u64 slot_started_ns;
 volatile u32 gang_ranks[GANG_MAX_GANGS];
 /* Voluntary and forced ends of slot per gang, read by the daemon. */
 struct gang_slot_ends gang_ends[GANG_MAX_GANGS];
-/* Ranks of each gang that yielded in generation gang_yield_gen[]. */
-u32 gang_yields[GANG_MAX_GANGS];
-u64 gang_yield_gen[GANG_MAX_GANGS];
+/*
+ * Ranks of each gang that yielded, as (generation << 16 | count) in one
+ * word: two ranks yielding at once on two CPUs must not both start the
+ * count of a new generation (one would reset the other's).
+ */
+u64 gang_yield_word[GANG_MAX_GANGS];
+#define YIELD_COUNT_BITS	16
 /* The last generation in which every rank of the gang yielded. */
 u64 gang_done_gen[GANG_MAX_GANGS];
 /* The timer fires early for generation early_gen: all ranks yielded. */
@@ -856,30 +860,33 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
  */
 static void rank_yielded(struct task_struct *p, s32 gang)
 {
-	u64 gen = cur_gen, *last, *yield_gen, *done_gen, old;
-	u32 tgid = p->tgid, *yields, done;
+	u64 gen = cur_gen, *last, *word, *done_gen, old, w, next;
+	u32 tgid = p->tgid, done = 0, i;
 	volatile u32 *ranks;
 	struct gang_notice *n;
 	struct rotation_timer *rt;
 	u32 zero = 0;
 	s32 g;
 
-	yield_gen = MEMBER_VPTR(gang_yield_gen, [gang]);
-	yields = MEMBER_VPTR(gang_yields, [gang]);
+	word = MEMBER_VPTR(gang_yield_word, [gang]);
 	done_gen = MEMBER_VPTR(gang_done_gen, [gang]);
 	ranks = MEMBER_VPTR(gang_ranks, [gang]);
-	if (!yield_gen || !yields || !done_gen || !ranks)
+	if (!word || !done_gen || !ranks)
 		return;
 	last = bpf_map_lookup_elem(&rank_yields, &tgid);
 	if (last && *last == gen)
 		return;		/* another thread of the same rank */
 	bpf_map_update_elem(&rank_yields, &tgid, &gen, BPF_ANY);
 
-	if (*yield_gen != gen) {
-		*yield_gen = gen;
-		*yields = 0;
+	/* One more rank of generation gen, atomically (bounded retries). */
+	bpf_for(i, 0, 16) {
+		w = *word;
+		next = (w >> YIELD_COUNT_BITS) == gen ? w + 1 : (gen << YIELD_COUNT_BITS) | 1;
+		if (__sync_val_compare_and_swap(word, w, next) == w) {
+			done = next & ((1 << YIELD_COUNT_BITS) - 1);
+			break;
+		}
 	}
-	done = __sync_add_and_fetch(yields, 1);
 	if (!*ranks || done < *ranks)
 		return;
 	old = *done_gen;
