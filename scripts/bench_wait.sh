@@ -11,13 +11,14 @@
 #
 #   scripts/bench_wait.sh [--nodes 2] [--policies "block spin:200 adaptive inslot:200"]
 #                         [--seconds 6] [--slot-ms 50] [--reps 2] [--out DIR] [--no-build]
+#                         [--tables-only]   (the table again from DIR's boot)
 #
 # Writes DIR (default target/bench/wait)/{wait.csv,table.txt}.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NC=2 POLICIES="block spin:200 adaptive inslot:200" SECS=6 SLOT=50 REPS=2 OUT=target/bench/wait BUILD=1
+NC=2 POLICIES="block spin:200 adaptive inslot:200" SECS=6 SLOT=50 REPS=2 OUT=target/bench/wait BUILD=1 BOOT=1
 while [[ $# -gt 0 ]]; do
     case $1 in
         --nodes) NC=$2; shift 2 ;;
@@ -27,6 +28,7 @@ while [[ $# -gt 0 ]]; do
         --reps) REPS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --tables-only) BOOT=0; shift ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
@@ -39,7 +41,9 @@ for p in $POLICIES; do [[ $p =~ ^(block|adaptive|spin(:[0-9]+)?|inslot(:[0-9]+)?
 
 IMG=$OUT/image.cpio.gz
 mkdir -p "$OUT"
-if ((BUILD)) || [[ ! -f $IMG ]]; then
+if ((BOOT == 0)); then
+    :
+elif ((BUILD)) || [[ ! -f $IMG ]]; then
     export BPF_CLANG=${BPF_CLANG:-clang-19}
     "$SCRIPTS_DIR/setup.sh"
     step "building"
@@ -54,6 +58,7 @@ fi
 
 np=$(wc -w <<<"$POLICIES")
 timeout=$((300 + REPS * np * 2 * (SECS + 25)))
+if ((BOOT)); then
 step "booting $((NC + 1)) node(s) x 1 vCPU (head + $NC computing), pinned; $REPS x $np policies x 2 schedulers of $SECS s (at most $((timeout / 60)) min)"
 rm -rf "$OUT/run"
 # Progress: the scenario's "waitbench:" lines from node 0's console.
@@ -68,6 +73,7 @@ rc=0
     --append "env.WAIT_POLICIES=${POLICIES// /,} env.WAIT_SECONDS=$SECS env.WAIT_SLOT_MS=$SLOT env.WAIT_REPS=$REPS" || rc=$?
 sleep 1
 ((rc == 0)) || warn "the boot failed (rc $rc); the runs that completed are still counted (see $OUT/run)"
+fi
 
 res=$OUT/run/node0/wait.jsonl
 [[ -s $res ]] || die "no results in $res"
@@ -92,7 +98,7 @@ tail -n +2 "$csv" | LC_ALL=C awk -F, -v nc="$NC" -v secs="$SECS" -v slot="$SLOT"
             p = pol[i]; e = median(R["eevdf" SUBSEP p]); g = median(R["scx_gang" SUBSEP p])
             he = W["eevdf" SUBSEP p] ? sprintf("%.0f %%", 100 * H["eevdf" SUBSEP p] / W["eevdf" SUBSEP p]) : "-"
             hg = W["scx_gang" SUBSEP p] ? sprintf("%.0f %%", 100 * H["scx_gang" SUBSEP p] / W["scx_gang" SUBSEP p]) : "-"
-            printf "%-12s | %-22s %-10s | %-22s %-10s | %s\n", p, sprintf("%.1f", e), he, sprintf("%.1f", g), hg, e > 0 ? sprintf("%.2fx", g / e) : "-"
+            printf "%-12s | %-22s %-10s | %-22s %-10s | %s\n", p, sprintf("%.1f", e), he, sprintf("%.1f", g), hg, (e > 0 ? sprintf("%.2fx", g / e) : "-")
         }
     }' >"$table"
 echo
