@@ -501,12 +501,9 @@ static void publish_clock(u32 slot, u64 gen, u64 now, u64 len, u64 running)
 
 static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
 {
-	u64 running = slot_gangs(slot), old_gen = cur_gen;
+	u64 owners, old_gen = cur_gen, leaving = clock_running;
 	s32 cpu;
 
-	count_slot_ends(clock_running & ~running, old_gen,
-			cause == SWITCH_YIELD);
-	publish_clock(slot, gen, now, len, running);
 	cur_slot = slot;
 	cur_gen = gen;
 	slot_started_ns = now;
@@ -536,8 +533,17 @@ static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
 			stat_inc(STAT_KICK_PREEMPT);
 		}
 	}
-}
 
+	/*
+	 * After the kicks, which are what the switch latency is made of. Until
+	 * then a rank of the new slot sees the old clock: its gang is in the
+	 * old next_gangs, so a yield is a plain one and the library does not
+	 * yield at all (its gang is not running yet as far as it knows).
+	 */
+	owners = slot_gangs(slot);
+	count_slot_ends(leaving & ~owners, old_gen, cause == SWITCH_YIELD);
+	publish_clock(slot, gen, now, len, owners);
+}
 /* Length of the next slot: slot_ns, shortened so a rotation stays short. */
 static u64 next_slot_len(void)
 {
