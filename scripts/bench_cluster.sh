@@ -79,17 +79,7 @@ if ((BOOT == 0)); then
     [[ -z ${ICOUNT} && -f $OUT/icount ]] && ICOUNT=$(cat "$OUT/icount")
     [[ -f $OUT/head ]] && HEAD=$(cat "$OUT/head")
 elif ((BUILD)) || [[ ! -f $IMG ]]; then
-    # lib.sh's build_image, plus the coordinator, its front end and runas.
-    export BPF_CLANG=${BPF_CLANG:-clang-19}
-    "$SCRIPTS_DIR/setup.sh"
-    step "building"
-    cargo build --release --workspace
-    bins=()
-    for b in scx_gang burn sigswitch gangd gang runas; do
-        [[ -x target/release/$b ]] || die "target/release/$b missing after the build"
-        bins+=(--bin "target/release/$b")
-    done
-    "$SCRIPTS_DIR/image.sh" "$IMG" "${bins[@]}" --scenarios tests/vm/scenarios
+    build_image "$IMG" scx_gang burn sigswitch gangd gang runas
 fi
 
 # Seconds a boot needs, generously: every run is LEAD + D + TAIL plus the

@@ -44,16 +44,7 @@ mkdir -p "$OUT"
 if ((BOOT == 0)); then
     :
 elif ((BUILD)) || [[ ! -f $IMG ]]; then
-    export BPF_CLANG=${BPF_CLANG:-clang-19}
-    "$SCRIPTS_DIR/setup.sh"
-    step "building"
-    cargo build --release --workspace
-    bins=()
-    for b in scx_gang burn ring gangd gang runas; do
-        [[ -x target/release/$b ]] || die "target/release/$b missing after the build"
-        bins+=(--bin "target/release/$b")
-    done
-    "$SCRIPTS_DIR/image.sh" "$IMG" "${bins[@]}" --scenarios tests/vm/scenarios
+    build_image "$IMG" scx_gang burn ring gangd gang runas
 fi
 
 np=$(wc -w <<<"$POLICIES")

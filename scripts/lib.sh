@@ -25,15 +25,22 @@ need_kernel() {
         die "no kernel in $KERNEL_DIR (run scripts/setup.sh)"
 }
 
-# build_image OUT: installs the test bed, builds the workspace and packs the
-# VM image with the project's binaries and the scenarios (demo, bench).
+# build_image OUT [BIN...]: installs the test bed, builds the workspace and
+# packs the VM image with the scenarios and the project's binaries BIN
+# (default: scx_gang burn sigswitch; the cluster benchmarks add gangd, gang,
+# runas, ring).
 build_image() {
+    local out=$1 b bins=()
+    shift
+    (($#)) || set -- scx_gang burn sigswitch
     export BPF_CLANG=${BPF_CLANG:-clang-19}
     "$SCRIPTS_DIR/setup.sh"
     step "building"
     (cd "$REPO_ROOT" && cargo build --release --workspace)
-    mkdir -p "$(dirname "$1")"
-    "$SCRIPTS_DIR/image.sh" "$1" \
-        --bin "$REPO_ROOT/target/release/scx_gang" --bin "$REPO_ROOT/target/release/burn" \
-        --bin "$REPO_ROOT/target/release/sigswitch" --scenarios "$REPO_ROOT/tests/vm/scenarios"
+    for b in "$@"; do
+        [[ -x $REPO_ROOT/target/release/$b ]] || die "target/release/$b missing after the build"
+        bins+=(--bin "$REPO_ROOT/target/release/$b")
+    done
+    mkdir -p "$(dirname "$out")"
+    "$SCRIPTS_DIR/image.sh" "$out" "${bins[@]}" --scenarios "$REPO_ROOT/tests/vm/scenarios"
 }
