@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The evaluation (issue 5): scx_gang against the schedulers people use today
+# (EEVDF, scx_bpfland, signal-based gang switching, implicit coscheduling),
+# on the VM cluster, side by side in one boot. tests/vm/scenarios/cluster_eval.sh
+# has the method; gang-eval (eval/) turns its records into the answer.
+#
+#   scripts/eval.sh [--size reduced|full] [--policies "..."] [--workloads "..."]
+#                   [--mpls "1 2 3"] [--reps R] [--scale S] [--slot-ms MS]
+#                   [--no-short] [--out DIR] [--no-build] [--report-only]
+#                   [--quiet-wait S]
+#   --size full (default): 3 repetitions, jobs 4x longer (about 2 h);
+#          reduced: 1 repetition, short jobs (what the test command runs).
+#   --report-only: the report again from DIR's records.
+#
+# The cluster: a head node (gangd, the front ends) and 2 compute nodes of one
+# vCPU each, every node's qemu pinned to host core i % nproc (node 0 and
+# node 2 share core 0 on a 2-core host; the head is idle but for gangd).
+# Writes DIR (default target/eval/<size>)/{eval.log,results.csv,short.csv,
+# summary.txt,*.svg}; the boot's files in DIR/boot/.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+
+SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= SCALE= SLOT_MS=100 SHORT=1 OUT= BUILD=1
+BOOT=1 QUIET_WAIT=900 COMPUTE=2
+ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"
+ALL_WORKLOADS="rt allreduce alltoall ep mpi_allreduce"
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --size) SIZE=$2; shift 2 ;;
+        --policies) POLICIES=$2; shift 2 ;;
+        --workloads) WORKLOADS=$2; shift 2 ;;
+        --mpls) MPLS=$2; shift 2 ;;
+        --reps) REPS=$2; shift 2 ;;
+        --scale) SCALE=$2; shift 2 ;;
+        --slot-ms) SLOT_MS=$2; shift 2 ;;
+        --no-short) SHORT=0; shift ;;
+        --out) OUT=$2; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        --report-only) BOOT=0; shift ;;
+        --quiet-wait) QUIET_WAIT=$2; shift 2 ;;
+        -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+case $SIZE in
+    full) : "${REPS:=3}" "${SCALE:=4}" ;;
+    reduced) : "${REPS:=1}" "${SCALE:=1}" ;;
+    *) die "--size: reduced or full, not $SIZE" ;;
+esac
+: "${POLICIES:=$ALL_POLICIES}" "${WORKLOADS:=$ALL_WORKLOADS}" "${OUT:=target/eval/$SIZE}"
+for p in $POLICIES; do [[ " $ALL_POLICIES " == *" $p "* ]] || die "--policies: unknown policy $p (known: $ALL_POLICIES)"; done
+[[ " $POLICIES " == *" dedicated "* ]] || die "--policies must include dedicated: every slowdown is against it"
+for w in $WORKLOADS; do [[ " $ALL_WORKLOADS mpi_ring " == *" $w "* ]] || die "--workloads: unknown workload $w"; done
+for m in $MPLS; do [[ $m =~ ^[1-4]$ ]] || die "--mpls: $m is not an MPL of 1 to 4 (gangd's mpl_max)"; done
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
+[[ $SCALE =~ ^[1-9][0-9]*$ ]] || die "--scale must be a positive integer"
+[[ $SLOT_MS =~ ^[0-9]+$ && $SLOT_MS -ge 10 ]] || die "--slot-ms must be an integer >= 10"
+need_cmd awk
+
+BOOTDIR=$OUT/boot IMG=$OUT/image.cpio.gz
+mkdir -p "$OUT"
+TAIL_PID=
+trap '[[ -z $TAIL_PID ]] || kill $TAIL_PID 2>/dev/null' EXIT
+
+if ((BOOT)); then
+    if ((BUILD)) || [[ ! -f $IMG ]]; then
+        BPFLAND=$("$SCRIPTS_DIR/peers.sh")
+        build_image "$IMG" scx_gang gangd gang runas rt allreduce alltoall ep \
+            "$BPFLAND" --mpi
+    fi
+    # Seconds the boot may take: generously, per job a launch and the jobs'
+    # work at the worst slowdown expected (EEVDF on fine-grained jobs).
+    np=$(wc -w <<<"$POLICIES") nw=$(wc -w <<<"$WORKLOADS") sm=0
+    for m in $MPLS; do sm=$((sm + m)); done
+    t=$((600 + np * 90 + REPS * np * (nw * (sm * 20 + 15 * sm * SCALE) + SHORT * 120 * SCALE)))
+    step "evaluation ($SIZE): policies [$POLICIES], workloads [$WORKLOADS], MPL [$MPLS], $REPS rep(s), scale $SCALE, slot $SLOT_MS ms"
+    step "booting a head node + $COMPUTE compute nodes x 1 vCPU, pinned to host cores i % $(nproc) (at most $((t / 60)) min; host load $(cut -d' ' -f1-3 /proc/loadavg))"
+    rm -rf "$BOOTDIR"
+    mkdir -p "$BOOTDIR"
+    # Progress: the scenario's "eval:" lines from node 0's console.
+    exec 3>&2
+    tail -n +1 -F "$BOOTDIR/node0.console.log" \
+        2>/dev/null > >(grep --line-buffered -a 'eval: ' | sed -u 's/^.*eval: /    /' >&3) &
+    TAIL_PID=$!
+    rc=0
+    "$SCRIPTS_DIR/cluster.sh" --image "$IMG" --scenario cluster_eval --out "$BOOTDIR" \
+        --nodes $((COMPUTE + 1)) --vcpus 1 --mem 768 --pin --timeout "$t" --wait-quiet "$QUIET_WAIT" \
+        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE" ||
+        rc=$?
+    sleep 1
+    kill "$TAIL_PID" 2>/dev/null || true
+    wait "$TAIL_PID" 2>/dev/null || true
+    TAIL_PID=
+    [[ -f $BOOTDIR/node0/eval.log ]] || die "the boot left no eval.log (rc $rc): see $BOOTDIR/node0.console.log"
+    cp "$BOOTDIR/node0/eval.log" "$OUT/eval.log"
+    echo "meta host_cores=$(nproc) pinned=node_i->core_i%$(nproc) host=$(uname -r)" >>"$OUT/eval.log"
+    ((rc == 0)) || warn "the boot failed (rc $rc): the report shows what completed; see $BOOTDIR"
+fi
+
+[[ -f $OUT/eval.log ]] || die "no $OUT/eval.log (run without --report-only first)"
+EVAL=$REPO_ROOT/target/release/gang-eval
+[[ -x $EVAL ]] || (cd "$REPO_ROOT" && cargo build --release -p gang-eval)
+step "report"
+"$EVAL" report "$OUT/eval.log" --out "$OUT" --policies "$POLICIES"
+step "figures and tables in $OUT: results.csv short.csv summary.txt $(cd "$OUT" && ls ./*.svg 2>/dev/null | tr '\n' ' ')"
+check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$REPS")
+((SHORT)) && check+=(--short)
+if ! "$EVAL" check "$OUT/eval.log" "${check[@]}"; then
+    die "the evaluation is incomplete: cells are missing or jobs failed (above)"
+fi
+if grep -q '^# FAILED' "$OUT/eval.log"; then
+    grep '^# FAILED' "$OUT/eval.log" >&2
+    die "jobs failed (above)"
+fi
+step "every cell complete, every job verified its results"

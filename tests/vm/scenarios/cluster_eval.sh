@@ -1,0 +1,310 @@
+# The evaluation (issue 5): the same jobs, launched the same way (`gang run`
+# through gangd, one rank per compute node), under the schedulers people use
+# today and under scx_gang, side by side in one boot. scripts/eval.sh boots
+# it and turns eval.log into the figures (gang-eval).
+#
+# Policies, one phase each (gangd and every node's daemon are restarted
+# between phases, so nothing of one policy lingers into the next):
+#   dedicated    every workload alone (the FIFO baseline), default scheduler
+#   eevdf        the kernel's own scheduler (scx_gang --switching none: the
+#                agent starts the ranks, nothing switches)
+#   bpfland      scx_bpfland attached on every compute node, agent as eevdf
+#   signal       signal-based gang scheduling: gangd's rotation, every node
+#                stops the outgoing gang and continues the incoming one
+#                (SIGSTOP/SIGCONT, --switching signal), barrier off
+#   spinblock    implicit coscheduling: eevdf, and every receive spins
+#                EVAL_SPIN_US before it blocks (--wait spin:US)
+#   gang-off     scx_gang, barrier off
+#   gang-strict  scx_gang, barrier strict (network drain before each switch)
+#   gang-yield   gang-strict, ranks call yield_point() every iteration
+#
+# Cells: for every workload and MPL M, M identical jobs submitted at once
+# (same arrival), EVAL_REPS times. A short job arriving behind long ones:
+# EVAL_SHORT_BEHIND long allreduce jobs, then, EVAL_SHORT_AFTER_S later, a
+# short one (its response time against FIFO's).
+#
+# Output: $RESULTS/eval.log on node 0, the records gang-eval reads (see
+# eval/src/records.rs), every job's output in $RESULTS/jobs/, gangd's
+# switch logs. Progress: "eval: " lines on node 0's console.
+#
+# Settings (env.NAME=a,b on the kernel command line):
+#   EVAL_POLICIES   "dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"
+#   EVAL_WORKLOADS  "rt allreduce alltoall ep mpi_allreduce"
+#   EVAL_MPLS "1 2 3"  EVAL_REPS 1  EVAL_SCALE 1 (multiplies every job's work)
+#   EVAL_SLOT_MS 100  EVAL_SPIN_US 1000  EVAL_SHORT 1  EVAL_SHORT_BEHIND 2
+#   EVAL_SHORT_AFTER_S 2  EVAL_SIZE (a label for the report)
+. /scenarios/cluster_lib.sh
+
+POLICIES=${EVAL_POLICIES:-"dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"}
+WORKLOADS=${EVAL_WORKLOADS:-"rt allreduce alltoall ep mpi_allreduce"}
+MPLS=${EVAL_MPLS:-"1 2 3"}
+REPS=${EVAL_REPS:-1}
+SCALE=${EVAL_SCALE:-1}
+SLOT_MS=${EVAL_SLOT_MS:-100}
+SPIN_US=${EVAL_SPIN_US:-1000}
+SHORT=${EVAL_SHORT:-1}
+SHORT_BEHIND=${EVAL_SHORT_BEHIND:-2}
+SHORT_AFTER_S=${EVAL_SHORT_AFTER_S:-2}
+LOG=$RESULTS/eval.log
+JOBS=$RESULTS/jobs
+C=$COMPUTE_NODES
+
+say() { log "eval: $*"; }
+
+# ---- workloads ------------------------------------------------------------------------
+
+# wl_cmd WORKLOAD POLICY: the rank's command line. Our workloads take the
+# policy's flags (spin-block receives, voluntary yields); MPI programs do
+# their own waiting (MPICH polls).
+wl_cmd() {
+	local w=$1 p=$2 flags=
+	case $p in
+	spinblock) flags="--wait spin:$SPIN_US" ;;
+	gang-yield) flags="--yield" ;;
+	esac
+	case $w in
+	rt) echo "/usr/bin/rt --rounds $((150 * SCALE)) $flags" ;;
+	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $((250 * SCALE)) $flags" ;;
+	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $((750 * SCALE)) $flags" ;;
+	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $((60 * SCALE)) $flags" ;;
+	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((20 * SCALE)) $flags" ;;
+	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
+	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((250 * SCALE))" ;;
+	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((150 * SCALE))" ;;
+	*) fail "unknown workload $w" ;;
+	esac
+}
+
+# ---- the phases: which daemons run on the compute nodes ----------------------------------
+
+# switching POLICY: the node daemon's --switching for it.
+switching() {
+	case $1 in
+	dedicated | eevdf | bpfland | spinblock) echo none ;;
+	signal) echo signal ;;
+	gang-off | gang-strict | gang-yield) echo bpf ;;
+	*) fail "unknown policy $1" ;;
+	esac
+}
+barrier() { case $1 in gang-strict | gang-yield) echo strict ;; *) echo off ;; esac; }
+
+BPFLAND_PID= SCX_PID=
+# stop_local: this compute node's daemons of the last phase, by PID.
+stop_local() {
+	if [ -n "$SCX_PID" ]; then
+		kill -INT "$SCX_PID" 2>/dev/null
+		wait_for 30 sh -c "! kill -0 $SCX_PID" || kill -KILL "$SCX_PID" 2>/dev/null
+		wait "$SCX_PID" 2>/dev/null
+		SCX_PID=
+	fi
+	if [ -n "$BPFLAND_PID" ]; then
+		kill -INT "$BPFLAND_PID" 2>/dev/null
+		wait_for 30 sh -c "! kill -0 $BPFLAND_PID" || kill -KILL "$BPFLAND_PID" 2>/dev/null
+		wait "$BPFLAND_PID" 2>/dev/null
+		BPFLAND_PID=
+	fi
+	wait_for 30 state_is disabled || fail "sched_ext still $(cat $SCX_STATE) after the phase"
+}
+
+# start_local PHASE POLICY: a compute node joins phase PHASE's gangd.
+start_local() {
+	local k=$1 p=$2 mode
+	mode=$(switching "$p")
+	if [ "$p" = bpfland ]; then
+		scx_bpfland > "$RESULTS/bpfland.$k.log" 2>&1 &
+		BPFLAND_PID=$!
+		poll_for 120 sh -c "state_is enabled || ! kill -0 $BPFLAND_PID"
+		state_is enabled || fail "scx_bpfland did not attach: $(tail -3 "$RESULTS/bpfland.$k.log")"
+		log "scx_bpfland attached: $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
+	fi
+	wait_board "gangd.$k" up 120 || fail "gangd of phase $k never came up"
+	scx_gang --coordinator "node0:$GANGD_PORT" --cluster-key "$CLUSTER_KEY" \
+		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" \
+		--switching "$mode" > "$RESULTS/scx_gang.$k.log" 2>&1 &
+	SCX_PID=$!
+	poll_for 120 sh -c "grep -q 'joined cluster as node' $RESULTS/scx_gang.$k.log || ! kill -0 $SCX_PID"
+	grep -q 'joined cluster as node' "$RESULTS/scx_gang.$k.log" ||
+		fail "scx_gang --switching $mode did not join: $(tail -3 "$RESULTS/scx_gang.$k.log")"
+	if [ "$mode" = bpf ]; then
+		poll_for 120 sh -c "state_is enabled || ! kill -0 $SCX_PID"
+		state_is enabled || fail "scx_gang did not attach: $(tail -3 "$RESULTS/scx_gang.$k.log")"
+	fi
+	board_put "ready.$k.node$NODE_ID" yes || fail "node 0's board does not answer"
+}
+
+# compute_phases: a compute node follows node 0's phases until it is done.
+compute_phases() {
+	local k=0 out p
+	while :; do
+		k=$((k + 1))
+		# The next phase, or the end.
+		while :; do
+			out=$(board_get phase) || fail "node 0's board does not answer"
+			[ "$out" = "$k" ] && break
+			[ "$(board_get done)" = yes ] && return 0
+			[ -n "$(board_get abort)" ] && return 1
+			sleep 1
+		done
+		p=$(board_get "policy.$k")
+		stop_local
+		start_local "$k" "$p"
+	done
+}
+
+# ---- node 0: the phases and the cells ------------------------------------------------
+
+GANGD_PID=
+# head_phase PHASE POLICY: gangd for the policy, every compute node in.
+head_phase() {
+	local k=$1 p=$2 i
+	if [ -n "$GANGD_PID" ]; then
+		stop_gangd
+		mv "$RESULTS/gangd.log" "$RESULTS/gangd.$((k - 1)).log"
+	fi
+	board_put "policy.$k" "$p"
+	board_put phase "$k"
+	start_gangd --nodes "$C" --slot-ms "$SLOT_MS" --mpl-max 4 --barrier "$(barrier "$p")" \
+		--switch-log "$RESULTS/switch.$k.jsonl"
+	board_put "gangd.$k" up
+	i=$FIRST_COMPUTE
+	while [ "$i" -lt "$NNODES" ]; do
+		wait_board "ready.$k.node$i" yes 300 || fail "node$i never joined phase $k ($p)"
+		i=$((i + 1))
+	done
+	poll_for 60 nodes_stable "$C" || fail "phase $k ($p): gangd knows $(node_count) node(s), not $C"
+	say "phase $k: $p (agents --switching $(switching "$p"), barrier $(barrier "$p")) ready"
+}
+
+# run_job NAME WORKLOAD POLICY: submits one job (as alice) in the background;
+# its end (exit status and time) goes to jobs/NAME.end.
+run_job() {
+	local name=$1 cmd
+	cmd=$(wl_cmd "$2" "$3")
+	(
+		runas $ALICE_UID $ALICE_UID -- gang run -n "$C" --name "$name" -- $cmd \
+			> "$JOBS/$name.out" 2> "$JOBS/$name.err"
+		echo "$? $(now_ms)" > "$JOBS/$name.end"
+	) &
+	echo "$(now_ms)" > "$JOBS/$name.submit"
+}
+
+# wait_job NAME [SECONDS]: until its end is recorded.
+wait_job() { poll_for "${2:-1800}" test -s "$JOBS/$1.end" || fail "job $1 never ended"; }
+
+# job_fields NAME: the record fields of an ended job.
+job_fields() {
+	local n=$1 rc end ok elapsed
+	set -- $(cat "$JOBS/$n.end")
+	rc=$1 end=$2
+	ok=$(grep -c '"ok":true' "$JOBS/$n.out")
+	elapsed=$(sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$JOBS/$n.out" | sort -n | tail -1)
+	echo "submit_ms=$(cat "$JOBS/$n.submit") end_ms=$end rc=$rc ranks=$C ranks_ok=$ok elapsed_s=${elapsed:-0}"
+	[ "$rc" = 0 ] && [ "$ok" = "$C" ] || {
+		say "job $n FAILED: rc $rc, $ok of $C ranks ok: $(head -c 300 "$JOBS/$n.err" | tr '\n' ' ')" >&2
+		echo "# FAILED job $n: rc $rc, $ok of $C ranks ok" >> "$LOG"
+	}
+}
+
+secs_since() { awk -v t="$1" -v n="$(now_ms)" 'BEGIN { printf "%.1f", (n - t) / 1000 }'; }
+switches() { cat "$GANGD_KNOBS/switches" 2>/dev/null || echo 0; }
+
+CELLS_DONE=0
+# cell POLICY WORKLOAD MPL REP: MPL jobs at once, every one waited for.
+cell() {
+	local p=$1 w=$2 m=$3 r=$4 i sw0 names= t0
+	sw0=$(switches)
+	t0=$(now_ms)
+	i=0
+	while [ "$i" -lt "$m" ]; do
+		run_job "$p.$w.m$m.r$r.j$i" "$w" "$p"
+		i=$((i + 1))
+	done
+	i=0
+	while [ "$i" -lt "$m" ]; do
+		wait_job "$p.$w.m$m.r$r.j$i"
+		echo "job policy=$p workload=$w mpl=$m rep=$r idx=$i $(job_fields "$p.$w.m$m.r$r.j$i")" >> "$LOG"
+		i=$((i + 1))
+	done
+	echo "cell policy=$p workload=$w mpl=$m rep=$r switches=$(($(switches) - sw0))" >> "$LOG"
+	CELLS_DONE=$((CELLS_DONE + 1))
+	say "[$CELLS_DONE/$CELLS] $p $w MPL $m rep $r: $(secs_since "$t0") s, $(($(switches) - sw0)) switches"
+}
+
+# short_test POLICY REP: long jobs at once, a short one SHORT_AFTER_S later.
+short_test() {
+	local p=$1 r=$2 i tl n
+	tl=$(now_ms)
+	i=0
+	while [ "$i" -lt "$SHORT_BEHIND" ]; do
+		run_job "$p.long.r$r.j$i" allreduce_long "$p"
+		i=$((i + 1))
+	done
+	sleep "$SHORT_AFTER_S"
+	n=$p.short.r$r
+	run_job "$n" allreduce_short "$p"
+	wait_job "$n"
+	echo "short policy=$p rep=$r workload=allreduce_short behind=$SHORT_BEHIND long_workload=allreduce_long first_long_submit_ms=$tl $(job_fields "$n")" >> "$LOG"
+	i=0
+	while [ "$i" -lt "$SHORT_BEHIND" ]; do
+		wait_job "$p.long.r$r.j$i"
+		# Kept for people; gang-eval reads the short job's record only.
+		echo "# long policy=$p rep=$r idx=$i $(job_fields "$p.long.r$r.j$i")" >> "$LOG"
+		i=$((i + 1))
+	done
+	say "short job behind $SHORT_BEHIND long ones, $p rep $r: $(tail -1 "$LOG" | sed 's/.*\(rc=[0-9]*\).*/\1/')"
+}
+
+head_main() {
+	local k=0 p w m r nw nm
+	mkdir -p "$JOBS"
+	chmod 0777 "$JOBS"
+	nw=$(echo $WORKLOADS | wc -w) nm=$(echo $MPLS | wc -w)
+	CELLS=0
+	for p in $POLICIES; do
+		if [ "$p" = dedicated ]; then
+			CELLS=$((CELLS + (nw + 2 * SHORT) * REPS))
+		else
+			CELLS=$((CELLS + nw * nm * REPS))
+		fi
+	done
+	{
+		echo "# scx_gang evaluation: $(date -u +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)"
+		echo "meta nodes=$C vcpus=$(nproc) head=1 slot_ms=$SLOT_MS reps=$REPS scale=$SCALE size=${EVAL_SIZE:-custom} spin_us=$SPIN_US kernel=$(uname -r) gangd_fill=1"
+	} > "$LOG"
+	for p in $POLICIES; do
+		k=$((k + 1))
+		head_phase "$k" "$p"
+		for r in $(seq "$REPS"); do
+			if [ "$p" = dedicated ]; then
+				for w in $WORKLOADS; do cell dedicated "$w" 1 "$r"; done
+				if [ "$SHORT" = 1 ]; then
+					cell dedicated allreduce_long 1 "$r"
+					cell dedicated allreduce_short 1 "$r"
+				fi
+				continue
+			fi
+			for m in $MPLS; do
+				for w in $WORKLOADS; do cell "$p" "$w" "$m" "$r"; done
+			done
+			[ "$SHORT" = 1 ] && short_test "$p" "$r"
+		done
+	done
+	stop_gangd
+	mv "$RESULTS/gangd.log" "$RESULTS/gangd.$k.log"
+	GANGD_PID=
+	say "all $CELLS cells done"
+}
+
+# ---- main ---------------------------------------------------------------------------
+
+cluster_init
+if [ "$NODE_ID" = 0 ]; then
+	head_main
+	cluster_done
+else
+	compute_phases
+	stop_local
+	board_put "finished.node$NODE_ID" yes || true
+	log "node $NODE_ID done"
+fi
+exit 0

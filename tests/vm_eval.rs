@@ -1,0 +1,89 @@
+//! The evaluation harness end to end, at its reduced size: scripts/eval.sh
+//! boots the VM cluster, runs every policy x workload x MPL cell and the
+//! short-job test, and gang-eval writes the report. This proves the harness
+//! works (every cell is there, every job verified its own results), not the
+//! speed: the figures come from `scripts/eval.sh --size full` on a quiet
+//! host. Boots VMs, so ignored by a plain `cargo test`; scripts/test.sh runs
+//! it with `--include-ignored`.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+#[ignore = "boots a VM cluster (scripts/test.sh runs it)"]
+fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures() {
+    let out = repo().join("target/eval/test");
+    let _ = fs::remove_dir_all(&out);
+    // eval.sh itself checks the records (gang-eval check: every cell, every
+    // job ok, the dedicated baselines, the short job) and fails otherwise.
+    let status = Command::new(repo().join("scripts/eval.sh"))
+        .args(["--size", "reduced", "--out"])
+        .arg(&out)
+        .args(["--quiet-wait", "600"])
+        .status()
+        .expect("running scripts/eval.sh");
+    assert!(
+        status.success(),
+        "scripts/eval.sh --size reduced failed: see {}",
+        out.display()
+    );
+
+    let results = fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    let mut lines = results.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("results.csv has no column {name}: {header:?}"))
+    };
+    let (policy, workload, mpl, jobs, jobs_ok, slowdown) = (
+        col("policy"),
+        col("workload"),
+        col("mpl"),
+        col("jobs"),
+        col("jobs_ok"),
+        col("slowdown_mean"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let policies = [
+        "eevdf",
+        "bpfland",
+        "signal",
+        "spinblock",
+        "gang-off",
+        "gang-strict",
+        "gang-yield",
+    ];
+    let workloads = ["rt", "allreduce", "alltoall", "ep", "mpi_allreduce"];
+    for p in policies {
+        for w in workloads {
+            for m in ["1", "2", "3"] {
+                let row = rows
+                    .iter()
+                    .find(|r| r[policy] == p && r[workload] == w && r[mpl] == m)
+                    .unwrap_or_else(|| panic!("results.csv has no row for {p} {w} MPL {m}"));
+                assert_eq!(row[jobs], m, "{p} {w} MPL {m}: jobs");
+                assert_eq!(row[jobs_ok], m, "{p} {w} MPL {m}: jobs that verified their results");
+                let s: f64 = row[slowdown]
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{p} {w} MPL {m}: slowdown {:?}", row[slowdown]));
+                assert!(s > 0.0, "{p} {w} MPL {m}: slowdown {s}");
+            }
+        }
+    }
+    for f in ["summary.txt", "short.csv", "slowdown.svg", "short_job.svg"] {
+        let text = fs::read_to_string(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(!text.trim().is_empty(), "{f} is empty");
+    }
+    let svg = fs::read_to_string(out.join("slowdown.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "slowdown.svg is not SVG");
+    for p in policies {
+        assert!(svg.contains(p), "slowdown.svg does not show {p}");
+    }
+}
