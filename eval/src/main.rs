@@ -6,7 +6,7 @@
 //! exit 0 when the run is complete, 1 listing what is missing or failed.
 //! Malformed input or bad arguments: exit 2.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use gang_eval::check::{check, Expect};
 use gang_eval::metrics::analyse;
 use gang_eval::records::Log;
@@ -226,8 +226,32 @@ fn run_check(a: CheckArgs) -> ExitCode {
     }
 }
 
+/// Parses the command line; a bad one prints the error with the usage and
+/// exits 2 (help and version exit 0).
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let msg = e.render().to_string();
+            eprint!("{msg}");
+            if !msg.contains("Usage:") {
+                let mut cmd = Cli::command();
+                cmd.build();
+                let sub = std::env::args().nth(1).unwrap_or_default();
+                let usage = match cmd.find_subcommand_mut(&sub) {
+                    Some(sc) => sc.render_usage(),
+                    None => cmd.render_usage(),
+                };
+                eprintln!("\n{usage}");
+            }
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     match cli.cmd {
         Cmd::Report(a) => report(a),
         Cmd::Check(a) => run_check(a),

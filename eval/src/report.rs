@@ -157,9 +157,14 @@ fn per_workload_tables(
     }
 }
 
-/// " !" on a cell with failed jobs (see the footnote).
+/// Whether a cell lacks jobs: failed ones, or fewer than MPL per rep.
+pub fn incomplete(c: &CellStats) -> bool {
+    c.jobs_ok < c.jobs || c.jobs < c.mpl as usize * c.reps
+}
+
+/// " !" on an incomplete cell (see the footnote).
 fn flag(c: &CellStats) -> &'static str {
-    if c.jobs_ok < c.jobs {
+    if incomplete(c) {
         " !"
     } else {
         ""
@@ -241,7 +246,7 @@ pub fn summary(log: &Log, a: &Analysis, targets: &[Outcome]) -> String {
 
     let pols = a.policies.clone();
     s += "Slowdown: job response time / dedicated time, mean (max) over every ok job of the cell\n";
-    s += "(1.00 = as fast as alone on the cluster; ! = the cell has failed jobs, left out)\n\n";
+    s += "(1.00 = as fast as alone on the cluster; ! = the cell has failed or missing jobs, see below)\n\n";
     per_workload_tables(
         a,
         &mut s,
@@ -265,6 +270,29 @@ pub fn summary(log: &Log, a: &Analysis, targets: &[Outcome]) -> String {
         |_| true,
         |c| format!("{}{}", opt(c.elapsed_slowdown_mean, 2), flag(c)),
     );
+
+    let bad: Vec<&CellStats> = a.cells.iter().filter(|c| incomplete(c)).collect();
+    if !bad.is_empty() {
+        s += "Cells with failed or missing jobs: times are over the ok jobs, makespans over the reps\n";
+        s +=
+            "whose MPL jobs all succeeded (gang-eval check lists every missing or failed record)\n";
+        for c in bad {
+            let _ = writeln!(
+                s,
+                "  {} {} mpl={}: {} ok of {} recorded, {} expected ({} reps × {}); makespan from {} rep(s)",
+                c.policy,
+                c.workload,
+                c.mpl,
+                c.jobs_ok,
+                c.jobs,
+                c.mpl as usize * c.reps,
+                c.reps,
+                c.mpl,
+                c.makespan_reps
+            );
+        }
+        s.push('\n');
+    }
 
     s += "Makespan: ratio to MPL × dedicated time (1.00 = as good as one after another; < 1: sharing gains),\n";
     s += "makespan in s and its CV across reps (reps whose jobs all succeeded)\n\n";
@@ -463,6 +491,10 @@ mod tests {
         );
         assert!(s.contains("\neevdf          1.05 (21.0 s)\n"), "{s}");
         assert!(s.contains("2.00 (2.00) !"), "{s}");
+        assert!(
+            s.contains("  gang-strict,x ep mpl=2: 1 ok of 2 recorded, 2 expected (1 reps × 2); makespan from 0 rep(s)\n"),
+            "{s}"
+        );
         assert!(s.contains("meaningful for compute-bound workloads"));
         assert!(s.contains("(no short-job records)"));
         assert!(s.contains("Targets\n"));

@@ -54,15 +54,33 @@ pub enum Marker {
     Diamond,
     TriangleDown,
     Cross,
+    Star,
+    Hexagon,
 }
 
-const MARKERS: [Marker; 6] = [
+/// Markers of the known policies, in the order of [`KNOWN_POLICIES`]: all
+/// different, so a policy is told by its shape too.
+const KNOWN_MARKERS: [Marker; 8] = [
+    Marker::Hexagon,      // dedicated
+    Marker::Square,       // eevdf
+    Marker::Triangle,     // bpfland
+    Marker::Diamond,      // signal
+    Marker::TriangleDown, // spinblock
+    Marker::Cross,        // gang-off
+    Marker::Circle,       // gang-strict
+    Marker::Star,         // gang-yield
+];
+
+/// Markers of other names, in order of appearance.
+const MARKERS: [Marker; 8] = [
     Marker::Circle,
     Marker::Square,
     Marker::Triangle,
     Marker::Diamond,
     Marker::TriangleDown,
     Marker::Cross,
+    Marker::Star,
+    Marker::Hexagon,
 ];
 
 /// How one policy is drawn.
@@ -81,7 +99,7 @@ pub fn style(policies: &[String], policy: &str) -> Style {
         return Style {
             colour,
             text,
-            marker: MARKERS[i % MARKERS.len()],
+            marker: KNOWN_MARKERS[i],
         };
     }
     let nth = policies
@@ -93,7 +111,7 @@ pub fn style(policies: &[String], policy: &str) -> Style {
     Style {
         colour,
         text,
-        marker: MARKERS[(nth + KNOWN_POLICIES.len()) % MARKERS.len()],
+        marker: MARKERS[nth % MARKERS.len()],
     }
 }
 
@@ -117,6 +135,9 @@ const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
 const GRID: &str = "#E4E4E4";
 const AXIS: &str = "#444444";
 const FIFO_FILL: &str = "#BBBBBB";
+/// A white outline behind a label, so that it stays readable over lines.
+const HALO: &str =
+    " paint-order=\"stroke\" stroke=\"#FFFFFF\" stroke-width=\"3\" stroke-linejoin=\"round\"";
 
 /// An SVG document being written.
 struct Doc {
@@ -196,6 +217,25 @@ fn marker(style: &Style, x: f64, y: f64, r: f64) -> String {
         Marker::Triangle => poly(&[(x, y - r * 1.2), (x + r * 1.1, y + r * 0.8), (x - r * 1.1, y + r * 0.8)], fill, stroke),
         Marker::TriangleDown => poly(&[(x, y + r * 1.2), (x + r * 1.1, y - r * 0.8), (x - r * 1.1, y - r * 0.8)], fill, stroke),
         Marker::Diamond => poly(&[(x, y - r * 1.3), (x + r * 1.1, y), (x, y + r * 1.3), (x - r * 1.1, y)], fill, stroke),
+        Marker::Star => {
+            let pts: Vec<(f64, f64)> = (0..10)
+                .map(|i| {
+                    let ang = std::f64::consts::PI * (i as f64 / 5.0 - 0.5);
+                    let rr = if i % 2 == 0 { r * 1.45 } else { r * 0.6 };
+                    (x + rr * ang.cos(), y + rr * ang.sin())
+                })
+                .collect();
+            poly(&pts, fill, stroke)
+        }
+        Marker::Hexagon => {
+            let pts: Vec<(f64, f64)> = (0..6)
+                .map(|i| {
+                    let ang = std::f64::consts::PI * i as f64 / 3.0;
+                    (x + r * 1.1 * ang.cos(), y + r * 1.1 * ang.sin())
+                })
+                .collect();
+            poly(&pts, fill, stroke)
+        }
         Marker::Cross => {
             let a = r * 0.45;
             let b = r * 1.2;
@@ -261,8 +301,20 @@ impl Scale {
             };
         }
         if allow_log && min > 0.0 && max / min > log_ratio {
-            let lo = 10f64.powf(min.log10().floor());
-            let hi = 10f64.powf((max * headroom).log10().ceil());
+            // The nearest 1-2-5 values around the data.
+            let steps = |v: f64| {
+                let e = v.log10().floor() as i32;
+                [-1, 0, 1]
+                    .into_iter()
+                    .flat_map(move |k| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(e + k)))
+            };
+            let lo = steps(min)
+                .filter(|c| *c <= min * 1.0001)
+                .fold(f64::NAN, f64::max);
+            let top = max * headroom;
+            let hi = steps(top)
+                .filter(|c| *c >= top * 0.9999)
+                .fold(f64::NAN, f64::min);
             return Scale::Log { lo, hi };
         }
         let lo0 = min.min(0.0);
@@ -300,18 +352,24 @@ impl Scale {
                 (0..=n).map(|i| lo + i as f64 * step).collect()
             }
             Scale::Log { lo, hi } => {
-                let decades = (hi / lo).log10().round() as i32;
-                let mut t = Vec::new();
-                let mut d = lo;
-                for _ in 0..=decades {
-                    t.push(d);
-                    if decades <= 2 && d < hi {
-                        t.push(d * 2.0);
-                        t.push(d * 5.0);
+                // 1-2-5 ticks over up to 2.5 decades, else decades; and the ends.
+                let mults: &[f64] = if hi / lo <= 10f64.powf(2.5) {
+                    &[1.0, 2.0, 5.0]
+                } else {
+                    &[1.0]
+                };
+                let mut t = vec![lo];
+                let mut d = 10f64.powf(lo.log10().floor());
+                while d <= hi * 1.0001 {
+                    for m in mults {
+                        let v = d * m;
+                        if v > lo * 1.0001 && v < hi * 0.9999 {
+                            t.push(v);
+                        }
                     }
                     d *= 10.0;
                 }
-                t.retain(|v| *v <= hi * 1.0001);
+                t.push(hi);
                 t
             }
         }
@@ -435,14 +493,16 @@ fn reference(d: &mut Doc, a: &Area, s: &Scale, v: f64, label: &str) {
         a.x,
         a.x + a.w
     ));
-    d.text(
-        (a.x + a.w - 2.0, y - 4.0),
-        10.0,
-        "end",
-        "#000000",
-        "",
-        label,
-    );
+    if !label.is_empty() {
+        d.text(
+            (a.x + a.w - 2.0, y - 4.0),
+            10.0,
+            "end",
+            "#000000",
+            HALO,
+            label,
+        );
+    }
 }
 
 enum Swatch<'a> {
@@ -513,6 +573,17 @@ fn header(
         y += 16.0;
     }
     legend(d, 20.0, y + 6.0, width - 40.0, items) + 22.0
+}
+
+/// Width a figure needs for its title and subtitle (estimated from the
+/// number of characters).
+fn text_width(title: &str, subtitle: &[&str]) -> f64 {
+    let t = title.chars().count() as f64 * 17.0 * 0.6;
+    let s = subtitle
+        .iter()
+        .map(|l| l.chars().count() as f64 * 12.0 * 0.56)
+        .fold(0.0, f64::max);
+    40.0 + t.max(s)
 }
 
 /// Height of the header for a given legend, computed by a dry run.
@@ -643,7 +714,6 @@ pub fn slowdown_svg(a: &Analysis) -> String {
         );
     }
     let (cols, rows) = grid(ws.len());
-    let width = 20.0 + cols as f64 * PANEL_W;
     let mut items = policy_items(a, &all_pols, false);
     items.push((Swatch::Whisker, "max over the cell's jobs".into()));
     items.push((Swatch::Dashed, "1.0 = as fast as alone (dedicated)".into()));
@@ -651,6 +721,7 @@ pub fn slowdown_svg(a: &Analysis) -> String {
         "Mean slowdown of a job (its response time / the same workload alone on the cluster) at each multiprogramming level;",
         "values printed at each point; a missing cell is a gap.",
     ];
+    let width = (20.0 + cols as f64 * PANEL_W).max(text_width(SLOWDOWN_TITLE, &sub));
     let top = header_height(width, SLOWDOWN_TITLE, &sub, &items);
     let mut d = Doc::new(width, top + rows as f64 * PANEL_H + 10.0);
     header(&mut d, width, SLOWDOWN_TITLE, &sub, &items);
@@ -763,10 +834,17 @@ pub fn slowdown_svg(a: &Analysis) -> String {
             let mut ys: Vec<(f64, usize)> =
                 ls.iter().enumerate().map(|(j, l)| (l.y + 4.0, j)).collect();
             spread(&mut ys, 12.0);
-            let x = area.xcat(i, mpls.len()) + dodge * n as f64 / 2.0 + 6.0;
+            let x = area.xcat(i, mpls.len()) + dodge * n as f64 / 2.0 + 10.0;
             for (y, j) in ys {
                 let l = &ls[j];
-                d.text((x, y), 10.0, "start", l.colour, " class=\"value\"", &l.text);
+                d.text(
+                    (x, y),
+                    10.0,
+                    "start",
+                    l.colour,
+                    &format!(" class=\"value\"{HALO}"),
+                    &l.text,
+                );
             }
         }
         d.raw("</g>");
@@ -819,7 +897,7 @@ fn draw_bars(d: &mut Doc, area: &Area, scale: &Scale, b: &Bars) {
                 10.0,
                 anchor,
                 "#222222",
-                &format!(" class=\"value\" transform=\"rotate(-90 {cx:.1} {ly:.1})\""),
+                &format!(" class=\"value\" transform=\"rotate(-90 {cx:.1} {ly:.1})\"{HALO}"),
                 &value_label(*v),
             );
         }
@@ -848,13 +926,13 @@ pub fn makespan_svg(a: &Analysis) -> String {
         .filter(|p| ws.iter().any(|w| policies_of(a, w).contains(p)))
         .collect();
     let (cols, rows) = grid(ws.len());
-    let width = 20.0 + cols as f64 * PANEL_W;
     let mut items = policy_items(a, &all_pols, true);
     items.push((Swatch::Dashed, "1.0 = one after another, each alone".into()));
     let sub = [
         "Makespan (first submit to last end of a batch of MPL identical jobs) / (MPL × dedicated time), mean over reps;",
         "below 1: sharing the cluster gains; a missing cell is a gap.",
     ];
+    let width = (20.0 + cols as f64 * PANEL_W).max(text_width(MAKESPAN_TITLE, &sub));
     let top = header_height(width, MAKESPAN_TITLE, &sub, &items);
     let mut d = Doc::new(width, top + rows as f64 * PANEL_H + 10.0);
     header(&mut d, width, MAKESPAN_TITLE, &sub, &items);
@@ -895,7 +973,7 @@ pub fn makespan_svg(a: &Analysis) -> String {
             cat_key: ("mpl", cats),
         };
         draw_bars(&mut d, &area, &scale, &b);
-        reference(&mut d, &area, &scale, 1.0, "one after another");
+        reference(&mut d, &area, &scale, 1.0, "");
         d.raw("</g>");
     }
     d.finish()
@@ -946,12 +1024,13 @@ pub fn switch_overhead_svg(a: &Analysis) -> String {
         .collect();
     let scale = Scale::fit(&vals, true, 20.0, 1.6);
     let pw = (PANEL_W).max(PAD_L + PAD_R + ws.len() as f64 * (pols.len() as f64 * 30.0 + 30.0));
-    let width = 20.0 + pw;
     let items = policy_items(a, &pols, true);
     let sub = [
         "Per-switch overhead in ms = (makespan - MPL × dedicated time) / slot switches, mean over reps, at each workload's highest MPL.",
         "A throughput estimate: meaningful for compute-bound workloads (ep); noise can make it negative. Missing: a gap.",
     ];
+    let width = (20.0 + pw).max(text_width(SWITCH_TITLE, &sub));
+    let pw = width - 20.0;
     let top = header_height(width, SWITCH_TITLE, &sub, &items);
     let mut d = Doc::new(width, top + PANEL_H + 10.0);
     header(&mut d, width, SWITCH_TITLE, &sub, &items);
@@ -1002,7 +1081,6 @@ pub fn short_job_svg(a: &Analysis) -> String {
         .collect();
     let (cols, rows) = grid(confs.len());
     let pw = PANEL_W.max(PAD_L + PAD_R + all_pols.len() as f64 * 70.0);
-    let width = 20.0 + cols as f64 * pw;
     let mut items = policy_items(a, &all_pols, true);
     items.push((
         Swatch::Bar(FIFO_FILL),
@@ -1013,6 +1091,8 @@ pub fn short_job_svg(a: &Analysis) -> String {
         "Response time (s) of a short job submitted while L long jobs run, mean over reps, next to what it would take",
         "in a FIFO queue behind them (computed from dedicated times) and alone on the cluster. A missing value is a gap.",
     ];
+    let width = (20.0 + cols as f64 * pw).max(text_width(SHORT_TITLE, &sub));
+    let pw = (width - 20.0) / cols as f64;
     let top = header_height(width, SHORT_TITLE, &sub, &items);
     let mut d = Doc::new(width, top + rows as f64 * PANEL_H + 10.0);
     header(&mut d, width, SHORT_TITLE, &sub, &items);
@@ -1080,7 +1160,7 @@ pub fn short_job_svg(a: &Analysis) -> String {
                     10.0,
                     "start",
                     "#222222",
-                    &format!(" class=\"value\" transform=\"rotate(-90 {cx:.1} {ly:.1})\""),
+                    &format!(" class=\"value\" transform=\"rotate(-90 {cx:.1} {ly:.1})\"{HALO}"),
                     &format!("{} s", value_label(v)),
                 );
             }
@@ -1445,8 +1525,7 @@ mod tests {
             Scale::Linear { .. }
         ));
         let s = Scale::fit(&[0.5, 200.0], true, 20.0, 1.0);
-        assert_eq!(s.ticks().first(), Some(&0.1));
-        assert_eq!(s.ticks().last(), Some(&1000.0));
+        assert_eq!(s.ticks(), vec![0.5, 1.0, 10.0, 100.0, 200.0]);
         let l = Scale::fit(&[1.0, 2.3], false, 0.0, 1.0);
         assert_eq!(
             l,
