@@ -157,9 +157,10 @@ fn per_workload_tables(
     }
 }
 
-/// Whether a cell lacks jobs: failed ones, or fewer than MPL per rep.
+/// Whether a cell lacks jobs: failed ones, fewer than MPL per rep, or none
+/// at all (only a `cell` record).
 pub fn incomplete(c: &CellStats) -> bool {
-    c.jobs_ok < c.jobs || c.jobs < c.mpl as usize * c.reps
+    c.jobs == 0 || c.jobs_ok < c.jobs || c.jobs < c.mpl as usize * c.reps
 }
 
 /// " !" on an incomplete cell (see the footnote).
@@ -277,6 +278,14 @@ pub fn summary(log: &Log, a: &Analysis, targets: &[Outcome]) -> String {
         s +=
             "whose MPL jobs all succeeded (gang-eval check lists every missing or failed record)\n";
         for c in bad {
+            if c.jobs == 0 {
+                let _ = writeln!(
+                    s,
+                    "  {} {} mpl={}: no job record, only a cell record",
+                    c.policy, c.workload, c.mpl
+                );
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "  {} {} mpl={}: {} ok of {} recorded, {} expected ({} reps × {}); makespan from {} rep(s)",
@@ -499,6 +508,27 @@ mod tests {
         assert!(s.contains("(no short-job records)"));
         assert!(s.contains("Targets\n"));
         assert!(s.contains("n/a: no cell of workload allreduce"), "{s}");
+    }
+
+    #[test]
+    fn a_cell_record_without_jobs_is_an_incomplete_row_with_gaps() {
+        let mut l = Log::default();
+        l.add_str(
+            "c",
+            "cell policy=signal workload=ep mpl=2 rep=0 switches=7\n",
+        )
+        .unwrap();
+        let a = analyse(&l, None);
+        assert_eq!(
+            results_csv(&a).lines().nth(1).unwrap(),
+            "signal,ep,2,0,0,0,,,,,,,,7.0,"
+        );
+        assert!(incomplete(&a.cells[0]));
+        let s = summary(&l, &a, &[]);
+        assert!(
+            s.contains("  signal ep mpl=2: no job record, only a cell record\n"),
+            "{s}"
+        );
     }
 
     #[test]
