@@ -102,7 +102,7 @@ fi
 EVAL=$REPO_ROOT/target/release/gang-eval
 [[ -x $EVAL ]] || (cd "$REPO_ROOT" && cargo build --release -p gang-eval)
 step "report"
-"$EVAL" report "$OUT/eval.log" --out "$OUT" --policies "$POLICIES"
+"$EVAL" report "$OUT/eval.log" --out "$OUT" --policies "$POLICIES" --target-metric makespan-ratio
 step "figures and tables in $OUT: results.csv short.csv summary.txt $(cd "$OUT" && ls ./*.svg 2>/dev/null | tr '\n' ' ')"
 check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$REPS")
 ((SHORT)) && check+=(--short)

@@ -22,9 +22,13 @@ if [[ ${1:-} == --host ]]; then
     exec cargo test --release --workspace
 fi
 
+step "peer schedulers for the evaluation (scx_bpfland from crates.io, cached; cold ~10 min)"
+"$SCRIPTS_DIR/peers.sh" >/dev/null
+
 # Host tests and VM tests in one cargo run, so its summary covers both. The
 # VM tests are #[ignore]d for plain `cargo test`; they run one at a time:
 # tests/vm.rs boots one node per test, tests/vm_cluster.rs a cluster of four
-# (a head node running gangd and three compute nodes, ~2 min per test).
+# (a head node running gangd and three compute nodes, ~2 min per test),
+# tests/vm_eval.rs the evaluation at its reduced size (scripts/eval.sh).
 step "host tests, then VM acceptance tests (each boots one VM, the cluster tests four)"
 cargo test --release --workspace --no-fail-fast -- --include-ignored --test-threads=1

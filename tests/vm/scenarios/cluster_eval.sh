@@ -274,7 +274,7 @@ head_main() {
 	for p in $POLICIES; do
 		k=$((k + 1))
 		head_phase "$k" "$p"
-		for r in $(seq "$REPS"); do
+		for r in $(seq 0 $((REPS - 1))); do
 			if [ "$p" = dedicated ]; then
 				for w in $WORKLOADS; do cell dedicated "$w" 1 "$r"; done
 				if [ "$SHORT" = 1 ]; then
