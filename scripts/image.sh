@@ -1,6 +1,22 @@
 #!/usr/bin/env bash
 # Build the guest initramfs (busybox + our binaries + scenarios + kernel modules).
-# usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--scenarios DIR]
+# usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--scenarios DIR]
+#
+# --bin PATH     the executable to /usr/bin, with the shared libraries ldd lists
+# --lib-dir DIR  a directory of run-time plugins (dlopen()ed, so ldd of the
+#                binaries does not see them) copied to the same path, with the
+#                libraries every .so in it needs
+# --mpi          what MPI programs built with MPICH (ch4:ucx) load at run time
+#                besides their ldd libraries: UCX's transport modules (UCX's
+#                module directory) and hwloc's plugins if the host has any.
+#                The programs themselves come with --bin (scripts/lib.sh
+#                build_image --mpi does both). UCX needs no configuration in
+#                the guests (no /etc/ucx/ucx.conf): with its defaults it
+#                takes tcp over eth0 to other nodes and self/sysv/posix/cma
+#                shared memory on the node (/dev/shm is mounted by init); it
+#                leaves lo alone for remote peers. A user's UCX_* and
+#                MPIR_CVAR_* variables reach the ranks (`gang run` passes the
+#                environment on).
 #
 # Every node of a cluster boots the same image, so they share its cluster key
 # (/etc/gangd/cluster.key, mode 0600, fresh for every build, in the format of
@@ -8,13 +24,18 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-usage() { echo "usage: $0 OUT.cpio.gz [--bin PATH]... [--scenarios DIR]" >&2; exit 2; }
+usage() {
+    echo "usage: $0 OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--scenarios DIR]" >&2
+    exit 2
+}
 
-OUT= SCEN=
-BINS=()
+OUT= SCEN= MPI=0
+BINS=() LIBDIRS=()
 while (($#)); do
     case $1 in
     --bin) (($# >= 2)) || usage; BINS+=("$2"); shift 2 ;;
+    --lib-dir) (($# >= 2)) || usage; LIBDIRS+=("$2"); shift 2 ;;
+    --mpi) MPI=1; shift ;;
     --scenarios) (($# >= 2)) || usage; SCEN=$2; shift 2 ;;
     -h | --help) usage ;;
     -*) echo "unknown option $1" >&2; usage ;;
@@ -26,6 +47,25 @@ need_cmd busybox cpio gzip ldd
 need_kernel
 [[ -z $SCEN || -d $SCEN ]] || die "scenarios dir $SCEN does not exist"
 for b in "${BINS[@]}"; do [[ -f $b && -x $b ]] || die "--bin $b is not an executable file"; done
+if ((MPI)); then
+    # UCX loads its transport modules from the directory "ucx" next to
+    # libucs (Debian: cma for single-copy shared memory, ib and rdmacm,
+    # which find no device in the guest and stay idle); hwloc its plugins
+    # from "hwloc" next to libhwloc, when the host has that package.
+    # (ldconfig is in /sbin, off a normal user's PATH on Debian; awk reads
+    # all of its output: ldconfig killed by SIGPIPE would fail the pipeline.)
+    LDCONFIG=$(command -v ldconfig || echo /sbin/ldconfig)
+    LIBUCS=$("$LDCONFIG" -p | awk '!f && $1 == "libucs.so.0" && $NF ~ /^\// {print $NF; f = 1}')
+    [[ -n $LIBUCS ]] || die "--mpi: libucs.so.0 not found (install mpich: run scripts/setup.sh)"
+    LIBUCS=$(readlink -f "$LIBUCS")
+    [[ -d $(dirname "$LIBUCS")/ucx ]] || die "--mpi: no UCX module directory next to $LIBUCS"
+    LIBDIRS+=("$(dirname "$LIBUCS")/ucx")
+    LIBHWLOC=$("$LDCONFIG" -p | awk '!f && $1 ~ /^libhwloc\.so\./ && $NF ~ /^\// {print $NF; f = 1}')
+    if [[ -n $LIBHWLOC && -d $(dirname "$(readlink -f "$LIBHWLOC")")/hwloc ]]; then
+        LIBDIRS+=("$(dirname "$(readlink -f "$LIBHWLOC")")/hwloc")
+    fi
+fi
+for d in "${LIBDIRS[@]}"; do [[ -d $d && $d == /* ]] || die "--lib-dir $d is not an absolute path to a directory"; done
 BUSYBOX=$(command -v busybox)
 file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' ||
     ldd "$BUSYBOX" 2>&1 | grep -q 'not a dynamic' || die "$BUSYBOX is not static (install busybox-static)"
@@ -52,23 +92,47 @@ for a in $("$BUSYBOX" --list); do
     [[ $a == busybox ]] || ln -s busybox "$ST/usr/bin/$a"
 done
 
-# copy_bin SRC: the executable to /usr/bin plus its shared libraries and loader
-copy_bin() {
-    local src=$1 dst=$ST/usr/bin/${1##*/} lib
-    rm -f "$dst"
-    cp -L "$src" "$dst"
-    chmod 0755 "$dst"
+# copy_libs FILE: the shared libraries FILE needs and the loader, at their paths
+copy_libs() {
+    local lib
     # "libx.so => /path (0x..)" and "/lib64/ld-linux-x86-64.so.2 (0x..)"; static: no paths
-    for lib in $(ldd "$src" 2>/dev/null | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+    for lib in $(ldd "$1" 2>/dev/null | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
         [[ -e $ST$lib ]] && continue
         mkdir -p "$ST$(dirname "$lib")"
         cp -L "$lib" "$ST$lib"
     done
 }
+
+# copy_bin SRC: the executable to /usr/bin plus its shared libraries and loader
+copy_bin() {
+    local src=$1 dst=$ST/usr/bin/${1##*/}
+    rm -f "$dst"
+    cp -L "$src" "$dst"
+    chmod 0755 "$dst"
+    copy_libs "$src"
+}
+
+# copy_lib_dir DIR: DIR as it is (files and symlinks, same path) plus the
+# libraries of every shared object in it.
+copy_lib_dir() {
+    local dir=$1 f
+    mkdir -p "$ST$dir"
+    cp -a "$dir/." "$ST$dir/"
+    # Static archives and libtool files are for linking, not for running.
+    find "$ST$dir" \( -name '*.a' -o -name '*.la' \) -delete
+    for f in "$dir"/*.so*; do
+        [[ -f $f && ! -L $f ]] && copy_libs "$f"
+    done
+    return 0
+}
 copy_bin "$FUSERMOUNT"
 for b in "${BINS[@]}"; do
     step "adding $b"
     copy_bin "$b"
+done
+for d in "${LIBDIRS[@]}"; do
+    step "adding $d ($(find "$d" -name '*.so*' -type f | wc -l) shared objects)"
+    copy_lib_dir "$d"
 done
 
 # kernel modules (decompressed by setup.sh) and the config libbpf reads

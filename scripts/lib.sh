@@ -25,12 +25,20 @@ need_kernel() {
         die "no kernel in $KERNEL_DIR (run scripts/setup.sh)"
 }
 
-# build_image OUT [BIN...]: installs the test bed, builds the workspace and
-# packs the VM image with the scenarios and the project's binaries BIN
-# (default: scx_gang burn sigswitch; the cluster benchmarks add gangd, gang,
-# runas, ring).
+# build_image [--mpi] OUT [BIN...]: installs the test bed, builds the
+# workspace and packs the VM image with the scenarios and the project's
+# binaries BIN (default: scx_gang burn sigswitch; the cluster benchmarks add
+# gangd, gang, runas, ring). With --mpi it also builds the MPI test programs
+# (scripts/build_mpi.sh) and adds them (mpi_ring, mpi_allreduce), Debian's
+# NetPIPE (NPmpich2) and what MPICH and UCX load at run time (image.sh --mpi);
+# that adds some 15 MB to the compressed image, mostly libmpich.
 build_image() {
-    local out=$1 b bins=()
+    local out b bins=() mpi=()
+    if [[ ${1:-} == --mpi ]]; then
+        mpi=(--mpi)
+        shift
+    fi
+    out=$1
     shift
     (($#)) || set -- scx_gang burn sigswitch
     export BPF_CLANG=${BPF_CLANG:-clang-19}
@@ -41,6 +49,14 @@ build_image() {
         [[ -x $REPO_ROOT/target/release/$b ]] || die "target/release/$b missing after the build"
         bins+=(--bin "$REPO_ROOT/target/release/$b")
     done
+    if ((${#mpi[@]})); then
+        "$SCRIPTS_DIR/build_mpi.sh"
+        for b in "$REPO_ROOT"/target/mpi/mpi_*; do
+            [[ $b == *.tmp ]] || bins+=(--bin "$b")
+        done
+        [[ -x /usr/bin/NPmpich2 ]] || die "/usr/bin/NPmpich2 missing (run scripts/setup.sh)"
+        bins+=(--bin /usr/bin/NPmpich2)
+    fi
     mkdir -p "$(dirname "$out")"
-    "$SCRIPTS_DIR/image.sh" "$out" "${bins[@]}" --scenarios "$REPO_ROOT/tests/vm/scenarios"
+    "$SCRIPTS_DIR/image.sh" "$out" "${bins[@]}" "${mpi[@]}" --scenarios "$REPO_ROOT/tests/vm/scenarios"
 }

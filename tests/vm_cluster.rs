@@ -80,6 +80,33 @@ fn need_coordinator() {
     }
 }
 
+/// The MPI programs (built with MPICH's mpicc by scripts/build_mpi.sh into
+/// target/mpi/) and Debian's NetPIPE for MPICH, for the MPI scenario; the
+/// image gets what MPICH and UCX load at run time with them (image.sh
+/// --mpi).
+fn mpi_programs() -> Vec<PathBuf> {
+    let status = Command::new(repo().join("scripts/build_mpi.sh"))
+        .status()
+        .expect("running scripts/build_mpi.sh");
+    assert!(
+        status.success(),
+        "scripts/build_mpi.sh failed (MPICH missing? run scripts/setup.sh)"
+    );
+    let mut progs: Vec<PathBuf> = ["mpi_ring", "mpi_allreduce"]
+        .iter()
+        .map(|p| repo().join("target/mpi").join(p))
+        .collect();
+    progs.push(PathBuf::from("/usr/bin/NPmpich2"));
+    for p in &progs {
+        assert!(
+            p.exists(),
+            "{} is missing (run scripts/setup.sh)",
+            p.display()
+        );
+    }
+    progs
+}
+
 /// Builds the cluster image once per test run (its own cluster key).
 fn image() -> &'static Path {
     static IMAGE: OnceLock<PathBuf> = OnceLock::new();
@@ -88,9 +115,10 @@ fn image() -> &'static Path {
         fs::create_dir_all(out.parent().unwrap()).unwrap();
         let mut cmd = Command::new(repo().join("scripts/image.sh"));
         cmd.arg(&out);
-        for b in binaries() {
+        for b in binaries().into_iter().chain(mpi_programs()) {
             cmd.arg("--bin").arg(b);
         }
+        cmd.arg("--mpi");
         cmd.arg("--scenarios")
             .arg(repo().join("tests/vm/scenarios"));
         let status = cmd.status().expect("running scripts/image.sh");
@@ -670,5 +698,153 @@ fn test_bed_rings_across_nodes_and_kills_a_node_on_request() {
     assert!(
         !run.node(2).join("rc").exists(),
         "the killed node wrote results"
+    );
+}
+
+/// One row of NetPIPE's table ("  3:       4 bytes     20 times -->
+/// 55.65 Mbps in       0.55 usec"): (bytes, Mbps, usec).
+fn netpipe_row(line: &str) -> Option<(u64, f64, f64)> {
+    let (_, rest) = line.trim().split_once(':')?;
+    let w: Vec<&str> = rest.split_whitespace().collect();
+    match w.as_slice() {
+        [bytes, "bytes", _, "times", "-->", mbps, "Mbps", "in", usec, "usec"] => {
+            Some((bytes.parse().ok()?, mbps.parse().ok()?, usec.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// MPI programs built with Debian's MPICH (ch4:ucx) run unmodified under
+/// `gang run` with no mpiexec: gangd's PMI-1 server introduces the ranks,
+/// UCX carries their messages between the nodes. A rank that fails its
+/// check calls MPI_Abort: the job fails and no rank is left.
+#[test]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
+fn mpich_programs_run_under_gang_run_without_mpiexec() {
+    let run = run_cluster("cluster_mpi", NODES, &[], 1200);
+    let n0 = run.node(0);
+    let timed_out = |job: &str| n0.join(format!("{job}.timeout")).exists();
+
+    for (job, workload, size, iters) in [
+        ("ring", "mpi_ring", 3, 200),
+        ("allreduce", "mpi_allreduce", 3, 200),
+    ] {
+        assert!(
+            !timed_out(job),
+            "{job} hung: {}",
+            read(&n0, &format!("{job}.err"))
+        );
+        assert_eq!(
+            read(&n0, &format!("{job}.rc")),
+            "0",
+            "{job}: {}",
+            read(&n0, &format!("{job}.err"))
+        );
+        let reports = json_lines(&n0, &format!("{job}.out"));
+        assert_eq!(reports.len(), size, "{job}: one line per rank: {reports:?}");
+        let mut ranks: Vec<u64> = reports.iter().filter_map(|r| r["rank"].as_u64()).collect();
+        ranks.sort_unstable();
+        assert_eq!(
+            ranks,
+            (0..size as u64).collect::<Vec<_>>(),
+            "{job}: {reports:?}"
+        );
+        let mut nodes: Vec<&str> = reports.iter().filter_map(|r| r["node"].as_str()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        assert_eq!(
+            nodes.len(),
+            size,
+            "{job}: one rank per node (1 CPU each): {reports:?}"
+        );
+        for r in &reports {
+            assert_eq!(r["workload"], workload, "{r}");
+            assert_eq!(r["ok"], true, "{r}");
+            assert_eq!(r["size"], size, "{r}");
+            assert_eq!(r["iters"], iters, "{r}");
+            assert!(num(&r["iter_us"]["p50"]).unwrap_or(0.0) > 0.0, "{r}");
+        }
+        let p50: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| num(&r["iter_us"]["p50"]))
+            .collect();
+        eprintln!(
+            "{job}: {} ms in all, iteration p50 per rank {p50:?} us",
+            read(&n0, &format!("{job}.ms"))
+        );
+    }
+
+    // NetPIPE: its table on rank 0's stderr, 1 byte up to 64 KiB.
+    assert!(
+        !timed_out("netpipe"),
+        "NetPIPE hung: {}",
+        read(&n0, "netpipe.err")
+    );
+    assert_eq!(read(&n0, "netpipe.rc"), "0", "{}", read(&n0, "netpipe.err"));
+    let output = format!("{}\n{}", read(&n0, "netpipe.err"), read(&n0, "netpipe.out"));
+    let table: Vec<(u64, f64, f64)> = output.lines().filter_map(netpipe_row).collect();
+    assert!(
+        table.len() >= 20,
+        "NetPIPE's table has {} rows: {output}",
+        table.len()
+    );
+    assert_eq!(table[0].0, 1, "the table starts at 1 byte: {table:?}");
+    assert_eq!(table.last().unwrap().0, 65536, "-u 65536: {table:?}");
+    // (An emulated network is slow: small messages can show 0.00 Mbps.)
+    assert!(
+        table
+            .iter()
+            .all(|&(_, mbps, usec)| mbps >= 0.0 && usec > 0.0),
+        "{table:?}"
+    );
+    let best = table.iter().map(|r| r.1).fold(0.0, f64::max);
+    let small = table
+        .iter()
+        .filter(|r| r.0 <= 1024)
+        .map(|r| r.2)
+        .fold(f64::INFINITY, f64::min);
+    eprintln!(
+        "NetPIPE between two nodes: {:.1} us for 1 byte (one way), lowest up to 1 KiB {small:.1} us, \
+         {:.1} us for 64 KiB, best {best:.1} Mbps",
+        table[0].2,
+        table.last().unwrap().2
+    );
+
+    // The aborting job: failed, said why, left nothing.
+    assert!(
+        !timed_out("abort"),
+        "the aborting job hung: {}",
+        read(&n0, "abort.err")
+    );
+    let rc = read(&n0, "abort.rc");
+    assert_ne!(rc, "0", "an MPI_Abort is a failure");
+    let err = read(&n0, "abort.err");
+    assert!(
+        err.contains("wrong allreduce sum") && err.to_lowercase().contains("abort"),
+        "the ranks' complaints and the abort are reported: {err}"
+    );
+    for i in COMPUTE {
+        let n = run.node(i);
+        for job in ["ring", "allreduce", "netpipe", "abort"] {
+            assert_eq!(
+                read(&n, &format!("{job}.procs")),
+                "",
+                "node{i}: MPI processes left after {job}"
+            );
+            assert_eq!(
+                read(&n, &format!("{job}.cgroups")),
+                "",
+                "node{i}: job cgroup not empty after {job}"
+            );
+        }
+        assert_eq!(
+            read(&n, "abort.left"),
+            "",
+            "node{i}: ranks left after the abort"
+        );
+    }
+    eprintln!(
+        "abort: gang run exited {rc}: {}",
+        err.lines().last().unwrap_or("")
     );
 }
