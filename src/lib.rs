@@ -2,9 +2,10 @@
 //!
 //! The library holds what does not touch the kernel, so it is tested on the
 //! host: CPU lists, the slot table, the gang registry, knob values, the knob
-//! file system, the control protocol and trace analysis, and the node agent
+//! file system, the control protocol and trace analysis, the node agent
 //! that joins a gangd cluster (its scheduling goes through the daemon's main
-//! loop). The daemon (src/main.rs, src/scheduler.rs) adds the BPF side.
+//! loop), and the node's switching without BPF (`--switching signal|none`,
+//! switching/: signals, or nothing). The daemon (src/main.rs, src/scheduler.rs) adds the BPF side.
 
 pub mod agent;
 pub mod bpf_intf;
@@ -18,4 +19,5 @@ pub use gang_coordinator::knobfs;
 pub mod knobs;
 pub mod preflight;
 pub mod slots;
+pub mod switching;
 pub use gang_coordinator::trace;

@@ -19,31 +19,45 @@ use scx_gang::agent::{self, freeze::FreezeHolds, AgentConfig};
 use scx_gang::control::{self, Request};
 use scx_gang::knobfs::KnobMount;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
+use scx_gang::switching::{self, Switching};
 use scx_gang::trace;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "scx_gang",
     version,
-    about = "Gang scheduler for parallel jobs (sched_ext)"
+    about = "Gang scheduler for parallel jobs (sched_ext)",
+    after_help = "Without BPF (--switching signal or none) the knob files, the control socket \
+                  and the node agent work as with it; fill, housekeeping_cpus, \
+                  min_other_share_pct and yield_lead_us are accepted and ignored; traces, \
+                  --stats, the slot clock and voluntary yields exist only with --switching bpf."
 )]
 struct Opts {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// Slot length of the standalone rotation, in ms (1-10000).
+    /// How the node switches its gangs from slot to slot (none needs
+    /// --coordinator).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = Switching::Bpf)]
+    switching: Switching,
+
+    /// Slot length of the node's own rotation (standalone, or while gangd
+    /// is away), in ms (1-10000).
     #[arg(long, default_value = "50")]
     slot_ms: String,
 
-    /// Let idle CPUs run other gangs' tasks (0/1); the owner always preempts them.
+    /// Let idle CPUs run other gangs' tasks (0/1); the owner always preempts
+    /// them. BPF only.
     #[arg(long, default_value = "0")]
     fill: String,
 
-    /// CPUs never given to a gang (kernel CPU list, e.g. "0" or "0-1").
+    /// CPUs never given to a gang (kernel CPU list, e.g. "0" or "0-1"). BPF
+    /// only.
     #[arg(long, default_value = "")]
     housekeeping_cpus: String,
 
     /// Minimum share of each CPU for waiting tasks of no gang, in % (1-50).
+    /// BPF only.
     #[arg(long, default_value = "5")]
     min_other_share_pct: String,
 
@@ -64,16 +78,17 @@ struct Opts {
     socket: PathBuf,
 
     /// The slot clock socket, where ranks (the gang runtime library) get
-    /// their read-only view of the slot clock.
+    /// their read-only view of the slot clock (BPF only: without it they
+    /// are told that no scheduler runs).
     #[arg(long, default_value = "/run/scx_gang-clock.sock")]
     clock_socket: PathBuf,
 
     /// A rank's yield_point() this close to its slot's end, in µs, ends the
-    /// slot for it (0-1000000; 0: voluntary yield off).
+    /// slot for it (0-1000000; 0: voluntary yield off). BPF only.
     #[arg(long, default_value = "5000")]
     yield_lead_us: String,
 
-    /// Print statistics every N seconds while running.
+    /// Print statistics every N seconds while running (BPF only).
     #[arg(long)]
     stats: Option<f64>,
 
@@ -198,6 +213,10 @@ fn run(opts: Opts) -> Result<()> {
         None => {}
     }
 
+    if opts.monitor.is_none() {
+        opts.switching
+            .check(opts.coordinator.is_some(), opts.stats.is_some())?;
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed))
@@ -227,7 +246,7 @@ fn run(opts: Opts) -> Result<()> {
         )),
         None => None,
     };
-    scx_gang::preflight::check(&opts.cgroup_mount)?;
+    scx_gang::preflight::check(&opts.cgroup_mount, opts.switching.uses_bpf())?;
     fs::create_dir_all(&opts.gang_root)
         .with_context(|| format!("creating the gang root {}", opts.gang_root.display()))?;
 
@@ -245,6 +264,9 @@ fn run(opts: Opts) -> Result<()> {
         .to_path_buf();
     scx_gang::clock::serve(&opts.clock_socket, gang_root_rel, clock.clone())
         .context("serving the slot clock")?;
+    if !opts.switching.uses_bpf() {
+        switching::recover(&opts.gang_root);
+    }
     let mut on_all_yielded = None;
     if let Some((coordinator, key, node)) = cluster {
         let (_agent, sink) = agent::start(
@@ -267,6 +289,18 @@ fn run(opts: Opts) -> Result<()> {
     shared.on_change(move || {
         let _ = wake.send(control::Inbox::KnobsChanged);
     });
+    if !opts.switching.uses_bpf() {
+        let cfg = switching::LoopConfig {
+            mode: opts.switching,
+            gang_root: opts.gang_root.clone(),
+            nr_cpus,
+            knobs: shared.clone(),
+        };
+        let result = switching::run(&cfg, &requests, &shutdown);
+        let _ = fs::remove_file(&opts.socket);
+        let _ = fs::remove_file(&opts.clock_socket);
+        return result;
+    }
     let cfg = Config {
         cgroup_mount: opts.cgroup_mount.clone(),
         gang_root: opts.gang_root.clone(),
@@ -366,4 +400,64 @@ fn init_logging(verbose: bool) {
         simplelog::TerminalMode::Stderr,
         simplelog::ColorChoice::Never,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Opts, clap::Error> {
+        Opts::try_parse_from(std::iter::once("scx_gang").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn switching_defaults_to_the_bpf_scheduler() {
+        assert_eq!(parse(&[]).unwrap().switching, Switching::Bpf);
+    }
+
+    #[test]
+    fn switching_takes_bpf_signal_and_none() {
+        for (arg, mode) in [
+            ("bpf", Switching::Bpf),
+            ("signal", Switching::Signal),
+            ("none", Switching::None),
+        ] {
+            let o = parse(&["--switching", arg, "--coordinator", "head:7070"]).unwrap();
+            assert_eq!(o.switching, mode, "{arg}");
+        }
+    }
+
+    #[test]
+    fn a_bad_switching_mode_is_refused_with_the_choices() {
+        for bad in ["sigstop", "BPF ", "", "eevdf"] {
+            let e = parse(&["--switching", bad]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+            let text = e.to_string();
+            assert!(text.contains("--switching"), "{text}");
+            assert!(
+                text.contains("[possible values: bpf, signal, none]"),
+                "{text}"
+            );
+        }
+        assert!(
+            parse(&["--switching"]).is_err(),
+            "the mode is required after the flag"
+        );
+    }
+
+    #[test]
+    fn the_help_says_which_knobs_only_bpf_uses() {
+        let help = Opts::command().render_long_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(help.contains("--switching <MODE>"), "{help}");
+        assert!(
+            help.contains("- signal: No BPF scheduler: SIGSTOP"),
+            "{help}"
+        );
+        assert!(
+            help.contains("min_other_share_pct and yield_lead_us are accepted and ignored"),
+            "{help}"
+        );
+    }
 }

@@ -1,6 +1,8 @@
 //! Checks made before loading anything, each with an error an operator can
 //! act on: not root, a kernel without sched_ext, another sched_ext scheduler
-//! attached, cgroup v2 not mounted.
+//! attached, cgroup v2 not mounted. Without BPF (`--switching signal|none`)
+//! sched_ext is not checked: the node may run any kernel with cgroup v2, or
+//! a sched_ext scheduler of the operator's.
 
 use std::fs;
 use std::path::Path;
@@ -8,13 +10,19 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 const SCHED_EXT_SYSFS: &str = "/sys/kernel/sched_ext";
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
-pub fn check(cgroup_mount: &Path) -> Result<()> {
+/// With `sched_ext` (the BPF mode) the kernel must have sched_ext and no
+/// other sched_ext scheduler may be attached.
+pub fn check(cgroup_mount: &Path, sched_ext: bool) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
-        bail!("scx_gang must run as root (it loads a BPF scheduler and manages cgroups)");
+        if sched_ext {
+            bail!("scx_gang must run as root (it loads a BPF scheduler and manages cgroups)");
+        }
+        bail!("scx_gang must run as root (it manages cgroups and signals the jobs' processes)");
     }
-    check_sched_ext()?;
+    if sched_ext {
+        check_sched_ext()?;
+    }
     check_cgroup2(cgroup_mount)
 }
 
@@ -37,12 +45,17 @@ fn check_sched_ext() -> Result<()> {
     Ok(())
 }
 
+/// A cgroup-v2 hierarchy is mounted at `mount`.
+pub fn is_cgroup2(mount: &Path) -> bool {
+    nix::sys::statfs::statfs(mount)
+        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
 fn check_cgroup2(mount: &Path) -> Result<()> {
-    let st = match nix::sys::statfs::statfs(mount) {
-        Ok(st) => st,
-        Err(e) => bail!("cannot stat the cgroup mount {}: {e}", mount.display()),
-    };
-    if st.filesystem_type().0 as i64 != CGROUP2_SUPER_MAGIC {
+    if let Err(e) = nix::sys::statfs::statfs(mount) {
+        bail!("cannot stat the cgroup mount {}: {e}", mount.display());
+    }
+    if !is_cgroup2(mount) {
         bail!(
             "cgroup v2 is not mounted at {} (mount -t cgroup2 none {})",
             mount.display(),
@@ -50,4 +63,41 @@ fn check_cgroup2(mount: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_bpf_only_root_and_cgroup_v2_are_needed() {
+        let Some(mount) = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .into_iter()
+            .map(Path::new)
+            .find(|m| is_cgroup2(m))
+        else {
+            eprintln!("no cgroup v2 mounted here: nothing checked");
+            return;
+        };
+        if !nix::unistd::geteuid().is_root() {
+            let e = check(mount, false).unwrap_err().to_string();
+            assert!(e.contains("must run as root"), "{e}");
+            return;
+        }
+        check(mount, false).expect("sched_ext is not checked without BPF");
+        if !Path::new(SCHED_EXT_SYSFS).exists() {
+            let e = check(mount, true).unwrap_err().to_string();
+            assert!(e.contains("no sched_ext"), "{e}");
+        }
+    }
+
+    #[test]
+    fn without_bpf_a_directory_that_is_no_cgroup2_mount_is_still_refused() {
+        let e = check(Path::new("/proc"), false).unwrap_err().to_string();
+        if nix::unistd::geteuid().is_root() {
+            assert!(e.contains("cgroup v2 is not mounted at /proc"), "{e}");
+        } else {
+            assert!(e.contains("must run as root"), "{e}");
+        }
+    }
 }

@@ -1,0 +1,457 @@
+//! The `signal` mode's node: the schedule by gang name, the slot in force,
+//! and what a switch, a freeze or the rotation timer stops and continues.
+//!
+//! The table is the coordinator's column (slots of placements by gang
+//! name; the CPUs are checked like the BPF mode checks them but otherwise
+//! unused: a stopped process gives up every CPU, a continued one goes
+//! wherever the kernel puts it) or, standalone, one slot per gang found
+//! below the gang root. At any moment the gangs of the table that are not
+//! in the slot in force are held stopped; so are the slot's own gangs after
+//! a freeze, until the next switch. A gang in no slot is never stopped, and
+//! one the table drops is continued at once.
+//!
+//! A switch stops the outgoing gangs first and waits (briefly) until they
+//! really stopped, then continues the incoming ones: no moment where both
+//! run, like the BPF mode. Gangs that gain processes while held (a rank
+//! started late, a fork) are caught by the periodic `rescan`.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use log::{info, warn};
+
+use crate::control::{FrozenReport, Placement};
+use crate::cpulist::CpuList;
+use crate::drain;
+use crate::knobs::NodeStatus;
+use crate::slots::{GangId, SlotTable, MAX_SLOTS};
+
+use super::signal::{wait_parked, ProcessSource, Signaller};
+use super::FreezeJob;
+
+/// Longest wait at a switch for the outgoing gangs to stop before the
+/// incoming ones are continued (a process stuck in the kernel, e.g. on a
+/// dead file server, must not hold every switch).
+const SWITCH_STOP_WAIT: Duration = Duration::from_millis(50);
+/// How often a freeze polls parking and draining.
+const FREEZE_POLL: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One slot per gang, rotated on this node's timer every slot_ms.
+    Standalone,
+    /// The coordinator's table; switches come by command.
+    Coordinated,
+    /// The coordinator's table, rotated on this node's timer (the
+    /// coordinator is away) until the next command.
+    Autonomous,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Standalone => "standalone",
+            Mode::Coordinated => "coordinated",
+            Mode::Autonomous => "autonomous",
+        }
+    }
+}
+
+pub struct SignalNode<S: ProcessSource> {
+    signaller: Signaller<S>,
+    nr_cpus: u32,
+    mode: Mode,
+    /// slots[s]: the gangs of slot s, by name.
+    table: Vec<Vec<String>>,
+    cur: usize,
+    gen: u64,
+    switches: u64,
+    /// Gangs that must be stopped now.
+    held: BTreeSet<String>,
+    slot_len: Duration,
+    /// The timer's next switch (standalone, autonomous).
+    next_rotation: Option<Instant>,
+}
+
+impl<S: ProcessSource> SignalNode<S> {
+    /// A standalone node (its table is filled by the first `rescan`).
+    pub fn new(source: S, nr_cpus: u32, slot_ms: u32) -> Self {
+        Self {
+            signaller: Signaller::new(source),
+            nr_cpus,
+            mode: Mode::Standalone,
+            table: Vec::new(),
+            cur: 0,
+            gen: 0,
+            switches: 0,
+            held: BTreeSet::new(),
+            slot_len: Duration::from_millis(slot_ms.into()),
+            next_rotation: None,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn current_slot(&self) -> usize {
+        self.cur
+    }
+
+    pub fn switches(&self) -> u64 {
+        self.switches
+    }
+
+    pub fn table(&self) -> &[Vec<String>] {
+        &self.table
+    }
+
+    pub fn signaller(&self) -> &Signaller<S> {
+        &self.signaller
+    }
+
+    /// The slot length of the timer's rotation, from the next slot on.
+    pub fn set_slot_ms(&mut self, slot_ms: u32) {
+        self.slot_len = Duration::from_millis(slot_ms.into());
+    }
+
+    /// Every gang of the table (in any slot).
+    fn table_gangs(&self) -> BTreeSet<String> {
+        self.table.iter().flatten().cloned().collect()
+    }
+
+    /// Makes `slot` the slot in force: stops the gangs of the table that
+    /// are not in it (and waits for them to stop), then continues every
+    /// other gang this node stopped (incoming, dropped from the table, or
+    /// parked by a freeze).
+    fn enforce(&mut self, slot: usize) {
+        let slot_gangs: BTreeSet<String> = self
+            .table
+            .get(slot)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let held: BTreeSet<String> = self
+            .table_gangs()
+            .difference(&slot_gangs)
+            .cloned()
+            .collect();
+        let mut stopping = Vec::new();
+        for gang in &held {
+            let report = self.signaller.stop(gang);
+            // A suspended job's processes stop only once it is thawed.
+            if !self.signaller.source().is_frozen(gang) {
+                stopping.extend(report.newly_stopped);
+            }
+        }
+        if !wait_parked(&stopping, Instant::now() + SWITCH_STOP_WAIT) {
+            warn!(
+                "slot {slot}: outgoing processes still running after {} ms; continuing the incoming gangs anyway",
+                SWITCH_STOP_WAIT.as_millis()
+            );
+        }
+        for gang in self.signaller.stopped_gangs() {
+            if !held.contains(&gang) {
+                self.signaller.continue_gang(&gang);
+            }
+        }
+        self.held = held;
+        self.cur = slot;
+    }
+
+    fn switch_to(&mut self, slot: usize, gen: u64) {
+        self.enforce(slot);
+        self.gen = gen;
+        self.switches += 1;
+    }
+
+    /// Installs a new table and re-installs the slot in force in it (the
+    /// first slot if it has no such slot any more).
+    fn install(&mut self, mode: Mode, table: Vec<Vec<String>>) {
+        self.mode = mode;
+        self.table = table;
+        let slot = if self.cur < self.table.len() {
+            self.cur
+        } else {
+            0
+        };
+        self.enforce(slot);
+        self.next_rotation = match mode {
+            Mode::Coordinated => None,
+            _ => self.next_rotation.or(Some(Instant::now() + self.slot_len)),
+        };
+    }
+
+    /// The coordinator's column (Request::Column), or with `strict` an
+    /// explicit schedule (Request::Schedule: every gang must have
+    /// processes here). All or nothing: a refused table leaves the old one.
+    pub fn column(&mut self, slots: &[Vec<Placement>], strict: bool) -> Result<()> {
+        let table = self.check(slots)?;
+        if strict {
+            let known: BTreeSet<String> = self
+                .signaller
+                .source()
+                .gangs()
+                .context("listing the gangs")?
+                .into_iter()
+                .collect();
+            if let Some(unknown) = table.iter().flatten().find(|g| !known.contains(*g)) {
+                bail!("gang {unknown:?} is not known (no populated cgroup of that name below the gang root)");
+            }
+        }
+        self.install(Mode::Coordinated, table);
+        Ok(())
+    }
+
+    /// A column must be valid as a whole, like in the BPF mode: good CPU
+    /// lists, no CPU given twice in a slot, at most MAX_SLOTS slots.
+    fn check(&self, slots: &[Vec<Placement>]) -> Result<Vec<Vec<String>>> {
+        if slots.len() > MAX_SLOTS {
+            bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
+        }
+        let mut whole = SlotTable::new(self.nr_cpus, CpuList::new());
+        let mut ids: Vec<&str> = Vec::new();
+        for (s, placements) in slots.iter().enumerate() {
+            for p in placements {
+                let id = match ids.iter().position(|g| *g == p.gang) {
+                    Some(i) => i,
+                    None => {
+                        ids.push(&p.gang);
+                        ids.len() - 1
+                    }
+                };
+                let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg);
+                cpus.and_then(|c| Ok(whole.place(id as GangId, s, &c)?))
+                    .with_context(|| format!("placing gang {} in slot {s}", p.gang))?;
+            }
+        }
+        Ok(slots
+            .iter()
+            .map(|s| {
+                // A gang may have several placements in a slot: once is enough.
+                let mut names: Vec<String> = Vec::new();
+                for p in s {
+                    if !names.contains(&p.gang) {
+                        names.push(p.gang.clone());
+                    }
+                }
+                names
+            })
+            .collect())
+    }
+
+    /// A take-over by the coordinator's commands after an autonomous
+    /// rotation.
+    fn take_command(&mut self) {
+        if self.mode == Mode::Autonomous {
+            self.mode = Mode::Coordinated;
+            self.next_rotation = None;
+            info!("switch commands resume");
+        }
+    }
+
+    pub fn switch(&mut self, slot: u32, gen: u64) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("switch commands need an explicit schedule first (node is standalone)");
+        }
+        if slot as usize >= self.table.len() {
+            bail!(
+                "slot {slot} does not exist (the schedule has {} slots)",
+                self.table.len()
+            );
+        }
+        self.take_command();
+        self.switch_to(slot as usize, gen);
+        Ok(())
+    }
+
+    /// Rotate the coordinator's table on this node's timer (Request::Rotate),
+    /// continuing what a freeze left stopped.
+    pub fn rotate(&mut self) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("no explicit schedule to rotate (node is standalone)");
+        }
+        self.enforce(self.cur);
+        if self.mode != Mode::Autonomous {
+            self.mode = Mode::Autonomous;
+            self.next_rotation = Some(Instant::now() + self.slot_len);
+            info!(
+                "rotating the schedule on this node's timer: {} slots of {} ms",
+                self.table.len(),
+                self.slot_len.as_millis()
+            );
+        }
+        Ok(())
+    }
+
+    /// Back to standalone: one slot per gang found here, on the timer.
+    pub fn standalone(&mut self) -> Result<()> {
+        let gangs = self
+            .signaller
+            .source()
+            .gangs()
+            .context("listing the gangs")?;
+        self.install(
+            Mode::Standalone,
+            gangs.into_iter().map(|g| vec![g]).collect(),
+        );
+        Ok(())
+    }
+
+    /// The first half of a coordinated switch: stops the gangs of the slot
+    /// in force now and returns the wait for them to park and for their TCP
+    /// traffic to drain (within `timeout`), to run on a thread of its own.
+    pub fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
+        if self.mode == Mode::Standalone {
+            bail!("freeze needs an explicit schedule first (node is standalone)");
+        }
+        let start = Instant::now();
+        self.take_command();
+        let gangs: Vec<String> = self.table.get(self.cur).cloned().unwrap_or_default();
+        let mut pids = Vec::new();
+        let mut dirs = Vec::new();
+        for gang in &gangs {
+            self.signaller.stop(gang);
+            self.held.insert(gang.clone());
+            if !self.signaller.source().is_frozen(gang) {
+                pids.extend(self.signaller.stopped_of(gang));
+            }
+            dirs.extend(self.signaller.source().cgroup_dir(gang));
+        }
+        Ok(Box::new(move || {
+            park_and_drain(gen, gangs, &pids, &dirs, start, timeout)
+        }))
+    }
+
+    /// The timer's switch, if due (standalone or autonomous, two slots or
+    /// more).
+    pub fn tick(&mut self, now: Instant) {
+        let Some(due) = self.next_rotation else {
+            return;
+        };
+        if now < due {
+            return;
+        }
+        if self.table.len() >= 2 {
+            let next = (self.cur + 1) % self.table.len();
+            self.switch_to(next, self.gen + 1);
+        }
+        // Slots are counted from now: a late wake-up does not shorten the next.
+        self.next_rotation = Some(now + self.slot_len);
+    }
+
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.next_rotation
+    }
+
+    /// Periodic upkeep: standalone, a slot for every gang and none for gone
+    /// ones; processes that joined held gangs are stopped; exited ones are
+    /// forgotten.
+    pub fn rescan(&mut self) {
+        if self.mode == Mode::Standalone {
+            match self.signaller.source().gangs() {
+                Ok(gangs) => {
+                    let table: Vec<Vec<String>> = gangs.into_iter().map(|g| vec![g]).collect();
+                    if table != self.table {
+                        info!(
+                            "standalone: {} gangs, one slot each: {}",
+                            table.len(),
+                            table
+                                .iter()
+                                .flatten()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        self.install(Mode::Standalone, table);
+                    }
+                }
+                Err(e) => warn!("listing the gangs: {e}"),
+            }
+        }
+        for gang in self.held.clone() {
+            self.signaller.stop(&gang);
+        }
+        self.signaller.forget_exited();
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        let gangs: Vec<String> = self.table_gangs().into_iter().collect();
+        let lines = gangs
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mask = self
+                    .table
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.contains(g))
+                    .fold(0u64, |m, (s, _)| m | 1 << s);
+                let ranks = self
+                    .signaller
+                    .source()
+                    .processes(g)
+                    .map(|p| p.len())
+                    .unwrap_or(0);
+                format!(
+                    "{i} {g} slots={mask:#x} ranks={ranks} stopped={}",
+                    self.signaller.stopped_of(g).len()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        NodeStatus {
+            mode: self.mode.name().into(),
+            current_slot: self.cur as u32,
+            switches: self.switches,
+            nr_gangs: gangs.len() as u32,
+            nr_slots: self.table.len() as u32,
+            gangs: lines,
+        }
+    }
+}
+
+/// Waits for the frozen gangs' processes to park and then for their TCP
+/// sockets to reach steady state (drain.rs, as in the BPF mode: a stopped
+/// process, like a frozen one, holds no socket lock), all within `timeout`
+/// from `start`.
+fn park_and_drain(
+    gen: u64,
+    gangs: Vec<String>,
+    pids: &[i32],
+    dirs: &[PathBuf],
+    start: Instant,
+    timeout: Duration,
+) -> io::Result<FrozenReport> {
+    let parked = wait_parked(pids, start + timeout);
+    let freeze_us = start.elapsed().as_micros() as u64;
+    let mut ids = Vec::new();
+    for dir in dirs {
+        match drain::cgroup_ids(dir) {
+            Ok(more) => ids.extend(more),
+            // The job ended a moment ago: nothing of it to drain.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    ids.truncate(drain::MAX_FILTER_CGROUPS);
+    let left = timeout.saturating_sub(start.elapsed());
+    let drain = drain::wait_steady(|| drain::tcp_sockets_of(&ids), left, FREEZE_POLL)?;
+    Ok(FrozenReport {
+        gen,
+        gangs,
+        parked,
+        freeze_us,
+        drained: drain.drained,
+        drain_us: start.elapsed().as_micros() as u64,
+        sockets: drain.initial.sockets,
+        busy_sockets: drain.initial.busy_sockets,
+        unacked_segs: drain.initial.unacked_segs,
+        queued_bytes: drain.initial.queued_bytes,
+        yielded: Vec::new(),
+    })
+}
