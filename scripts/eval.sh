@@ -66,8 +66,7 @@ trap '[[ -z $TAIL_PID ]] || kill $TAIL_PID 2>/dev/null' EXIT
 if ((BOOT)); then
     if ((BUILD)) || [[ ! -f $IMG ]]; then
         BPFLAND=$("$SCRIPTS_DIR/peers.sh")
-        build_image "$IMG" scx_gang gangd gang runas rt allreduce alltoall ep \
-            "$BPFLAND" --mpi
+        build_image --mpi "$IMG" scx_gang gangd gang runas rt allreduce alltoall ep "$BPFLAND"
     fi
     # Seconds the boot may take: generously, per job a launch and the jobs'
     # work at the worst slowdown expected (EEVDF on fine-grained jobs).

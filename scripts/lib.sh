@@ -28,7 +28,8 @@ need_kernel() {
 # build_image [--mpi] OUT [BIN...]: installs the test bed, builds the
 # workspace and packs the VM image with the scenarios and the project's
 # binaries BIN (default: scx_gang burn sigswitch; the cluster benchmarks add
-# gangd, gang, runas, ring). With --mpi it also builds the MPI test programs
+# gangd, gang, runas, ring; a BIN with a '/' is a path, e.g. a peer
+# scheduler from scripts/peers.sh). With --mpi it also builds the MPI test programs
 # (scripts/build_mpi.sh) and adds them (mpi_ring, mpi_allreduce), Debian's
 # NetPIPE (NPmpich2) and what MPICH and UCX load at run time (image.sh --mpi);
 # that adds some 15 MB to the compressed image, mostly libmpich.
@@ -46,6 +47,11 @@ build_image() {
     step "building"
     (cd "$REPO_ROOT" && cargo build --release --workspace)
     for b in "$@"; do
+        if [[ $b == */* ]]; then   # a path: a binary from elsewhere (a peer scheduler)
+            [[ -x $b ]] || die "$b is not an executable file"
+            bins+=(--bin "$b")
+            continue
+        fi
         [[ -x $REPO_ROOT/target/release/$b ]] || die "target/release/$b missing after the build"
         bins+=(--bin "$REPO_ROOT/target/release/$b")
     done
