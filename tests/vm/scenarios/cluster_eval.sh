@@ -63,14 +63,14 @@ wl_cmd() {
 	gang-yield) flags="--yield" ;;
 	esac
 	case $w in
-	rt) echo "/usr/bin/rt --rounds $((150 * SCALE)) $flags" ;;
-	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $((250 * SCALE)) $flags" ;;
-	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $((750 * SCALE)) $flags" ;;
-	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $((60 * SCALE)) $flags" ;;
-	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((20 * SCALE)) $flags" ;;
+	rt) echo "/usr/bin/rt --rounds $((400 * SCALE)) $flags" ;;
+	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $((700 * SCALE)) $flags" ;;
+	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $((2100 * SCALE)) $flags" ;;
+	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $((150 * SCALE)) $flags" ;;
+	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((40 * SCALE)) $flags" ;;
 	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
-	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((250 * SCALE))" ;;
-	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((150 * SCALE))" ;;
+	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((20 * SCALE))" ;;
+	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((400 * SCALE))" ;;
 	*) fail "unknown workload $w" ;;
 	esac
 }
@@ -106,6 +106,9 @@ stop_local() {
 	wait_for 30 state_is disabled || fail "sched_ext still $(cat $SCX_STATE) after the phase"
 }
 
+# attached_or_gone PID: sched_ext is enabled, or PID (the scheduler) exited.
+attached_or_gone() { state_is enabled || ! kill -0 "$1"; }
+
 # start_local PHASE POLICY: a compute node joins phase PHASE's gangd.
 start_local() {
 	local k=$1 p=$2 mode
@@ -113,7 +116,8 @@ start_local() {
 	if [ "$p" = bpfland ]; then
 		scx_bpfland > "$RESULTS/bpfland.$k.log" 2>&1 &
 		BPFLAND_PID=$!
-		poll_for 120 sh -c "state_is enabled || ! kill -0 $BPFLAND_PID"
+		# Loading and verifying its BPF takes a minute or more under emulation.
+		poll_for 300 attached_or_gone "$BPFLAND_PID"
 		state_is enabled || fail "scx_bpfland did not attach: $(tail -3 "$RESULTS/bpfland.$k.log")"
 		log "scx_bpfland attached: $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
 	fi
@@ -126,26 +130,37 @@ start_local() {
 	grep -q 'joined cluster as node' "$RESULTS/scx_gang.$k.log" ||
 		fail "scx_gang --switching $mode did not join: $(tail -3 "$RESULTS/scx_gang.$k.log")"
 	if [ "$mode" = bpf ]; then
-		poll_for 120 sh -c "state_is enabled || ! kill -0 $SCX_PID"
+		poll_for 300 attached_or_gone "$SCX_PID"
 		state_is enabled || fail "scx_gang did not attach: $(tail -3 "$RESULTS/scx_gang.$k.log")"
 	fi
 	board_put "ready.$k.node$NODE_ID" yes || fail "node 0's board does not answer"
 }
 
-# compute_phases: a compute node follows node 0's phases until it is done.
+# compute_phases: a compute node follows node 0's phases until node 0 says
+# "end" (or a node failed). One board request every 2 s: a node whose one
+# CPU runs three spinning MPI ranks answers slowly, so only 10 misses in a
+# row mean node 0 is gone.
 compute_phases() {
-	local k=0 out p
+	local k=0 out v misses p
 	while :; do
 		k=$((k + 1))
-		# The next phase, or the end.
+		misses=0
 		while :; do
-			out=$(board_get phase) || fail "node 0's board does not answer"
-			[ "$out" = "$k" ] && break
-			[ "$(board_get done)" = yes ] && return 0
-			[ -n "$(board_get abort)" ] && return 1
-			sleep 1
+			if out=$(board_req phase) && [ -n "$out" ]; then
+				misses=0
+				case $out in *"!abort "*) log "stopping: ${out#*!abort }"; return 1 ;; esac
+				v=${out%%"$NL"*}
+				[ "$v" = end ] && { log "node 0 ended the evaluation"; return 0; }
+				[ "$v" = "$k" ] && break
+			else
+				misses=$((misses + 1))
+				[ "$misses" -ge 10 ] && fail "node 0's board did not answer 10 times in a row"
+			fi
+			sleep 2
 		done
 		p=$(board_get "policy.$k")
+		[ -n "$p" ] || fail "phase $k has no policy on the board"
+		log "phase $k: $p"
 		stop_local
 		start_local "$k" "$p"
 	done
@@ -188,8 +203,15 @@ run_job() {
 	echo "$(now_ms)" > "$JOBS/$name.submit"
 }
 
-# wait_job NAME [SECONDS]: until its end is recorded.
-wait_job() { poll_for "${2:-1800}" test -s "$JOBS/$1.end" || fail "job $1 never ended"; }
+# wait_job NAME [SECONDS]: until its end is recorded (polled every 0.2 s:
+# node 0 runs no ranks, and a cell's next jobs start sooner).
+wait_job() {
+	local until_ms=$(( $(now_ms) + ${2:-1800} * 1000 ))
+	until [ -s "$JOBS/$1.end" ]; do
+		[ "$(now_ms)" -ge "$until_ms" ] && fail "job $1 never ended"
+		usleep 200000
+	done
+}
 
 # job_fields NAME: the record fields of an ended job.
 job_fields() {
@@ -292,6 +314,7 @@ head_main() {
 	stop_gangd
 	mv "$RESULTS/gangd.log" "$RESULTS/gangd.$k.log"
 	GANGD_PID=
+	board_put phase end
 	say "all $CELLS cells done"
 }
 
