@@ -12,9 +12,11 @@
  * total itself and checks every sum. A wrong one is printed on stderr and
  * aborts the job (MPI_Abort, code 3).
  *
- * Test flag (not in the usage): --fault-rank R makes rank R add one to its
+ * Test flags (not in the usage): --fault-rank R makes rank R add one to its
  * contribution from iteration 1 on, so every rank's check fails there and
- * the job must end through MPI_Abort.
+ * the job must end through MPI_Abort (code 3); --abort-rank R makes rank R
+ * call MPI_Abort(MPI_COMM_WORLD, 4) in iteration 1 before the allreduce,
+ * while the other ranks wait in it for its value.
  *
  * At the end each rank prints one JSON line (see common.h), iter_us being
  * the time of one iteration (grain + allreduce), and exits 0. Bad
@@ -38,7 +40,7 @@ static uint64_t contribution(int rank, uint64_t iter)
 
 int main(int argc, char **argv)
 {
-    uint64_t grain_us = 1000, iters = 1000, fault = UINT64_MAX, loops, i, want;
+    uint64_t grain_us = 1000, iters = 1000, fault = UINT64_MAX, abort_rank = UINT64_MAX, loops, i, want;
     unsigned long mine, sum;
     int rank, size, r, k;
     double lpu, t0, t, *samples;
@@ -53,6 +55,9 @@ int main(int argc, char **argv)
                 usage(argv[0]);
         } else if (strcmp(argv[k], "--fault-rank") == 0 && k + 1 < argc) {
             if (parse_u64(argv[++k], 0, 1000000, &fault) != 0)
+                usage(argv[0]);
+        } else if (strcmp(argv[k], "--abort-rank") == 0 && k + 1 < argc) {
+            if (parse_u64(argv[++k], 0, 1000000, &abort_rank) != 0)
                 usage(argv[0]);
         } else {
             usage(argv[0]);
@@ -78,6 +83,13 @@ int main(int argc, char **argv)
         mine = (unsigned long)contribution(rank, i);
         if ((uint64_t)rank == fault && i >= 1)
             mine += 1;
+        if ((uint64_t)rank == abort_rank && i == 1) {
+            fprintf(stderr, "%s: rank %d: --abort-rank: calling MPI_Abort(MPI_COMM_WORLD, 4)\n", NAME,
+                    rank);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 4);
+            exit(4);
+        }
         MPI_OK(NAME, rank, MPI_Allreduce(&mine, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD));
         want = 0;
         for (r = 0; r < size; r++)
