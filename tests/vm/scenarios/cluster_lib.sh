@@ -195,8 +195,10 @@ stop_gangd() {
 # node 0, as node<NODE_ID> (on the head: nothing but its board entries). Nodes join in order (node i after node i-1 was admitted), so
 # gangd numbers them like their names; the agent joins before it loads the
 # BPF scheduler, so the slow part (loading, verifying) runs on every node at
-# once. Returns once the scheduler is attached and the agent logged its
-# admission; SCX_PID is its PID, its log scx_gang.log.
+# once. Returns once the scheduler is attached (with --switching signal or
+# none, which load no BPF: once the knob files are served) and the agent
+# logged its admission; SCX_PID is its PID, SCX_SWITCHING its mode, its log
+# scx_gang.log.
 #
 # Tasks of no gang (gangd, the board, this script, the agent's helpers) get
 # OTHER_SHARE_PCT (default 25) % of the node's one CPU while gangs are busy:
@@ -209,6 +211,7 @@ start_node_agent() {
 		board_put "joined.node$NODE_ID" yes && board_put "ready.node$NODE_ID" yes
 		return
 	fi
+	SCX_SWITCHING=$(switching_of "$@")
 	wait_board gangd up 120 || fail "gangd did not come up on node 0"
 	[ "$NODE_ID" = 0 ] || wait_board "joined.node$((NODE_ID - 1))" yes 300 ||
 		fail "node$((NODE_ID - 1)) never joined"
@@ -220,12 +223,33 @@ start_node_agent() {
 	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
 	joined || fail "scx_gang did not join: $(tail -5 "$RESULTS/scx_gang.log")"
 	board_put "joined.node$NODE_ID" yes || fail "node 0's board does not answer"
-	poll_for 120 attached_or_dead
-	kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
-	state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
+	if [ "$SCX_SWITCHING" = bpf ]; then
+		poll_for 120 attached_or_dead
+		kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
+		state_is enabled || fail "scx_gang joined but sched_ext is $(cat $SCX_STATE): $(tail -3 "$RESULTS/scx_gang.log")"
+	else
+		poll_for 60 knobs_or_dead
+		kill -0 "$SCX_PID" 2>/dev/null || fail "scx_gang exited: $(tail -5 "$RESULTS/scx_gang.log")"
+		test -e "$KNOBS/mode" ||
+			fail "scx_gang --switching $SCX_SWITCHING serves no knob files: $(tail -3 "$RESULTS/scx_gang.log")"
+	fi
 	board_put "ready.node$NODE_ID" yes || fail "node 0's board does not answer"
-	log "node $NODE_ID: $(grep -o 'joined cluster as node [0-9]*' "$RESULTS/scx_gang.log" | head -1)"
+	log "node $NODE_ID: $(grep -o 'joined cluster as node [0-9]*' "$RESULTS/scx_gang.log" | head -1) (--switching $SCX_SWITCHING)"
 }
+# switching_of ARGS...: the --switching mode among scx_gang's arguments (bpf,
+# its default, if none is given).
+switching_of() {
+	local mode=bpf
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--switching) [ $# -ge 2 ] && { mode=$2; shift; } ;;
+		--switching=*) mode=${1#--switching=} ;;
+		esac
+		shift
+	done
+	echo "$mode"
+}
+knobs_or_dead() { test -e "$KNOBS/mode" || ! kill -0 "$SCX_PID"; }
 joined() { grep -q "joined cluster as node" "$RESULTS/scx_gang.log"; }
 joined_or_dead() { joined || ! kill -0 "$SCX_PID"; }
 
