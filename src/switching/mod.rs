@@ -250,9 +250,10 @@ pub fn run(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> 
         Switching::Bpf => bail!("the bpf mode runs the BPF scheduler's own loop"),
     };
     info!(
-        "scx_gang --switching {}: no BPF scheduler; gang root {}",
+        "scx_gang --switching {}: no BPF scheduler; gang root {}; the ranks run under {}",
         cfg.mode.name(),
-        cfg.gang_root.display()
+        cfg.gang_root.display(),
+        kernel_scheduler()
     );
     local.rescan();
     cfg.knobs.set_status(local.status());
@@ -283,6 +284,18 @@ pub fn run(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> 
     drop(local);
     info!("scx_gang stopping: every process it stopped was continued");
     Ok(())
+}
+
+/// Which scheduler the kernel runs the ranks with (for the log: an
+/// evaluation run says what it measured).
+fn kernel_scheduler() -> String {
+    let sysfs = Path::new("/sys/kernel/sched_ext");
+    let state = std::fs::read_to_string(sysfs.join("state")).unwrap_or_default();
+    if state.trim() == "enabled" {
+        let ops = std::fs::read_to_string(sysfs.join("root/ops")).unwrap_or_default();
+        return format!("the sched_ext scheduler {:?}", ops.trim());
+    }
+    "the kernel's fair scheduler (no sched_ext scheduler attached)".into()
 }
 
 fn take(local: &mut dyn LocalSwitching, mode: Switching, msg: Inbox) {
