@@ -78,8 +78,8 @@ struct Opts {
     socket: PathBuf,
 
     /// The slot clock socket, where ranks (the gang runtime library) get
-    /// their read-only view of the slot clock (BPF only: without it they
-    /// are told that no scheduler runs).
+    /// their read-only view of the slot clock (BPF only: without BPF a rank
+    /// is told that its gang is not scheduled here).
     #[arg(long, default_value = "/run/scx_gang-clock.sock")]
     clock_socket: PathBuf,
 

@@ -12,7 +12,11 @@
 //!   listing of every gang's cgroup.procs (again after each signal, for
 //!   processes forked meanwhile), a wait until the stops took effect, and no
 //!   coordination at CPU level (which CPU runs what is the kernel's choice;
-//!   tasks of no gang compete with the slot's gangs as they like).
+//!   tasks of no gang compete with the slot's gangs as they like). Why
+//!   SIGSTOP and not the cgroup freezer: SIGSTOP is what the existing gang
+//!   schedulers use (the baseline must be theirs), no process can catch,
+//!   block or ignore it, and the freezer stays free for what it already
+//!   does here, suspending a job at the operator's request.
 //! - `none`: no BPF scheduler and no switching at all; the agent still
 //!   starts the ranks. The kernel's scheduler, or any sched_ext scheduler
 //!   the operator attached separately, runs them (the evaluation's EEVDF and
@@ -21,8 +25,9 @@
 //! Without BPF the daemon keeps its knob files, its control socket and the
 //! node agent; knobs only BPF uses (fill, housekeeping_cpus,
 //! min_other_share_pct, yield_lead_us) are accepted and ignored. Traces,
-//! the slot clock (ranks get "the scheduler is not running") and the
-//! voluntary-yield notices exist only with BPF.
+//! the slot clock (a rank that asks is told its gang is not scheduled here,
+//! and the runtime library carries on without it) and the voluntary-yield
+//! notices exist only with BPF.
 //!
 //! - signal.rs: stopping and continuing a gang's processes.
 //! - node.rs: the signal mode's schedule, switches, freeze and timer.
