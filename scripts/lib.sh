@@ -30,7 +30,7 @@ need_kernel() {
 # binaries BIN (default: scx_gang burn sigswitch; the cluster benchmarks add
 # gangd, gang, runas, ring; a BIN with a '/' is a path, e.g. a peer
 # scheduler from scripts/peers.sh). With --mpi it also builds the MPI test programs
-# (scripts/build_mpi.sh) and adds them (mpi_ring, mpi_allreduce), Debian's
+# (scripts/build_mpi.sh) and adds them (target/mpi/mpi_*), Debian's
 # NetPIPE (NPmpich2) and what MPICH and UCX load at run time (image.sh --mpi);
 # that adds some 15 MB to the compressed image, mostly libmpich.
 build_image() {

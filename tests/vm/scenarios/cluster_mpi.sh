@@ -8,24 +8,60 @@
 #   netpipe   gang run -n 2 -- NPmpich2 (ping-pong from 1 byte up to 64
 #             KiB, 5 repetitions per trial, no perturbations: ~40 s here;
 #             its table goes to stderr, and to np.out on rank 0's node)
+#   pairA + pairB  mpi_ring --rounds 300 and mpi_allreduce --iters 300
+#             --grain-us 2000 (3 ranks each) at the same time: they take
+#             turns cluster-wide (slots of 100 ms, strict barrier), UCX's
+#             TCP connections frozen and thawed at every switch
 #   abort     gang run -n 3 -- mpi_allreduce --iters 200 --fault-rank 1:
 #             rank 1 corrupts its value, every rank's check fails and calls
-#             MPI_Abort; the job must fail and no rank may be left anywhere.
-# Outputs on the head: NAME.out / NAME.err / NAME.rc (NAME.timeout if the
-# head had to Ctrl-C a job that hung). Every compute node writes, after
-# the abort, abort.left (mpi_allreduce processes still there, empty if
-# none) and abort.cgroups (non-empty job cgroups); after every job its
-# node's MPI processes to NAME.procs (should be empty).
+#             MPI_Abort (code 3); the job must fail and no rank may be left
+#   abort1    mpi_allreduce --iters 200 --abort-rank 1: rank 1 alone calls
+#             MPI_Abort (code 4) while the others wait for it in the
+#             allreduce; gangd must end them.
+# Outputs on the head: NAME.out / NAME.err / NAME.rc / NAME.ms;
+# pair.both_running ("yes" once `gang ps` showed both pair jobs running at
+# once). After every phase each compute node writes PHASE.procs (MPI
+# processes still there after 15 s, "pid:name" each, empty if none) and
+# PHASE.cgroups (non-empty job cgroups).
+#
+# A job that hangs is Ctrl-Ced by the head, which writes NAME.timeout:
+# "limit" (still running JOB_LIMIT s after submission) or "finalize" (its
+# work was done, so only MPI_Finalize was left: every rank printed its
+# result line, or NetPIPE its last row; and the job still runs
+# FINALIZE_GRACE s later). Before the Ctrl-C every compute node
+# writes NAME.dump (what its MPI processes do: states, kernel stacks, CPU
+# time over 2 s, sockets with their queues, the scheduler's view) and
+# NAME.ranks, one line per process of the job there: "pid comm state wchan
+# ticks-in-2-s spinning|blocked".
+#
+# Why "finalize": MPICH 4.0.2's ch4:ucx MPI_Finalize closes every UCX
+# endpoint (ucp_disconnect_nb, progressing until all closes completed) and
+# only then enters the PMI barrier, a blocking read on the PMI socket. With
+# UCX 1.13's tcp transport, closing an endpoint that sent anything since its
+# last flush sends a flush request (an empty PUT, 25 bytes) and waits for
+# the peer's acknowledgement; a peer that already finished its own closes
+# sits in the PMI barrier, no longer progresses UCX, and never answers: the
+# late rank spins in its close loop forever, the early ones wait forever in
+# the barrier. It takes ranks reaching MPI_Finalize far enough apart, which
+# time sharing (the pair phase) makes likely. (Later MPICH releases changed
+# this barrier, then removed it.) Any launcher's blocking PMI barrier hangs
+# the same way (tests/mpi/finalize_race.c hangs under mpiexec on the host
+# too); gangd's PMI server cannot make a rank progress UCX.
 #
 # Debugging: env.UCX_LOG_LEVEL=info or env.MPIR_CVAR_DEBUG_SUMMARY=1 on the
 # kernel command line (cluster.sh --append) reach the ranks: gang run
-# passes the user's environment on.
+# passes the user's environment on. env.PHASES=pair,abort (say) runs only
+# those phases.
 . /scenarios/cluster_lib.sh
 
 MPI_PROGS="mpi_ring mpi_allreduce NPmpich2"
 # A job runs at most this long (s) before the head Ctrl-Cs it (emulated
 # nodes: MPI_Init alone takes seconds).
 JOB_LIMIT=${JOB_LIMIT:-240}
+FINALIZE_GRACE=${FINALIZE_GRACE:-60}
+ALL_PHASES="ring allreduce netpipe pair abort abort1"
+PHASES=${PHASES:-$ALL_PHASES}
+want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
 cluster_init
 [ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
@@ -39,26 +75,54 @@ mpi_procs() {
 	done
 }
 
-# run_job NAME N PROG ARGS...: alice's `gang run -n N --name NAME -- PROG
-# ARGS...`, waited for (at most JOB_LIMIT s, then Ctrl-C), exit status in
-# NAME.rc; then every compute node records what is left.
-run_job() {
-	local name=$1 n=$2 t0
-	shift 2
-	t0=$(now_ms)
-	submit "$name" "$n" -- "$@"
-	if ! poll_for "$JOB_LIMIT" sh -c "! kill -0 $JOB_PID"; then
-		log "job $name still runs after ${JOB_LIMIT}s: Ctrl-C"
-		echo "$JOB_LIMIT" > "$RESULTS/$name.timeout"
-		as_alice gang ps > "$RESULTS/$name.ps" 2>&1
-		kill -INT "$JOB_PID"
-		poll_for 30 sh -c "! kill -0 $JOB_PID" || kill -KILL "$JOB_PID"
+# wait_job NAME PID T0 FILE PATTERN N: until job NAME's `gang run` (PID,
+# submitted at T0 ms) ends, or hangs (see NAME.timeout above: dump,
+# Ctrl-C); its work is done once N lines of its FILE (out or err) match
+# PATTERN. Exit status in NAME.rc, time in NAME.ms.
+wait_job() {
+	local name=$1 pid=$2 t0=$3 file=$RESULTS/$1.$4 pattern=$5 n=$6 all_at= hang= now id
+	while kill -0 "$pid" 2>/dev/null; do
+		now=$(now_ms)
+		if [ "$(grep -c -e "$pattern" "$file")" -ge "$n" ]; then
+			[ -n "$all_at" ] || all_at=$now
+			[ $((now - all_at)) -ge $((FINALIZE_GRACE * 1000)) ] && { hang=finalize; break; }
+		fi
+		[ $((now - t0)) -ge $((JOB_LIMIT * 1000)) ] && { hang=limit; break; }
+		sleep 1
+	done
+	if [ -n "$hang" ]; then
+		log "job $name hangs ($hang): dump, then Ctrl-C"
+		echo "$hang" > "$RESULTS/$name.timeout"
+		id=$(job_id "$name")
+		{ as_alice gang ps; as_alice gang matrix; save_node_state; cat "$RESULTS/gangd.knobs"; } \
+			> "$RESULTS/$name.ps" 2>&1
+		board_put dump "$name:$id"
+		all_nodes "dumped_$name" yes
+		kill -INT "$pid"
+		poll_for 30 sh -c "! kill -0 $pid" || kill -KILL "$pid"
 	fi
-	finish_job "$name" "$JOB_PID"
+	finish_job "$name" "$pid"
 	echo $(( $(now_ms) - t0 )) > "$RESULTS/$name.ms"
 	log "$name: $(grep -c '^{' "$RESULTS/$name.out") JSON line(s); stderr: $(head -c 400 "$RESULTS/$name.err" | tr '\n' ';')"
-	board_put phase "$name"
-	all_nodes "$name" checked
+}
+
+# end_phase PHASE: every compute node records what is left.
+end_phase() {
+	board_put phase "$1"
+	all_nodes "$1" checked
+}
+
+# run_job NAME N FILE PATTERN COUNT PROG ARGS...: alice's `gang run -n N
+# --name NAME -- PROG ARGS...`, waited for (wait_job's FILE PATTERN COUNT:
+# how to tell its work is done); then the phase NAME ends.
+OK_LINE='"ok":true'
+run_job() {
+	local name=$1 n=$2 file=$3 pattern=$4 count=$5 t0
+	shift 5
+	t0=$(now_ms)
+	submit "$name" "$n" -- "$@"
+	wait_job "$name" "$JOB_PID" "$t0" "$file" "$pattern" "$count"
+	end_phase "$name"
 }
 
 # all_nodes KEY VALUE: the head waits until every compute node put
@@ -71,9 +135,68 @@ all_nodes() {
 	done
 }
 
+# dump NAME:ID: on a compute node, what the MPI processes do (job NAME,
+# gangd's job ID, hangs): NAME.dump and NAME.ranks (see above).
+dump() {
+	local name=${1%%:*} id=${1#*:} p t t1 t2 st wc d f
+	log "dumping the ranks of $name (job$id)"
+	: > "$RESULTS/$name.ranks"
+	for p in $(cat "$GANG_ROOT/job$id/cgroup.procs" 2>/dev/null); do
+		t1=$(cpu_ticks "$p")
+		sleep 2
+		t2=$(cpu_ticks "$p")
+		st=$(awk '/^State:/ {print $2}' "/proc/$p/status" 2>/dev/null)
+		wc=$(cat "/proc/$p/wchan" 2>/dev/null)
+		if [ $((t2 - t1)) -gt 0 ]; then t=spinning; else t=blocked; fi
+		echo "$p $(cat /proc/$p/comm 2>/dev/null) ${st:-?} ${wc:-?} $((t2 - t1)) $t" >> "$RESULTS/$name.ranks"
+	done
+	{
+		echo "== $(date) (uptime $(cut -d' ' -f1 /proc/uptime)) node$NODE_ID, job $name (job$id) hangs"
+		echo "job$id: freeze $(cat "$GANG_ROOT/job$id/cgroup.freeze" 2>/dev/null)" \
+			"events $(tr '\n' ' ' < "$GANG_ROOT/job$id/cgroup.events" 2>/dev/null)"
+		echo "entropy_avail $(cat /proc/sys/kernel/random/entropy_avail)"
+		for p in $(pidof $MPI_PROGS); do
+			echo "-- pid $p: $(tr '\0' ' ' < /proc/$p/cmdline)"
+			grep -E '^(State|Threads|voluntary|nonvoluntary)' /proc/$p/status
+			echo "cgroup $(cat /proc/$p/cgroup)"
+			for t in /proc/$p/task/*; do
+				echo "task ${t##*/}: $(cut -d' ' -f2,3,14,15 $t/stat) wchan $(cat $t/wchan)"
+				sed 's/^/    /' $t/stack 2>/dev/null
+			done
+			ls -l /proc/$p/fd 2>/dev/null | grep -c socket | sed 's/^/sockets: /'
+		done
+		netstat -tn 2>/dev/null | grep -v TIME_WAIT
+		for f in "$KNOBS"/*; do echo "knob $(basename "$f"): $(cat "$f" 2>/dev/null | tr '\n' ';')"; done
+		for d in "$GANG_ROOT"/job*; do
+			[ -d "$d" ] && echo "$d: procs $(cat $d/cgroup.procs | tr '\n' ' ') events $(cat $d/cgroup.events | tr '\n' ' ')"
+		done
+	} > "$RESULTS/$name.dump" 2>&1
+	board_put "dumped_$name.node$NODE_ID" yes
+}
+
+# wait_phase PHASE: on a compute node, until the head starts PHASE's checks;
+# meanwhile it dumps its ranks' state when the head asks (once per request:
+# the board keeps the last one).
+DONE_DUMP=
+wait_phase() {
+	local until_ms=$(( $(now_ms) + 900 * 1000 )) d
+	while :; do
+		[ "$(board_get phase)" = "$1" ] && return 0
+		[ -n "$(board_get abort)" ] && return 1
+		d=$(board_get dump)
+		if [ -n "$d" ] && [ "$d" != "$DONE_DUMP" ]; then
+			dump "$d"
+			DONE_DUMP=$d
+		fi
+		[ "$(now_ms)" -ge "$until_ms" ] && return 1
+		sleep 1
+	done
+}
+
 # check_left NAME: on a compute node, after job NAME: no MPI process left
 # (within 15 s: the agent kills a failed job's ranks), job cgroups empty.
 check_left() {
+	local d
 	poll_for 15 sh -c "[ -z \"\$(pidof $MPI_PROGS)\" ]"
 	mpi_procs > "$RESULTS/$1.procs"
 	poll_for 10 job_cgroups_empty
@@ -87,18 +210,34 @@ check_left() {
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
 	cd /tmp || fail "no /tmp"
-	run_job ring 3 /usr/bin/mpi_ring --rounds 200
-	run_job allreduce 3 mpi_allreduce --iters 200
-	run_job netpipe 2 NPmpich2 -u 65536 -n 5 -p 0 -o /tmp/np.out
-	run_job abort 3 mpi_allreduce --iters 200 --fault-rank 1
+	want ring && run_job ring 3 out "$OK_LINE" 3 /usr/bin/mpi_ring --rounds 200
+	want allreduce && run_job allreduce 3 out "$OK_LINE" 3 mpi_allreduce --iters 200
+	want netpipe && run_job netpipe 2 err ' 65536 bytes ' 1 NPmpich2 -u 65536 -n 5 -p 0 -o /tmp/np.out
+	if want pair; then
+		t0=$(now_ms)
+		submit pairA 3 -- mpi_ring --rounds 300; PA=$JOB_PID
+		submit pairB 3 -- mpi_allreduce --iters 300 --grain-us 2000; PB=$JOB_PID
+		if poll_for 60 jobs_at_least running 2; then
+			echo yes > "$RESULTS/pair.both_running"
+			as_alice gang matrix > "$RESULTS/pair.matrix" 2>&1
+		else
+			echo no > "$RESULTS/pair.both_running"
+		fi
+		wait_job pairA "$PA" "$t0" out "$OK_LINE" 3
+		wait_job pairB "$PB" "$t0" out "$OK_LINE" 3
+		end_phase pair
+	fi
+	# (Never done: no rank of these gets to print its result.)
+	want abort && run_job abort 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --fault-rank 1
+	want abort1 && run_job abort1 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --abort-rank 1
 	as_alice gang ps > "$RESULTS/ps_after.txt" 2>&1
 	cluster_done
 else
-	for phase in ring allreduce netpipe abort; do
-		wait_board phase "$phase" 900 || fail "no $phase phase"
+	# (PHASES comes from the kernel command line: the same on every node.)
+	for phase in $PHASES; do
+		wait_phase "$phase" || fail "no $phase phase"
 		check_left "$phase"
 	done
-	cp "$RESULTS/abort.procs" "$RESULTS/abort.left"
 	# NetPIPE's rank 0 writes its table file where it ran.
 	[ -f /tmp/np.out ] && cp /tmp/np.out "$RESULTS/np.out"
 	wait_done
