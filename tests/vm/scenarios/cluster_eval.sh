@@ -65,13 +65,13 @@ wl_cmd() {
 	gang-yield) flags="--yield" ;;
 	esac
 	case $w in
-	rt) echo "/usr/bin/rt --rounds $((400 * SCALE)) $flags" ;;
+	rt) echo "/usr/bin/rt --rounds $((1500 * SCALE)) $flags" ;;
 	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $((700 * SCALE)) $flags" ;;
 	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $((2100 * SCALE)) $flags" ;;
 	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $((150 * SCALE)) $flags" ;;
-	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((40 * SCALE)) $flags" ;;
+	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((150 * SCALE)) $flags" ;;
 	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
-	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((20 * SCALE))" ;;
+	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
 	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((400 * SCALE))" ;;
 	*) fail "unknown workload $w" ;;
 	esac
