@@ -92,7 +92,7 @@ fn mpi_programs() -> Vec<PathBuf> {
         status.success(),
         "scripts/build_mpi.sh failed (MPICH missing? run scripts/setup.sh)"
     );
-    let mut progs: Vec<PathBuf> = ["mpi_ring", "mpi_allreduce"]
+    let mut progs: Vec<PathBuf> = ["mpi_ring", "mpi_allreduce", "mpi_finalize_race"]
         .iter()
         .map(|p| repo().join("target/mpi").join(p))
         .collect();
@@ -891,7 +891,15 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
     // Nothing left on any node after any phase.
     for i in COMPUTE {
         let n = run.node(i);
-        for phase in ["ring", "allreduce", "netpipe", "pair", "abort", "abort1"] {
+        for phase in [
+            "ring",
+            "allreduce",
+            "netpipe",
+            "pair",
+            "abort",
+            "abort1",
+            "race",
+        ] {
             assert_eq!(
                 read(&n, &format!("{phase}.procs")),
                 "",
@@ -903,6 +911,15 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
                 "node{i}: job cgroup not empty after {phase}"
             );
         }
+    }
+    // The finalize deadlock on purpose (tests/mpi/finalize_race.c): it must
+    // show the signature the tolerance above relies on. (A fixed MPICH
+    // would end it normally.)
+    if timed_out("race") {
+        assert_finalize_race(&run, "race");
+    } else {
+        assert_eq!(read(&n0, "race.rc"), "0", "{}", read(&n0, "race.err"));
+        eprintln!("race: MPI_Finalize did not deadlock (a fixed MPICH?)");
     }
     if !finalize_hangs.is_empty() {
         eprintln!(

@@ -18,6 +18,9 @@
 #   abort1    mpi_allreduce --iters 200 --abort-rank 1: rank 1 alone calls
 #             MPI_Abort (code 4) while the others wait for it in the
 #             allreduce; gangd must end them.
+#   race      gang run -n 2 -- mpi_finalize_race: provokes the MPI_Finalize
+#             deadlock described below (expected to hang, FINALIZE_GRACE 20
+#             s, then dumped and Ctrl-Ced like any hung job).
 # Outputs on the head: NAME.out / NAME.err / NAME.rc / NAME.ms;
 # pair.both_running ("yes" once `gang ps` showed both pair jobs running at
 # once). After every phase each compute node writes PHASE.procs (MPI
@@ -54,12 +57,12 @@
 # those phases.
 . /scenarios/cluster_lib.sh
 
-MPI_PROGS="mpi_ring mpi_allreduce NPmpich2"
+MPI_PROGS="mpi_ring mpi_allreduce NPmpich2 mpi_finalize_race"
 # A job runs at most this long (s) before the head Ctrl-Cs it (emulated
 # nodes: MPI_Init alone takes seconds).
 JOB_LIMIT=${JOB_LIMIT:-240}
 FINALIZE_GRACE=${FINALIZE_GRACE:-60}
-ALL_PHASES="ring allreduce netpipe pair abort abort1"
+ALL_PHASES="ring allreduce netpipe pair abort abort1 race"
 PHASES=${PHASES:-$ALL_PHASES}
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -78,14 +81,16 @@ mpi_procs() {
 # wait_job NAME PID T0 FILE PATTERN N: until job NAME's `gang run` (PID,
 # submitted at T0 ms) ends, or hangs (see NAME.timeout above: dump,
 # Ctrl-C); its work is done once N lines of its FILE (out or err) match
-# PATTERN. Exit status in NAME.rc, time in NAME.ms.
+# PATTERN (GRACE, default FINALIZE_GRACE: seconds it may run on after
+# that). Exit status in NAME.rc, time in NAME.ms.
 wait_job() {
 	local name=$1 pid=$2 t0=$3 file=$RESULTS/$1.$4 pattern=$5 n=$6 all_at= hang= now id
+	local grace=${GRACE:-$FINALIZE_GRACE}
 	while kill -0 "$pid" 2>/dev/null; do
 		now=$(now_ms)
 		if [ "$(grep -c -e "$pattern" "$file")" -ge "$n" ]; then
 			[ -n "$all_at" ] || all_at=$now
-			[ $((now - all_at)) -ge $((FINALIZE_GRACE * 1000)) ] && { hang=finalize; break; }
+			[ $((now - all_at)) -ge $((grace * 1000)) ] && { hang=finalize; break; }
 		fi
 		[ $((now - t0)) -ge $((JOB_LIMIT * 1000)) ] && { hang=limit; break; }
 		sleep 1
@@ -230,6 +235,11 @@ if [ "$NODE_ID" = 0 ]; then
 	# (Never done: no rank of these gets to print its result.)
 	want abort && run_job abort 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --fault-rank 1
 	want abort1 && run_job abort1 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --abort-rank 1
+	if want race; then
+		GRACE=20
+		run_job race 2 err 'entering MPI_Finalize' 2 mpi_finalize_race --skew-ms 1000
+		GRACE=
+	fi
 	as_alice gang ps > "$RESULTS/ps_after.txt" 2>&1
 	cluster_done
 else
