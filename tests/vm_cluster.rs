@@ -929,3 +929,130 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
         );
     }
 }
+
+/// What a compute node of cluster_switching wrote about a phase
+/// (switching.PHASE.txt: key=value lines).
+fn switching_counts(node: &Path, phase: &str) -> std::collections::BTreeMap<String, String> {
+    read(node, &format!("switching.{phase}.txt"))
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+#[ignore = "boots 3 VMs: run by scripts/test.sh"]
+fn without_bpf_signals_alternate_the_jobs_and_none_lets_them_share_the_cpu() {
+    // One head and two compute nodes; two phases (cluster_switching.sh).
+    let nodes = 3;
+    let run = run_cluster("cluster_switching", nodes, &[], 600);
+    let n0 = run.node(0);
+    for phase in ["signal", "none"] {
+        for job in ["A", "B"] {
+            let name = format!("{phase}{job}");
+            assert_eq!(
+                read(&n0, &format!("{name}.rc")),
+                "0",
+                "{}",
+                read(&n0, &format!("{name}.err"))
+            );
+            let reports = json_lines(&n0, &format!("{name}.out"));
+            assert_eq!(
+                reports.len(),
+                nodes - 1,
+                "one burn report per rank: {reports:?}"
+            );
+            assert!(
+                reports
+                    .iter()
+                    .all(|r| num(&r["units"]).unwrap_or(0.0) > 0.0),
+                "{name}: every rank worked: {reports:?}"
+            );
+        }
+    }
+
+    for i in 1..nodes {
+        let node = run.node(i);
+        for phase in ["signal", "none"] {
+            let c = switching_counts(&node, phase);
+            let n = |k: &str| -> u64 {
+                c.get(k)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("node{i} {phase}: no number {k} in {c:?}"))
+            };
+            let (samples, both) = (n("samples"), n("both"));
+            let (a, b) = (n("a_ticks"), n("b_ticks"));
+            assert!(samples >= 100, "node{i} {phase}: {c:?}");
+            assert_eq!(
+                c["sched_ext"], "disabled",
+                "node{i} {phase}: no BPF scheduler"
+            );
+            assert_eq!(
+                read(&node, &format!("scx_gang.{phase}.rc")),
+                "0",
+                "node{i} {phase}: Ctrl-C ends the daemon cleanly"
+            );
+            assert!(
+                read(&node, &format!("scx_gang.{phase}.log"))
+                    .contains(&format!("scx_gang --switching {phase}: no BPF scheduler")),
+                "node{i} {phase}"
+            );
+            if phase == "signal" {
+                assert_eq!(c["knob_mode"], "coordinated", "node{i}: {c:?}");
+                // Both running: at most a sample caught in the middle of a switch.
+                assert!(
+                    both <= samples / 50 + 2,
+                    "node{i}: A and B ran together: {c:?}"
+                );
+                assert!(
+                    n("a_only") >= samples / 8 && n("b_only") >= samples / 8,
+                    "node{i}: both jobs get turns: {c:?}"
+                );
+                assert!(
+                    n("alternations") >= 4,
+                    "node{i}: the jobs take turns: {c:?}"
+                );
+                assert!(
+                    a * 5 >= a + b && b * 5 >= a + b,
+                    "node{i}: both make progress: {c:?}"
+                );
+                assert!(n("knob_switches") >= 4, "node{i}: {c:?}");
+            } else {
+                assert_eq!(c["knob_mode"], "none", "node{i}: {c:?}");
+                assert_eq!(both, samples, "node{i}: nothing is ever stopped: {c:?}");
+                assert!(
+                    a * 10 >= (a + b) * 3 && b * 10 >= (a + b) * 3,
+                    "node{i}: the kernel shares the CPU: {c:?}"
+                );
+            }
+        }
+    }
+
+    // gangd's strict barrier in the signal phase: every node answered its
+    // freezes (stopped, parked, drained) in time, nearly always.
+    let switches = json_lines(&n0, "switch.signal.jsonl");
+    assert!(switches.len() >= 10, "{} switches", switches.len());
+    let clean = switches
+        .iter()
+        .filter(|s| {
+            s["failed"].as_array().is_some_and(|f| f.is_empty())
+                && rec_num(s, "drain_timeouts") == Some(0.0)
+        })
+        .count();
+    assert!(
+        clean * 10 >= switches.len() * 9,
+        "{clean} of {} switches without a timeout or a silent node",
+        switches.len()
+    );
+    let frozen: Vec<&Value> = switches
+        .iter()
+        .flat_map(|s| s["nodes"].as_object().into_iter().flat_map(|n| n.values()))
+        .filter(|n| !n["frozen"].is_null())
+        .collect();
+    assert!(
+        frozen
+            .iter()
+            .all(|n| rec_num(&n["frozen"], "freeze_us").is_some()),
+        "every freeze report has its timings"
+    );
+}

@@ -69,7 +69,10 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
                     .find(|r| r[policy] == p && r[workload] == w && r[mpl] == m)
                     .unwrap_or_else(|| panic!("results.csv has no row for {p} {w} MPL {m}"));
                 assert_eq!(row[jobs], m, "{p} {w} MPL {m}: jobs");
-                assert_eq!(row[jobs_ok], m, "{p} {w} MPL {m}: jobs that verified their results");
+                assert_eq!(
+                    row[jobs_ok], m,
+                    "{p} {w} MPL {m}: jobs that verified their results"
+                );
                 let s: f64 = row[slowdown]
                     .parse()
                     .unwrap_or_else(|_| panic!("{p} {w} MPL {m}: slowdown {:?}", row[slowdown]));
@@ -82,7 +85,10 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
         assert!(!text.trim().is_empty(), "{f} is empty");
     }
     let svg = fs::read_to_string(out.join("slowdown.svg")).unwrap();
-    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"), "slowdown.svg is not SVG");
+    assert!(
+        svg.starts_with("<svg") || svg.starts_with("<?xml"),
+        "slowdown.svg is not SVG"
+    );
     for p in policies {
         assert!(svg.contains(p), "slowdown.svg does not show {p}");
     }

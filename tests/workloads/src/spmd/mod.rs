@@ -723,7 +723,7 @@ impl Report {
         let [p50, p90, p99, max] = percentiles(&self.iter_us);
         let w = gangrt::wait_stats();
         let mut o = format!(
-            "{{\"workload\":{},\"rank\":{},\"size\":{},\"iters\":{},\"elapsed_s\":{:.6},\
+            "{{\"workload\":{},\"rank\":{},\"size\":{},\"iters\":{},\"elapsed_s\":{:.9},\
              \"iter_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}},\"ok\":true,\"check\":{},\
              \"waits\":{},\"spin_hits\":{},\"blocks\":{},\"spin_ns\":{},\"yields\":{}",
             json_str(self.workload),
