@@ -98,6 +98,33 @@ pub struct FrozenReport {
     pub yielded: Vec<String>,
 }
 
+impl FrozenReport {
+    /// The report of a freeze whose drain wait (started at `start`) ended
+    /// with `drain`: the BPF freezer's and the signal mode's alike.
+    pub fn drained(
+        gen: u64,
+        gangs: Vec<String>,
+        parked: bool,
+        freeze_us: u64,
+        drain: &crate::drain::DrainReport,
+        start: std::time::Instant,
+    ) -> Self {
+        Self {
+            gen,
+            gangs,
+            parked,
+            freeze_us,
+            drained: drain.drained,
+            drain_us: start.elapsed().as_micros() as u64,
+            sockets: drain.initial.sockets,
+            busy_sockets: drain.initial.busy_sockets,
+            unacked_segs: drain.initial.unacked_segs,
+            queued_bytes: drain.initial.queued_bytes,
+            yielded: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Response {
     pub ok: bool,

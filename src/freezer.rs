@@ -84,18 +84,10 @@ pub fn park_and_drain(gen: u64, all: &[ParkGang], timeout: Duration) -> io::Resu
     let left = timeout.saturating_sub(start.elapsed());
     ids.truncate(drain::MAX_FILTER_CGROUPS);
     let drain = drain::wait_steady(|| drain::tcp_sockets_of(&ids), left, POLL)?;
+    let names = gangs.iter().map(|(name, _)| name.clone()).collect();
     Ok(FrozenReport {
-        gen,
-        gangs: gangs.iter().map(|(name, _)| name.clone()).collect(),
-        parked,
-        freeze_us,
-        drained: drain.drained,
-        drain_us: start.elapsed().as_micros() as u64,
-        sockets: drain.initial.sockets,
-        busy_sockets: drain.initial.busy_sockets,
-        unacked_segs: drain.initial.unacked_segs,
-        queued_bytes: drain.initial.queued_bytes,
         yielded: yielded.iter().map(|g| g.name.clone()).collect(),
+        ..FrozenReport::drained(gen, names, parked, freeze_us, &drain, start)
     })
 }
 

@@ -441,17 +441,7 @@ fn park_and_drain(
     ids.truncate(drain::MAX_FILTER_CGROUPS);
     let left = timeout.saturating_sub(start.elapsed());
     let drain = drain::wait_steady(|| drain::tcp_sockets_of(&ids), left, FREEZE_POLL)?;
-    Ok(FrozenReport {
-        gen,
-        gangs,
-        parked,
-        freeze_us,
-        drained: drain.drained,
-        drain_us: start.elapsed().as_micros() as u64,
-        sockets: drain.initial.sockets,
-        busy_sockets: drain.initial.busy_sockets,
-        unacked_segs: drain.initial.unacked_segs,
-        queued_bytes: drain.initial.queued_bytes,
-        yielded: Vec::new(),
-    })
+    Ok(FrozenReport::drained(
+        gen, gangs, parked, freeze_us, &drain, start,
+    ))
 }
