@@ -411,6 +411,7 @@ impl<'a> Scheduler<'a> {
             };
             self.push_table()?;
         }
+        self.publish_status();
         Ok(())
     }
 
@@ -458,6 +459,9 @@ impl<'a> Scheduler<'a> {
                 self.push_table()
             }
         };
+        // Whoever reads the status files after an answer sees what the
+        // request did (the loop refreshes them only every SCAN_PERIOD).
+        self.publish_status();
         let _ = pending.reply.send(match response {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(format!("{e:#}")),
@@ -727,6 +731,9 @@ impl<'a> Scheduler<'a> {
         let now = Instant::now();
         let (done, open): (Vec<_>, Vec<_>) = self.traces.drain(..).partition(|t| now >= t.deadline);
         self.traces = open;
+        if !done.is_empty() {
+            self.publish_status();
+        }
         for mut t in done {
             t.meta.end_ns = monotonic_ns();
             // Names of gangs that joined during the trace.

@@ -166,12 +166,15 @@ impl<S: ProcessSource> LocalSwitching for SignalNode<S> {
 }
 
 /// Takes one request; a freeze is answered by a thread of its own once its
-/// wait is over (the loop goes on meanwhile), everything else at once.
+/// wait is over (the loop goes on meanwhile), everything else at once. The
+/// status files are refreshed before the answer: whoever reads `mode` after
+/// a request returns sees what the request did.
 pub fn handle(
     local: &mut dyn LocalSwitching,
     mode: Switching,
     request: Request,
     reply: Sender<Response>,
+    knobs: &SharedKnobs,
 ) {
     let result = match request {
         Request::Trace { .. } => Err(anyhow::anyhow!(
@@ -204,6 +207,7 @@ pub fn handle(
         Request::Rotate => local.rotate(),
         Request::Standalone => local.standalone(),
     };
+    knobs.set_status(local.status());
     let _ = reply.send(match result {
         Ok(()) => Response::ok(),
         Err(e) => Response::error(format!("{e:#}")),
@@ -270,10 +274,10 @@ pub fn run(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> 
             wait = wait.min(at.saturating_duration_since(now));
         }
         if let Ok(msg) = inbox.recv_timeout(wait) {
-            take(local.as_mut(), cfg.mode, msg);
+            take(local.as_mut(), cfg, msg);
         }
         while let Ok(msg) = inbox.try_recv() {
-            take(local.as_mut(), cfg.mode, msg);
+            take(local.as_mut(), cfg, msg);
         }
         if cfg.knobs.generation() != applied {
             applied = cfg.knobs.generation();
@@ -303,9 +307,9 @@ fn kernel_scheduler() -> String {
     "the kernel's fair scheduler (no sched_ext scheduler attached)".into()
 }
 
-fn take(local: &mut dyn LocalSwitching, mode: Switching, msg: Inbox) {
+fn take(local: &mut dyn LocalSwitching, cfg: &LoopConfig, msg: Inbox) {
     match msg {
-        Inbox::Request(p) => handle(local, mode, p.request, p.reply),
+        Inbox::Request(p) => handle(local, cfg.mode, p.request, p.reply, &cfg.knobs),
         // The loop applies knob changes.
         Inbox::KnobsChanged => {}
         // Only the BPF scheduler sends these.

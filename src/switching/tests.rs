@@ -520,8 +520,31 @@ fn the_status_files_show_the_table_and_who_is_stopped() {
 
 fn ask(local: &mut dyn LocalSwitching, mode: Switching, request: Request) -> Response {
     let (tx, rx) = mpsc::channel();
-    handle(local, mode, request, tx);
+    let knobs = SharedKnobs::new(NodeKnobs::default(), 4);
+    handle(local, mode, request, tx, &knobs);
     rx.recv_timeout(Duration::from_secs(10)).expect("an answer")
+}
+
+#[test]
+fn the_status_files_show_a_request_as_soon_as_it_is_answered() {
+    let src = FakeSource::default();
+    let _a = src.gang("a", 1);
+    let _b = src.gang("b", 1);
+    let mut node = SignalNode::new(src.clone(), 4, 50);
+    node.rescan();
+    let knobs = SharedKnobs::new(NodeKnobs::default(), 4);
+    let mut ask_and_read = |request| {
+        let (tx, rx) = mpsc::channel();
+        handle(&mut node, Switching::Signal, request, tx, &knobs);
+        assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap().ok);
+        knobs.status.lock().unwrap().clone()
+    };
+    let st = ask_and_read(Request::Schedule {
+        slots: placements(&[&["a"], &["b"]]),
+    });
+    assert_eq!((st.mode.as_str(), st.nr_slots), ("coordinated", 2));
+    let st = ask_and_read(Request::Standalone);
+    assert_eq!(st.mode, "standalone");
 }
 
 #[test]
