@@ -9,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +44,7 @@ impl Gangd {
         std::fs::OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(true)
             .mode(0o600)
             .open(&key)
             .unwrap()
@@ -110,6 +112,8 @@ struct FakeAgent {
     name: String,
     got: Arc<Mutex<Vec<ToAgent>>>,
     tx: Arc<Mutex<TcpStream>>,
+    /// How many Freezes still go unanswered (a node too slow to answer).
+    deaf_to_freezes: Arc<AtomicU32>,
 }
 
 impl FakeAgent {
@@ -153,10 +157,18 @@ impl FakeAgent {
         }
         let got = Arc::new(Mutex::new(Vec::new()));
         let tx = Arc::new(Mutex::new(stream));
-        let (g2, t2) = (got.clone(), tx.clone());
+        let deaf_to_freezes = Arc::new(AtomicU32::new(0));
+        let (g2, t2, deaf) = (got.clone(), tx.clone(), deaf_to_freezes.clone());
         thread::spawn(move || {
             while let Ok(Some(msg)) = read_frame::<ToAgent>(&mut r) {
                 let answer = match &msg {
+                    ToAgent::Freeze { .. }
+                        if deaf
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok() =>
+                    {
+                        None
+                    }
                     ToAgent::Prepare { job, .. } => Some(FromAgent::Prepared {
                         job: *job,
                         error: None,
@@ -197,6 +209,7 @@ impl FakeAgent {
             name: name.into(),
             got,
             tx,
+            deaf_to_freezes,
         })
     }
 
@@ -224,6 +237,21 @@ impl FakeAgent {
         for rank in self.spawned(job) {
             self.send(FromAgent::RankExited { job, rank, status });
         }
+    }
+
+    /// The next `n` Freezes go unanswered.
+    fn ignore_freezes(&self, n: u32) {
+        self.deaf_to_freezes.store(n, Ordering::SeqCst);
+    }
+
+    fn switched_to(&self) -> Vec<u32> {
+        self.got()
+            .iter()
+            .filter_map(|m| match m {
+                ToAgent::Switch { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect()
     }
 
     fn kill(&self) {
@@ -710,6 +738,40 @@ fn a_lone_job_is_not_frozen_at_every_slot_boundary() {
     assert!(
         freezes <= 2,
         "{freezes} freezes in 25 slots: only a change of the table may switch a lone job"
+    );
+}
+
+#[test]
+fn a_node_too_slow_for_the_switch_into_a_lone_slot_catches_up_at_the_slots_end() {
+    let g = Gangd::start("catch-up", 2, &["--slot-ms", "200"]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    let n1 = FakeAgent::join(&g, "n1", 1);
+    // n1 misses the phase timeout of the first switch: it is left out.
+    n1.ignore_freezes(1);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("lone", 2, &["/bin/true"]));
+    wait_until("both ranks spawned", || {
+        n0.spawned(job).len() + n1.spawned(job).len() == 2
+    });
+    wait_until("n0 runs the job's slot", || !n0.switched_to().is_empty());
+    wait_until("the switch that left n1 out", || {
+        g.switches()
+            .iter()
+            .any(|s| !s["failed"].as_array().unwrap().is_empty())
+    });
+    assert!(
+        n1.switched_to().is_empty(),
+        "n1 answered no Freeze, yet was switched"
+    );
+    // The slot is alone in the rotation, so no next switch would come: n1
+    // must be switched into it all the same, without freezing n0 again.
+    let n0_switches = n0.switched_to().len();
+    wait_until("n1 catches up", || !n1.switched_to().is_empty());
+    assert_eq!(n1.switched_to(), n0.switched_to()[..1].to_vec());
+    assert_eq!(
+        n0.switched_to().len(),
+        n0_switches,
+        "the catch-up switched n0 too"
     );
 }
 

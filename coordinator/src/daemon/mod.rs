@@ -235,7 +235,7 @@ impl Coordinator {
             }) => self.node_joined(conn, outlet, addr, local, hello),
             Event::Net(NetEvent::Agent { conn, msg }) => {
                 if let Some(&node) = self.conn_node.get(&conn) {
-                    self.from_agent(node, msg);
+                    self.on_agent_message(node, msg);
                 }
             }
             Event::Net(NetEvent::AgentGone { conn, why }) => {
@@ -246,7 +246,7 @@ impl Coordinator {
             Event::Net(NetEvent::ClientJoined { conn, outlet, cred }) => {
                 self.clients.insert(conn, (outlet, cred));
             }
-            Event::Net(NetEvent::Client { conn, msg }) => self.from_client(conn, msg),
+            Event::Net(NetEvent::Client { conn, msg }) => self.on_client_message(conn, msg),
             Event::Net(NetEvent::ClientGone { conn }) => self.client_gone(conn),
         }
     }
@@ -509,7 +509,7 @@ impl Coordinator {
         }
     }
 
-    fn from_agent(&mut self, node: NodeId, msg: FromAgent) {
+    fn on_agent_message(&mut self, node: NodeId, msg: FromAgent) {
         let now = self.now_us();
         let Some(n) = self.nodes.get_mut(&node) else {
             return;
@@ -560,7 +560,7 @@ impl Coordinator {
         }
     }
 
-    fn from_client(&mut self, conn: ConnId, msg: FromClient) {
+    fn on_client_message(&mut self, conn: ConnId, msg: FromClient) {
         let Some(&(_, cred)) = self.clients.get(&conn) else {
             return;
         };
@@ -1047,7 +1047,7 @@ impl Coordinator {
                 continue;
             }
             if self.jobs.contains_key(&job) || grace_over {
-                self.from_client(conn, FromClient::Attach { job });
+                self.on_client_message(conn, FromClient::Attach { job });
             } else {
                 self.pending_attach.push((conn, job));
             }

@@ -21,7 +21,9 @@ use super::nodes::Node;
 
 /// A node silent this long in one phase is left out of the switch (the
 /// freeze phase adds drain_timeout_ms). It is not declared lost for that:
-/// a slow node catches up at the next switch, and only the heartbeat
+/// a slow node catches up at the next switch (or, when the slot in force is
+/// alone in the rotation and no next switch would come, at a catch-up
+/// switch of its own at the end of the slot), and only the heartbeat
 /// timeout (or a closed connection) fails a node and its jobs.
 const PHASE_TIMEOUT_US: u64 = 2_000_000;
 
@@ -50,6 +52,9 @@ pub struct Rotation {
     yielded: BTreeSet<(JobId, NodeId)>,
     /// Switches that came before the deadline: every job had yielded.
     pub early_switches: u64,
+    /// Nodes left out of the switch into the slot in force: they still run
+    /// another slot (or, before their first switch, nothing).
+    behind: BTreeSet<NodeId>,
 }
 
 impl Rotation {
@@ -80,6 +85,7 @@ impl Rotation {
             current_gen: None,
             yielded: BTreeSet::new(),
             early_switches: 0,
+            behind: BTreeSet::new(),
         })
     }
 
@@ -146,6 +152,8 @@ impl Rotation {
             }
             return;
         }
+        // Who takes part: every node, except in a catch-up switch.
+        let mut nodes = nodes;
         let to = match self.current {
             Some(c) if rotation.contains(&c) => {
                 let next =
@@ -158,6 +166,12 @@ impl Rotation {
                     }
                 } else if slot_over && next != c {
                     next
+                } else if slot_over && nodes.iter().any(|n| self.behind.contains(n)) {
+                    // Alone in the rotation, but some nodes missed the switch
+                    // into it: with no next switch to catch up at, they
+                    // would never run it. Only they take part.
+                    nodes.retain(|n| self.behind.contains(n));
+                    c
                 } else {
                     if slot_over {
                         // Alone in the rotation: the slot simply goes on.
@@ -241,6 +255,14 @@ impl Rotation {
             return;
         };
         self.switch = None;
+        let caught_up = self.current == Some(rec.to_slot);
+        if !caught_up {
+            self.behind.clear();
+        }
+        for n in rec.switched() {
+            self.behind.remove(&n);
+        }
+        self.behind.extend(rec.failed.iter().map(|(n, _)| *n));
         self.current = Some(rec.to_slot);
         self.current_gen = Some(rec.gen);
         self.slot_start_us = now_us;
