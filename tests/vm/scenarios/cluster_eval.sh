@@ -245,10 +245,20 @@ job_fields() {
 secs_since() { awk -v t="$1" -v n="$(now_ms)" 'BEGIN { printf "%.1f", (n - t) / 1000 }'; }
 switches() { cat "$GANGD_KNOBS/switches" 2>/dev/null || echo 0; }
 
+# all_nodes_in: before a cell, every compute node is known to gangd. A node
+# dropped during the last cell (silent past --node-timeout-ms) rejoins on
+# its own; without this wait every cell after it would fail at submission.
+all_nodes_in() {
+	nodes_at_least "$C" && return 0
+	say "gangd knows $(node_count) of $C nodes: waiting for them to rejoin"
+	poll_for 120 nodes_stable "$C" || say "the nodes did not rejoin: the next jobs will fail"
+}
+
 CELLS_DONE=0
 # cell POLICY WORKLOAD MPL REP: MPL jobs at once, every one waited for.
 cell() {
 	local p=$1 w=$2 m=$3 r=$4 i sw0 names= t0
+	all_nodes_in
 	sw0=$(switches)
 	t0=$(now_ms)
 	i=0
@@ -270,6 +280,7 @@ cell() {
 # short_test POLICY REP: long jobs at once, a short one SHORT_AFTER_S later.
 short_test() {
 	local p=$1 r=$2 i tl n
+	all_nodes_in
 	tl=$(now_ms)
 	i=0
 	while [ "$i" -lt "$SHORT_BEHIND" ]; do
