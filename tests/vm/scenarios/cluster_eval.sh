@@ -163,6 +163,7 @@ compute_phases() {
 		p=$(board_get "policy.$k")
 		[ -n "$p" ] || fail "phase $k has no policy on the board"
 		log "phase $k: $p"
+		net_snapshot "phase $k ($p)"
 		stop_local
 		start_local "$k" "$p"
 	done
@@ -245,6 +246,23 @@ job_fields() {
 secs_since() { awk -v t="$1" -v n="$(now_ms)" 'BEGIN { printf "%.1f", (n - t) / 1000 }'; }
 switches() { cat "$GANGD_KNOBS/switches" 2>/dev/null || echo 0; }
 
+# tcp_counts: this node's TCP retransmitted segments and retransmission
+# timeouts since boot. The eevdf phase once saw every connection of the
+# cluster fall silent for 15 s while MPI jobs ran: these counters tell
+# packet loss (and TCP's back-off) from a stalled host.
+tcp_counts() {
+	awk '$1 == "Tcp:" || $1 == "TcpExt:" {
+		if (!($1 in hdr)) { hdr[$1] = 1; for (i = 2; i <= NF; i++) col[$1 i] = $i; next }
+		for (i = 2; i <= NF; i++) v[col[$1 i]] = $i
+	} END { printf "%d %d", v["RetransSegs"], v["TCPTimeouts"] }' /proc/net/snmp /proc/net/netstat
+}
+
+# net_snapshot LABEL: a compute node's network counters, appended to
+# net.txt at every phase change (the head records them per cell).
+net_snapshot() {
+	{ echo "== $1 $(cut -d' ' -f1 /proc/uptime)"; cat /proc/net/snmp /proc/net/netstat /proc/net/dev; } >> "$RESULTS/net.txt" 2>/dev/null
+}
+
 # all_nodes_in: before a cell, every compute node is known to gangd. A node
 # dropped during the last cell (silent past --node-timeout-ms) rejoins on
 # its own; without this wait every cell after it would fail at submission.
@@ -257,8 +275,9 @@ all_nodes_in() {
 CELLS_DONE=0
 # cell POLICY WORKLOAD MPL REP: MPL jobs at once, every one waited for.
 cell() {
-	local p=$1 w=$2 m=$3 r=$4 i sw0 names= t0
+	local p=$1 w=$2 m=$3 r=$4 i sw0 names= t0 net0 net1
 	all_nodes_in
+	net0=$(tcp_counts)
 	sw0=$(switches)
 	t0=$(now_ms)
 	i=0
@@ -273,6 +292,8 @@ cell() {
 		i=$((i + 1))
 	done
 	echo "cell policy=$p workload=$w mpl=$m rep=$r switches=$(($(switches) - sw0))" >> "$LOG"
+	net1=$(tcp_counts)
+	echo "# net policy=$p workload=$w mpl=$m rep=$r head_tcp_retrans=$((${net1% *} - ${net0% *})) head_tcp_timeouts=$((${net1#* } - ${net0#* }))" >> "$LOG"
 	CELLS_DONE=$((CELLS_DONE + 1))
 	say "[$CELLS_DONE/$CELLS] $p $w MPL $m rep $r: $(secs_since "$t0") s, $(($(switches) - sw0)) switches"
 }
@@ -362,6 +383,7 @@ if [ "$NODE_ID" = 0 ]; then
 	cluster_done
 else
 	compute_phases
+	net_snapshot end
 	stop_local
 	board_put "finished.node$NODE_ID" yes || true
 	log "node $NODE_ID done"
