@@ -519,9 +519,23 @@ fn the_status_files_show_the_table_and_who_is_stopped() {
 // ---- requests, the none mode, the main loop ------------------------------------------------
 
 fn ask(local: &mut dyn LocalSwitching, mode: Switching, request: Request) -> Response {
+    ask_with(
+        &SharedKnobs::new(NodeKnobs::default(), 4),
+        local,
+        mode,
+        request,
+    )
+}
+
+/// A request through `handle`, with the status files of `knobs`.
+fn ask_with(
+    knobs: &SharedKnobs,
+    local: &mut dyn LocalSwitching,
+    mode: Switching,
+    request: Request,
+) -> Response {
     let (tx, rx) = mpsc::channel();
-    let knobs = SharedKnobs::new(NodeKnobs::default(), 4);
-    handle(local, mode, request, tx, &knobs);
+    handle(local, mode, request, tx, knobs);
     rx.recv_timeout(Duration::from_secs(10)).expect("an answer")
 }
 
@@ -534,9 +548,7 @@ fn the_status_files_show_a_request_as_soon_as_it_is_answered() {
     node.rescan();
     let knobs = SharedKnobs::new(NodeKnobs::default(), 4);
     let mut ask_and_read = |request| {
-        let (tx, rx) = mpsc::channel();
-        handle(&mut node, Switching::Signal, request, tx, &knobs);
-        assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap().ok);
+        assert!(ask_with(&knobs, &mut node, Switching::Signal, request).ok);
         knobs.status.lock().unwrap().clone()
     };
     let st = ask_and_read(Request::Schedule {

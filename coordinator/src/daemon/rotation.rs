@@ -132,7 +132,8 @@ impl Rotation {
     pub fn maybe_switch(
         &mut self,
         rotation: &[u32],
-        nodes: Vec<NodeId>,
+        // Who takes part: every node, except in a catch-up switch.
+        mut nodes: Vec<NodeId>,
         running: &BTreeSet<(JobId, NodeId)>,
         knobs: &ClusterKnobs,
         now_us: u64,
@@ -152,8 +153,6 @@ impl Rotation {
             }
             return;
         }
-        // Who takes part: every node, except in a catch-up switch.
-        let mut nodes = nodes;
         let to = match self.current {
             Some(c) if rotation.contains(&c) => {
                 let next =
