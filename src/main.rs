@@ -101,13 +101,13 @@ struct Opts {
     #[arg(long, value_name = "HOST:PORT")]
     coordinator: Option<String>,
 
-    /// The cluster key (mode 0600), the same on every node and on gangd's
-    /// host (with --coordinator).
-    #[arg(long, default_value = "/etc/gangd/cluster.key")]
-    cluster_key: PathBuf,
+    /// The node's TLS directory (with --coordinator): ca.crt, node.crt and
+    /// node.key (mode 0600), as `gangd ca issue NODE --out DIR` makes them.
+    #[arg(long, default_value = "/etc/scx_gang/tls")]
+    tls_dir: PathBuf,
 
-    /// This node's name in the cluster (with --coordinator; default: the
-    /// hostname).
+    /// This node's name in the cluster (with --coordinator). It is the
+    /// name in the node's certificate; given, it must be that name.
     #[arg(long)]
     node_name: Option<String>,
 
@@ -239,11 +239,17 @@ fn run(opts: Opts) -> Result<()> {
     let knobs = initial_knobs(&opts, nr_cpus)?;
     // A missing or unsafe key is a startup error, not something to retry.
     let cluster = match &opts.coordinator {
-        Some(addr) => Some((
-            addr.clone(),
-            gang_coordinator::proto::auth::load_key(&opts.cluster_key)?,
-            node_name(opts.node_name.as_deref())?,
-        )),
+        Some(addr) => {
+            let tls = gang_coordinator::proto::tls::ClientTls::load(&opts.tls_dir)
+                .with_context(|| {
+                    format!(
+                        "loading the node's certificate from {} (gangd ca issue NODE --out DIR)",
+                        opts.tls_dir.display()
+                    )
+                })?;
+            let node = node_name(opts.node_name.as_deref(), &tls.node)?;
+            Some((addr.clone(), std::sync::Arc::new(tls), node))
+        }
         None => None,
     };
     scx_gang::preflight::check(&opts.cgroup_mount, opts.switching.uses_bpf())?;
@@ -268,11 +274,11 @@ fn run(opts: Opts) -> Result<()> {
         switching::recover(&opts.gang_root);
     }
     let mut on_all_yielded = None;
-    if let Some((coordinator, key, node)) = cluster {
+    if let Some((coordinator, tls, node)) = cluster {
         let (_agent, sink) = agent::start(
             AgentConfig {
                 coordinator,
-                key,
+                tls,
                 node,
                 nr_cpus,
                 gang_root: Some(opts.gang_root.clone()),
@@ -327,19 +333,15 @@ fn run(opts: Opts) -> Result<()> {
     Ok(())
 }
 
-/// The node's name in the cluster: --node-name, else the hostname.
-fn node_name(given: Option<&str>) -> Result<String> {
-    let name = match given {
-        Some(n) => n.to_string(),
-        None => nix::unistd::gethostname()
-            .context("reading the hostname (or give --node-name)")?
-            .to_string_lossy()
-            .into_owned(),
-    };
-    if name.trim().is_empty() {
-        anyhow::bail!("the node name is empty: give --node-name");
+/// The node's name in the cluster: the one in its certificate, which
+/// --node-name, if given, must repeat.
+fn node_name(given: Option<&str>, certified: &str) -> Result<String> {
+    match given {
+        Some(n) if n != certified => anyhow::bail!(
+            "--node-name {n:?}, but the node's certificate names {certified:?}: gangd knows a node by its certificate"
+        ),
+        _ => Ok(certified.to_string()),
     }
-    Ok(name)
 }
 
 /// The knobs given on the command line, checked like knob file writes.

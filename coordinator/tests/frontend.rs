@@ -840,18 +840,16 @@ fn trace_merges_what_the_nodes_send() {
 
 mod end_to_end {
     use super::*;
-    use gang_coordinator::proto::auth::{self, ClusterKey};
-    use std::io::Write;
+    use gang_coordinator::proto::tls::testing::{self, TestCa};
+    use gang_coordinator::proto::tls::{SessionReader, SessionWriter};
     use std::net::{TcpListener, TcpStream};
-    use std::os::unix::fs::OpenOptionsExt;
     use std::sync::{Arc, Mutex};
-
-    const KEY: &[u8] = b"fedcba9876543210fedcba9876543210";
 
     struct Gangd {
         child: Child,
         fake: Fake,
         port: u16,
+        ca: TestCa,
     }
 
     impl Drop for Gangd {
@@ -872,16 +870,7 @@ mod end_to_end {
             let mut fake = Fake::new(name);
             fake.listener = None;
             fs::remove_file(&fake.sock).unwrap();
-            let key = fake.dir.join("key");
-            fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&key)
-                .unwrap()
-                .write_all(KEY)
-                .unwrap();
+            let ca = TestCa::new(&format!("frontend-{name}"));
             let port = TcpListener::bind("127.0.0.1:0")
                 .unwrap()
                 .local_addr()
@@ -893,8 +882,9 @@ mod end_to_end {
                 .args(["--heartbeat-ms", "50"])
                 .arg("--socket")
                 .arg(&fake.sock)
-                .arg("--cluster-key")
-                .arg(&key)
+                .arg("--ca-dir")
+                .arg(ca.dir())
+                .args(["--min-rank-uid", "0"])
                 .stderr(fs::File::create(fake.dir.join("gangd.log")).unwrap())
                 .spawn()
                 .unwrap();
@@ -903,7 +893,12 @@ mod end_to_end {
                 assert!(Instant::now() < deadline, "gangd did not start");
                 thread::sleep(Duration::from_millis(20));
             }
-            Gangd { child, fake, port }
+            Gangd {
+                child,
+                fake,
+                port,
+                ca,
+            }
         }
 
         /// `gang ARGS` and its result.
@@ -922,19 +917,16 @@ mod end_to_end {
     /// other program run until killed. Traces are a switch per gen on gangd's
     /// clock plus `delay_ns`.
     fn agent(g: &Gangd, name: &str, delay_ns: u64) {
-        let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
-        let mut r = stream.try_clone().unwrap();
-        let w = Arc::new(Mutex::new(stream));
-        let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
-            panic!("no challenge")
+        let session = testing::connect(("127.0.0.1", g.port), &g.ca.client(name)).unwrap();
+        let mut r = SessionReader {
+            session: session.clone(),
+            timeout: None,
         };
-        let key = ClusterKey::from_bytes(KEY.to_vec()).unwrap();
+        let w = Arc::new(Mutex::new(SessionWriter(session)));
         let hello = FromAgent::Hello {
-            node: name.into(),
             nr_cpus: 2,
             housekeeping_cpus: String::new(),
             agent_version: "test".into(),
-            proof: auth::prove(&key, &nonce.0, name).into(),
             jobs: vec![],
             schedule: vec![],
         };

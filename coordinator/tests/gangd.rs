@@ -5,7 +5,6 @@
 
 use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,15 +13,16 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::auth::{self, ClusterKey};
+use gang_coordinator::proto::tls::testing::{self, TestCa};
+use gang_coordinator::proto::tls::{ClientTls, SessionReader, SessionWriter};
 use gang_coordinator::proto::*;
-
-const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
 
 struct Gangd {
     child: Child,
     dir: PathBuf,
     port: u16,
+    /// The cluster's CA: gangd's certificate, and the nodes' on demand.
+    ca: TestCa,
 }
 
 impl Drop for Gangd {
@@ -40,16 +40,7 @@ impl Gangd {
         let dir = std::env::temp_dir().join(format!("gangd-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let key = dir.join("key");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&key)
-            .unwrap()
-            .write_all(KEY)
-            .unwrap();
+        let ca = TestCa::new(&format!("gangd-{name}"));
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -65,8 +56,10 @@ impl Gangd {
             ])
             .arg("--socket")
             .arg(dir.join("sock"))
-            .arg("--cluster-key")
-            .arg(&key)
+            .arg("--ca-dir")
+            .arg(ca.dir())
+            // The tests' jobs run as root.
+            .args(["--min-rank-uid", "0"])
             .arg("--switch-log")
             .arg(dir.join("switches.jsonl"))
             .args(extra)
@@ -75,7 +68,12 @@ impl Gangd {
             ))
             .spawn()
             .unwrap();
-        let g = Gangd { child, dir, port };
+        let g = Gangd {
+            child,
+            dir,
+            port,
+            ca,
+        };
         wait_until("gangd listening", || {
             TcpStream::connect(("127.0.0.1", g.port)).is_ok() && g.sock().exists()
         });
@@ -111,52 +109,52 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
 struct FakeAgent {
     name: String,
     got: Arc<Mutex<Vec<ToAgent>>>,
-    tx: Arc<Mutex<TcpStream>>,
+    tx: Arc<Mutex<SessionWriter>>,
     /// How many Freezes still go unanswered (a node too slow to answer).
     deaf_to_freezes: Arc<AtomicU32>,
 }
 
 impl FakeAgent {
     fn join(g: &Gangd, name: &str, cpus: u32) -> FakeAgent {
-        Self::try_join(g, name, cpus, KEY).unwrap_or_else(|e| panic!("{name} not admitted: {e}"))
+        Self::try_join(g, cpus, &g.ca.client(name))
+            .unwrap_or_else(|e| panic!("{name} not admitted: {e}"))
     }
 
-    fn try_join(g: &Gangd, name: &str, cpus: u32, key: &[u8]) -> Result<FakeAgent, String> {
-        Self::join_with(g, name, cpus, key, vec![], vec![])
+    /// Joins with the certificate `tls` (the name is the certificate's).
+    fn try_join(g: &Gangd, cpus: u32, tls: &ClientTls) -> Result<FakeAgent, String> {
+        Self::join_with(g, cpus, tls, vec![], vec![])
     }
 
     fn join_with(
         g: &Gangd,
-        name: &str,
         cpus: u32,
-        key: &[u8],
+        tls: &ClientTls,
         jobs: Vec<LiveJob>,
         schedule: Vec<Vec<Placement>>,
     ) -> Result<FakeAgent, String> {
-        let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
-        let mut r = BufReader::new(stream.try_clone().unwrap());
-        let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
-            panic!("no challenge")
-        };
-        let key = ClusterKey::from_bytes(key.to_vec()).unwrap();
+        let name = tls.node.clone();
+        let session =
+            testing::connect(("127.0.0.1", g.port), tls).map_err(|e| format!("TLS: {e}"))?;
+        let mut r = BufReader::new(SessionReader {
+            session: session.clone(),
+            timeout: None,
+        });
         let hello = FromAgent::Hello {
-            node: name.into(),
             nr_cpus: cpus,
             housekeeping_cpus: String::new(),
             agent_version: "test".into(),
-            proof: auth::prove(&key, &nonce.0, name).into(),
             jobs,
             schedule,
         };
-        let mut w = stream.try_clone().unwrap();
-        write_frame(&mut w, &hello).unwrap();
+        let mut w = SessionWriter(session);
+        write_frame(&mut w, &hello).map_err(|e| format!("hello: {e}"))?;
         match read_frame::<ToAgent>(&mut r) {
             Ok(Some(ToAgent::Welcome { .. })) => {}
             Ok(Some(ToAgent::Refused { reason })) => return Err(reason),
             other => return Err(format!("{other:?}")),
         }
         let got = Arc::new(Mutex::new(Vec::new()));
-        let tx = Arc::new(Mutex::new(stream));
+        let tx = Arc::new(Mutex::new(w));
         let deaf_to_freezes = Arc::new(AtomicU32::new(0));
         let (g2, t2, deaf) = (got.clone(), tx.clone(), deaf_to_freezes.clone());
         thread::spawn(move || {
@@ -206,7 +204,7 @@ impl FakeAgent {
             }
         });
         Ok(FakeAgent {
-            name: name.into(),
+            name,
             got,
             tx,
             deaf_to_freezes,
@@ -255,7 +253,7 @@ impl FakeAgent {
     }
 
     fn kill(&self) {
-        let _ = self.tx.lock().unwrap().shutdown(std::net::Shutdown::Both);
+        self.tx.lock().unwrap().0.close();
     }
 }
 
@@ -508,10 +506,15 @@ fn bad_input_is_refused_and_disturbs_nothing() {
         ToClient::Refused { reason } => assert!(reason.contains("0 of 3 nodes"), "{reason}"),
         other => panic!("{other:?}"),
     }
-    let err = FakeAgent::try_join(&g, "intruder", 1, b"not-the-key-not-the-key-not-the-k")
+    // A node whose certificate another CA issued never gets a hello in.
+    let other_ca = TestCa::new("gangd-badinput-other");
+    let err = FakeAgent::try_join(&g, 1, &other_ca.client("intruder"))
         .err()
         .unwrap();
-    assert!(err.contains("wrong cluster key"), "{err}");
+    assert!(err.contains("TLS"), "{err}");
+    wait_until("the intruder logged", || {
+        g.log().contains("refused") && g.log().contains("TLS handshake")
+    });
     let agents = three_nodes(&g);
     match fe.submit("huge", 99, &["/bin/true"]) {
         ToClient::Refused { reason } => {
@@ -549,19 +552,16 @@ fn a_missing_program_is_refused_before_any_rank_starts() {
     let g = Gangd::start("prepare", 2, &[]);
     let n0 = FakeAgent::join(&g, "n0", 1);
     // n1 cannot run the program.
-    let stream = TcpStream::connect(("127.0.0.1", g.port)).unwrap();
-    let mut r = BufReader::new(stream.try_clone().unwrap());
-    let Some(ToAgent::Challenge { nonce }) = read_frame::<ToAgent>(&mut r).unwrap() else {
-        panic!()
-    };
-    let key = ClusterKey::from_bytes(KEY.to_vec()).unwrap();
-    let mut w = stream.try_clone().unwrap();
+    let session = testing::connect(("127.0.0.1", g.port), &g.ca.client("n1")).unwrap();
+    let mut r = BufReader::new(SessionReader {
+        session: session.clone(),
+        timeout: None,
+    });
+    let mut w = SessionWriter(session);
     let hello = FromAgent::Hello {
-        node: "n1".into(),
         nr_cpus: 1,
         housekeeping_cpus: String::new(),
         agent_version: "test".into(),
-        proof: auth::prove(&key, &nonce.0, "n1").into(),
         jobs: vec![],
         schedule: vec![],
     };
@@ -646,9 +646,9 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
     let mut fe = FrontEnd::connect(&g);
     fe.send(FromClient::Attach { job: old });
     thread::sleep(Duration::from_millis(200));
-    let n0 = FakeAgent::join_with(&g, "n0", 1, KEY, vec![live(vec![0])], sched.clone()).unwrap();
+    let n0 = FakeAgent::join_with(&g, 1, &g.ca.client("n0"), vec![live(vec![0])], sched.clone()).unwrap();
     assert_eq!(fe.recv(), ToClient::Done);
-    let n1 = FakeAgent::join_with(&g, "n1", 1, KEY, vec![live(vec![1])], sched).unwrap();
+    let n1 = FakeAgent::join_with(&g, 1, &g.ca.client("n1"), vec![live(vec![1])], sched).unwrap();
     fe.send(FromClient::Ps);
     let ToClient::PsReply { jobs } = fe.recv() else {
         panic!()

@@ -52,13 +52,11 @@ fn placement() -> impl Strategy<Value = Placement> {
 
 fn from_agent() -> impl Strategy<Value = FromAgent> {
     prop_oneof![
-        (text(), any::<u32>(), text(), text(), bytes()).prop_map(
-            |(node, nr_cpus, housekeeping_cpus, agent_version, proof)| FromAgent::Hello {
-                node,
+        (any::<u32>(), text(), text()).prop_map(
+            |(nr_cpus, housekeeping_cpus, agent_version)| FromAgent::Hello {
                 nr_cpus,
                 housekeeping_cpus,
                 agent_version,
-                proof,
                 jobs: vec![],
                 schedule: vec![],
             }
@@ -68,11 +66,9 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
             prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..3)
         )
             .prop_map(|(jobs, schedule)| FromAgent::Hello {
-                node: "n0".into(),
                 nr_cpus: 2,
                 housekeeping_cpus: String::new(),
                 agent_version: "0.1.0".into(),
-                proof: vec![0; 32].into(),
                 jobs,
                 schedule,
             }),
@@ -157,7 +153,6 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
         });
     let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
     prop_oneof![
-        bytes().prop_map(|nonce| ToAgent::Challenge { nonce }),
         any::<u32>().prop_map(|n| ToAgent::Welcome { node_id: NodeId(n) }),
         text().prop_map(|reason| ToAgent::Refused { reason }),
         prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..4)
@@ -426,11 +421,9 @@ fn every_message_type_has_a_sample_and_round_trips() {
     let gen = Gen(9);
     check(&[
         FromAgent::Hello {
-            node: "n1".into(),
             nr_cpus: 64,
             housekeeping_cpus: "0".into(),
             agent_version: "0.1.0".into(),
-            proof: vec![1; 32].into(),
             jobs: vec![LiveJob {
                 job,
                 name: "lu".into(),
@@ -491,12 +484,9 @@ fn every_message_type_has_a_sample_and_round_trips() {
         },
     ]);
     check(&[
-        ToAgent::Challenge {
-            nonce: vec![7; 32].into(),
-        },
         ToAgent::Welcome { node_id: NodeId(2) },
         ToAgent::Refused {
-            reason: "bad proof".into(),
+            reason: "expected hello".into(),
         },
         ToAgent::Schedule {
             slots: vec![

@@ -175,7 +175,7 @@ impl Handler {
                 }
             }
             ToAgent::Trace { id, ms } => self.trace(id, ms),
-            ToAgent::Challenge { .. } | ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
+            ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }
         }

@@ -11,9 +11,9 @@
 //! and are dropped.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::net::{Shutdown, TcpStream};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use gang_coordinator::proto::tls::{Session, SessionWriter};
 use gang_coordinator::proto::{write_frame, FrameError, FromAgent, JobId};
 use log::{debug, info, warn};
 
@@ -31,7 +31,7 @@ struct JobOutput {
 #[derive(Default)]
 struct State {
     /// Set after a Welcome, cleared when the connection is lost.
-    conn: Option<TcpStream>,
+    conn: Option<Arc<Session>>,
     exits: Vec<FromAgent>,
     output: BTreeMap<JobId, JobOutput>,
 }
@@ -66,13 +66,12 @@ impl Link {
     pub fn send(&self, msg: FromAgent) -> bool {
         let mut state = self.lock();
         if let Some(conn) = &state.conn {
-            let mut w = conn;
-            match write_frame(&mut w, &msg) {
+            match write_frame(&mut SessionWriter(conn.clone()), &msg) {
                 Ok(()) => return true,
                 Err(e) => {
                     warn!("writing to gangd: {e}: dropping the connection");
                     // The reader sees the end of the stream and reconnects.
-                    let _ = conn.shutdown(Shutdown::Both);
+                    conn.close();
                     state.conn = None;
                 }
             }
@@ -84,9 +83,9 @@ impl Link {
     /// After a Welcome: sends what was kept while gangd was away (output,
     /// then exits), then lets every sender through. On a write error the
     /// rest stays kept and the connection is not taken.
-    pub fn attach(&self, conn: TcpStream) -> Result<(), FrameError> {
+    pub fn attach(&self, conn: Arc<Session>) -> Result<(), FrameError> {
         let mut state = self.lock();
-        let mut w = &conn;
+        let mut w = SessionWriter(conn.clone());
         let (mut sent_output, mut sent_exits) = (0usize, 0usize);
         while let Some((&job, out)) = state.output.iter_mut().next() {
             if out.dropped > 0 {
@@ -119,7 +118,7 @@ impl Link {
     /// The connection is over: from now on output and exits are kept.
     pub fn detach(&self) {
         if let Some(conn) = self.lock().conn.take() {
-            let _ = conn.shutdown(Shutdown::Both);
+            conn.close();
         }
     }
 }
@@ -150,8 +149,9 @@ fn keep(state: &mut State, msg: FromAgent) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gang_coordinator::proto::tls::testing::{session_pair, TestCa};
+    use gang_coordinator::proto::tls::SessionReader;
     use gang_coordinator::proto::{read_frame, ExitStatus, Stream};
-    use std::net::TcpListener;
 
     fn output(job: u64, byte: u8, len: usize) -> FromAgent {
         FromAgent::RankOutput {
@@ -162,11 +162,16 @@ mod tests {
         }
     }
 
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
+    /// A TLS connection: (the agent's end, a reader on gangd's end).
+    fn pair(ca: &TestCa) -> (Arc<Session>, SessionReader) {
+        let (node, gangd) = session_pair(&ca.server(), &ca.client("link-node"));
+        (
+            node,
+            SessionReader {
+                session: gangd,
+                timeout: None,
+            },
+        )
     }
 
     #[test]
@@ -187,7 +192,8 @@ mod tests {
         link.send(exit.clone());
         link.send(FromAgent::Heartbeat { seq: 1, mono_ns: 1 });
 
-        let (agent_end, mut gangd_end) = pair();
+        let ca = TestCa::new("link");
+        let (agent_end, mut gangd_end) = pair(&ca);
         link.attach(agent_end).unwrap();
         assert!(link.is_connected());
         let mut got = Vec::new();

@@ -29,7 +29,7 @@ pub mod ranks;
 mod tests;
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::auth::{self, ClusterKey};
+use gang_coordinator::proto::tls::{self, ClientTls, Session, SessionWriter};
 use gang_coordinator::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
 use log::{info, warn};
 
@@ -56,7 +56,7 @@ use ranks::Ranks;
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// For Challenge after connecting, and for Welcome after Hello.
+/// For the TLS handshake after connecting, and for Welcome after Hello.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// gangd sends heartbeats (every second by default): this much silence
 /// means the connection is dead even if TCP has not noticed.
@@ -69,8 +69,10 @@ const POLL: Duration = Duration::from_millis(200);
 pub struct AgentConfig {
     /// gangd's agent address, HOST:PORT.
     pub coordinator: String,
-    pub key: ClusterKey,
-    /// This node's name in the cluster.
+    /// The node's certificate and the cluster CA; gangd is accepted only
+    /// with a certificate of that CA naming "gangd" (proto::tls).
+    pub tls: Arc<ClientTls>,
+    /// This node's name in the cluster: the one in its certificate.
     pub node: String,
     pub nr_cpus: u32,
     /// Job cgroups go below it (the daemon's --gang-root). None: ranks are
@@ -215,36 +217,40 @@ impl Agent {
             Ok(s) => s,
             Err(e) => return End::Failed(format!("connecting: {e}")),
         };
-        let setup = || -> io::Result<TcpStream> {
-            // Switch messages are small and urgent.
-            stream.set_nodelay(true)?;
-            stream.set_read_timeout(Some(POLL))?;
-            stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-            stream.try_clone()
+        // Switch messages are small and urgent.
+        if let Err(e) = stream.set_nodelay(true) {
+            return End::Failed(format!("setting up the connection: {e}"));
+        }
+        let session = match self.cfg.tls.connection().and_then(|c| {
+            tls::handshake(stream, c, Instant::now() + HANDSHAKE_TIMEOUT)
+                .map_err(anyhow::Error::from)
+        }) {
+            Ok(s) => Arc::new(s),
+            // An impostor without gangd's certificate ends here, before a
+            // single message of it is read.
+            Err(e) => return End::Failed(format!("TLS handshake: {e:#}")),
         };
-        let mut reader = match setup() {
-            Ok(s) => Reader::new(s),
-            Err(e) => return End::Failed(format!("setting up the connection: {e}")),
-        };
-        info!("connected to gangd at {}", self.cfg.coordinator);
+        if let Err(e) = session
+            .socket()
+            .set_write_timeout(Some(WRITE_TIMEOUT))
+        {
+            return End::Failed(format!("setting up the connection: {e}"));
+        }
+        let mut reader = Reader::new(session.clone());
+        info!(
+            "connected to gangd at {} (TLS, its certificate verified)",
+            self.cfg.coordinator
+        );
 
-        let nonce = match reader.next(HANDSHAKE_TIMEOUT, shutdown) {
-            Ok(ToAgent::Challenge { nonce }) => nonce,
-            Ok(other) => return End::Failed(format!("expected a challenge, got {}", kind(&other))),
-            Err(None) => return End::Stop,
-            Err(Some(why)) => return End::Failed(format!("waiting for the challenge: {why}")),
-        };
         let jobs = self.handler.ranks.live_jobs();
         let hello = FromAgent::Hello {
-            node: self.cfg.node.clone(),
             nr_cpus: self.cfg.nr_cpus,
             housekeeping_cpus: self.cfg.knobs.snapshot().housekeeping.to_string(),
             agent_version: env!("CARGO_PKG_VERSION").into(),
-            proof: auth::prove(&self.cfg.key, &nonce.0, &self.cfg.node).into(),
             jobs: jobs.clone(),
             schedule: self.handler.schedule.clone(),
         };
-        if let Err(e) = write_frame(&mut &stream, &hello) {
+        if let Err(e) = write_frame(&mut SessionWriter(session.clone()), &hello) {
             return End::Failed(format!("sending hello: {e}"));
         }
         match reader.next(HANDSHAKE_TIMEOUT, shutdown) {
@@ -264,11 +270,7 @@ impl Agent {
             Err(None) => return End::Stop,
             Err(Some(why)) => return End::Failed(format!("waiting for the welcome: {why}")),
         }
-        let attached = stream
-            .try_clone()
-            .map_err(|e| e.to_string())
-            .and_then(|s| self.link.attach(s).map_err(|e| e.to_string()));
-        if let Err(e) = attached {
+        if let Err(e) = self.link.attach(session) {
             return End::Lost(format!("sending what was kept: {e}"));
         }
         loop {
@@ -292,7 +294,7 @@ fn connect(addr: &str) -> io::Result<TcpStream> {
     Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address")))
 }
 
-/// A message's type, for logs (never its content: a nonce, a proof...).
+/// A message's type, for logs (never its content).
 fn kind(msg: &ToAgent) -> String {
     serde_json::to_value(msg)
         .ok()
@@ -303,16 +305,16 @@ fn kind(msg: &ToAgent) -> String {
 /// The receiving half: frames from gangd, read with a short timeout so the
 /// agent notices the daemon stopping and a silent gangd.
 struct Reader {
-    stream: TcpStream,
+    session: Arc<Session>,
     decoder: FrameDecoder<ToAgent>,
     ready: VecDeque<ToAgent>,
     buf: Vec<u8>,
 }
 
 impl Reader {
-    fn new(stream: TcpStream) -> Self {
+    fn new(session: Arc<Session>) -> Self {
         Self {
-            stream,
+            session,
             decoder: FrameDecoder::new(),
             ready: VecDeque::new(),
             buf: vec![0; 64 << 10],
@@ -334,7 +336,7 @@ impl Reader {
             if shutdown.load(Ordering::Relaxed) {
                 return Err(None);
             }
-            match self.stream.read(&mut self.buf) {
+            match self.session.read_timeout(&mut self.buf, Some(POLL)) {
                 Ok(0) => {
                     return Err(Some(match self.decoder.finish() {
                         Ok(()) => "gangd closed the connection".into(),
@@ -349,12 +351,7 @@ impl Reader {
                         .map_err(|e| Some(format!("bad frame from gangd: {e}")))?;
                     self.ready.extend(msgs);
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if heard.elapsed() >= silence {
                         return Err(Some(format!(
                             "no word from gangd for {} s",
@@ -363,6 +360,9 @@ impl Reader {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    return Err(Some("gangd closed the connection".into()))
+                }
                 Err(e) => return Err(Some(format!("reading: {e}"))),
             }
         }

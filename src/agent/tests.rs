@@ -3,14 +3,15 @@
 //! where a writable cgroup2 is mounted).
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::auth::{self, ClusterKey};
+use gang_coordinator::proto::tls::testing::{self as tls_testing, TestCa};
+use gang_coordinator::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
 use gang_coordinator::proto::{
     read_frame, write_frame, Bytes, ExitStatus, FromAgent, Gen, JobId, LiveJob, NodeId, Placement,
     Stream, ToAgent, MAX_OUTPUT_CHUNK,
@@ -33,7 +34,11 @@ impl log::Log for Capture {
     }
     fn log(&self, r: &log::Record) {
         if self.enabled(r.metadata()) {
-            self.0.lock().unwrap().push(format!("{}", r.args()));
+            // A test that failed while holding the lock must not fail others.
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("{}", r.args()));
         }
     }
     fn flush(&self) {}
@@ -114,26 +119,31 @@ fn next_request(seen: &Receiver<Request>) -> Request {
 
 // ---- the fake gangd ----
 
-fn key(byte: u8) -> ClusterKey {
-    ClusterKey::from_bytes(vec![byte; 32]).unwrap()
-}
-
 struct Gangd {
     listener: TcpListener,
-    key: ClusterKey,
+    tls: Arc<rustls::ServerConfig>,
 }
 
 /// One accepted agent.
 struct Conn {
-    stream: TcpStream,
+    session: Arc<Session>,
+    reader: std::io::BufReader<SessionReader>,
+    /// The node's name, from its certificate.
+    node: String,
     hello: FromAgent,
 }
 
 impl Gangd {
-    fn new(key: ClusterKey) -> Self {
+    /// A gangd with the CA's real certificate.
+    fn new(ca: &TestCa) -> Self {
+        Self::with_config(ca.server().config())
+    }
+
+    /// A gangd presenting whatever `tls` holds (an impostor's).
+    fn with_config(tls: Arc<rustls::ServerConfig>) -> Self {
         Self {
             listener: TcpListener::bind("127.0.0.1:0").unwrap(),
-            key,
+            tls,
         }
     }
 
@@ -141,60 +151,51 @@ impl Gangd {
         self.listener.local_addr().unwrap().to_string()
     }
 
-    /// Accepts the next agent, challenges it, and answers its Hello as
-    /// gangd does: Welcome if the proof holds, else Refused and close.
+    /// Accepts the next agent and answers its Hello as gangd does, after
+    /// the TLS handshake (Err: the handshake failed, and why).
     fn accept(&self, node_id: u32) -> Result<Conn, String> {
         self.listener.set_nonblocking(false).unwrap();
-        let (mut stream, _) = self.listener.accept().unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let nonce = auth::new_nonce().unwrap();
+        let (stream, _) = self.listener.accept().unwrap();
+        let conn = rustls::ServerConnection::new(self.tls.clone()).unwrap();
+        let session = Arc::new(
+            gtls::handshake(stream, conn, Instant::now() + Duration::from_secs(10))
+                .map_err(|e| e.to_string())?,
+        );
+        let node = session
+            .with_connection(gtls::peer_node)
+            .map_err(|e| e.to_string())?;
+        let mut reader = std::io::BufReader::new(SessionReader {
+            session: session.clone(),
+            timeout: Some(Duration::from_secs(10)),
+        });
+        let hello: FromAgent = read_frame(&mut reader).unwrap().unwrap();
+        assert!(
+            matches!(hello, FromAgent::Hello { .. }),
+            "expected hello, got {hello:?}"
+        );
         write_frame(
-            &mut stream,
-            &ToAgent::Challenge {
-                nonce: Bytes(nonce.to_vec()),
-            },
-        )
-        .unwrap();
-        let hello: FromAgent = read_frame(&mut stream).unwrap().unwrap();
-        let FromAgent::Hello {
-            ref node,
-            ref proof,
-            ..
-        } = hello
-        else {
-            panic!("expected hello, got {hello:?}");
-        };
-        if !auth::verify(&self.key, &nonce, node, &proof.0) {
-            let reason = "bad proof: wrong cluster key".to_string();
-            write_frame(
-                &mut stream,
-                &ToAgent::Refused {
-                    reason: reason.clone(),
-                },
-            )
-            .unwrap();
-            return Err(reason);
-        }
-        write_frame(
-            &mut stream,
+            &mut SessionWriter(session.clone()),
             &ToAgent::Welcome {
                 node_id: NodeId(node_id),
             },
         )
         .unwrap();
-        Ok(Conn { stream, hello })
+        Ok(Conn {
+            session,
+            reader,
+            node,
+            hello,
+        })
     }
 }
 
 impl Conn {
     fn send(&mut self, msg: ToAgent) {
-        write_frame(&mut self.stream, &msg).unwrap();
+        write_frame(&mut SessionWriter(self.session.clone()), &msg).unwrap();
     }
 
     fn recv(&mut self) -> FromAgent {
-        read_frame(&mut self.stream)
+        read_frame(&mut self.reader)
             .unwrap()
             .expect("the agent closed the connection")
     }
@@ -251,7 +252,7 @@ impl Drop for Running {
 fn start_agent(
     node: &str,
     addr: String,
-    key: ClusterKey,
+    ca: &TestCa,
     gang_root: Option<PathBuf>,
     answer: Answer,
 ) -> Running {
@@ -263,7 +264,7 @@ fn start_agent(
     start(
         AgentConfig {
             coordinator: addr,
-            key,
+            tls: ca.client(node),
             node: node.into(),
             nr_cpus: 4,
             gang_root,
@@ -311,21 +312,20 @@ fn spawn_rank(job: u64, rank: u32, argv: &[&str], env: &[(&str, &str)]) -> ToAge
 // ---- the tests ----
 
 #[test]
-fn a_good_key_is_welcomed_and_heartbeats_are_echoed_with_the_clock() {
-    let gangd = Gangd::new(key(1));
-    let _agent = start_agent("hb-node", gangd.addr(), key(1), None, accept_all());
+fn a_node_of_the_cluster_ca_is_welcomed_by_its_certificate_name_and_heartbeats_carry_its_clock() {
+    let ca = TestCa::new("agent1");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("hb-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(4).unwrap();
+    assert_eq!(conn.node, "hb-node", "gangd reads the name from the certificate");
     match &conn.hello {
         FromAgent::Hello {
-            node,
             nr_cpus,
             housekeeping_cpus,
             agent_version,
             jobs,
             schedule,
-            ..
         } => {
-            assert_eq!(node, "hb-node");
             assert_eq!(*nr_cpus, 4);
             assert_eq!(housekeeping_cpus, "");
             assert_eq!(agent_version, env!("CARGO_PKG_VERSION"));
@@ -349,24 +349,99 @@ fn a_good_key_is_welcomed_and_heartbeats_are_echoed_with_the_clock() {
     }
 }
 
+/// The attack of the issue: a user binds gangd's port while gangd is away
+/// and answers the agent. With anything but gangd's certificate from the
+/// cluster CA the agent stops at the TLS handshake, sends no Hello, obeys
+/// nothing, says why in its log, and tries again later.
 #[test]
-fn a_wrong_key_is_refused_logged_and_retried() {
-    let gangd = Gangd::new(key(2));
-    let _agent = start_agent("wrong-key-node", gangd.addr(), key(3), None, accept_all());
-    let first = Instant::now();
-    assert!(gangd.accept(1).is_err());
-    wait_for_log(&["refused node wrong-key-node", "wrong cluster key"]);
-    assert!(gangd.accept(1).is_err(), "the agent tries again");
-    assert!(
-        first.elapsed() >= Duration::from_millis(150),
-        "after a pause"
-    );
+fn an_impostor_gangd_is_refused_at_the_handshake_logged_and_retried() {
+    let ca = TestCa::new("agent2");
+    let other = TestCa::new("agent2-other");
+    let node_dir = ca.node_dir("victim-node");
+    let impostors = [
+        // gangd's certificate of another CA (a self-made "cluster").
+        (
+            "another CA's gangd",
+            other.server().config(),
+            "invalid peer certificate",
+        ),
+        // A node's own certificate of the right CA: it names the node, not
+        // gangd, and is for clients only.
+        (
+            "a node's certificate",
+            tls_testing::impostor_config(
+                &node_dir.join("ca.crt"),
+                &node_dir.join("node.crt"),
+                &node_dir.join("node.key"),
+            ),
+            "invalid peer certificate",
+        ),
+    ];
+    for (what, config, why) in impostors {
+        let fake = Gangd::with_config(config);
+        let agent = start_agent("victim-node", fake.addr(), &ca, None, accept_all());
+        let first = Instant::now();
+        let err = fake.accept(1).err().unwrap_or_else(|| {
+            panic!("{what}: the agent completed a handshake with an impostor")
+        });
+        assert!(!err.is_empty());
+        wait_for_log(&[&fake.addr(), "TLS handshake", why]);
+        assert!(fake.accept(1).is_err(), "{what}: the agent tries again");
+        assert!(
+            first.elapsed() >= Duration::from_millis(150),
+            "{what}: after a pause"
+        );
+        assert!(
+            agent.seen.try_recv().is_err(),
+            "{what}: nothing reached the node's main loop"
+        );
+        drop(agent);
+    }
+}
+
+/// A node whose certificate is not the cluster's is refused by gangd, and
+/// never learns anything but the refusal.
+#[test]
+fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
+    let ca = TestCa::new("agent3");
+    let other = TestCa::new("agent3-other");
+    let gangd = Gangd::new(&ca);
+    // The node trusts gangd's CA but holds another CA's certificate.
+    let mixed = ca.root.join("mixed");
+    gang_coordinator::proto::tls::testing::copy_dir(&other.node_dir("rogue"), &mixed);
+    std::fs::copy(ca.dir().join("ca.crt"), mixed.join("ca.crt")).unwrap();
+    capture_log();
+    let (inbox, seen) = fake_main_loop(accept_all());
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let tls = Arc::new(gtls::ClientTls::load(&mixed).unwrap());
+    start(
+        AgentConfig {
+            coordinator: gangd.addr(),
+            tls,
+            node: "rogue".into(),
+            nr_cpus: 4,
+            gang_root: None,
+            knobs: SharedKnobs::new(NodeKnobs::new(), 4),
+            holds: FreezeHolds::new(),
+        },
+        inbox,
+        shutdown.clone(),
+    )
+    .unwrap();
+    let err = gangd.accept(1).err().expect("gangd must refuse it");
+    assert!(err.contains("UnknownIssuer") || err.contains("certificate"), "{err}");
+    // TLS 1.3: the node's handshake ends before gangd has checked its
+    // certificate, so the refusal arrives as an alert on the first read.
+    wait_for_log(&[&gangd.addr(), "cannot join", "UnknownCA"]);
+    assert!(seen.try_recv().is_err());
+    shutdown.store(true, Ordering::Relaxed);
 }
 
 #[test]
 fn prepare_names_a_missing_program_or_cwd() {
-    let gangd = Gangd::new(key(4));
-    let _agent = start_agent("prep-node", gangd.addr(), key(4), None, accept_all());
+    let ca = TestCa::new("agent4");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("prep-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     let mut prepare = |argv: &str, cwd: &str| {
         conn.send(ToAgent::Prepare {
@@ -399,14 +474,15 @@ fn prepare_names_a_missing_program_or_cwd() {
 
 #[test]
 fn schedule_switch_and_freeze_go_through_the_main_loop() {
-    let gangd = Gangd::new(key(5));
+    let ca = TestCa::new("agent5");
+    let gangd = Gangd::new(&ca);
     let answer: Answer = Box::new(|r| match r {
         Request::Column { slots } if slots.iter().flatten().any(|p| p.cpus == "99") => {
             Response::error("CPU 99 does not exist (this node has 4 CPUs)")
         }
         r => accept_all()(r),
     });
-    let agent = start_agent("sched-node", gangd.addr(), key(5), None, answer);
+    let agent = start_agent("sched-node", gangd.addr(), &ca, None, answer);
     let mut conn = gangd.accept(2).unwrap();
 
     let slots = vec![
@@ -516,12 +592,13 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
 
 #[test]
 fn a_failed_freeze_is_still_answered() {
-    let gangd = Gangd::new(key(6));
+    let ca = TestCa::new("agent6");
+    let gangd = Gangd::new(&ca);
     let answer: Answer = Box::new(|r| match r {
         Request::Freeze { .. } => Response::error("freeze: cgroup.freeze: Permission denied"),
         _ => Response::ok(),
     });
-    let _agent = start_agent("freeze-node", gangd.addr(), key(6), None, answer);
+    let _agent = start_agent("freeze-node", gangd.addr(), &ca, None, answer);
     let mut conn = gangd.accept(1).unwrap();
     conn.send(ToAgent::Freeze {
         gen: Gen(8),
@@ -547,8 +624,9 @@ fn a_failed_freeze_is_still_answered() {
 
 #[test]
 fn knobs_from_gangd_become_the_node_knobs() {
-    let gangd = Gangd::new(key(7));
-    let agent = start_agent("knob-node", gangd.addr(), key(7), None, accept_all());
+    let ca = TestCa::new("agent7");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("knob-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     conn.send(ToAgent::Knobs {
         slot_ms: 30,
@@ -599,7 +677,8 @@ fn big_trace() -> RawTrace {
 
 #[test]
 fn a_trace_comes_back_in_chunks() {
-    let gangd = Gangd::new(key(8));
+    let ca = TestCa::new("agent8");
+    let gangd = Gangd::new(&ca);
     let answer: Answer = Box::new(|r| match r {
         Request::Trace { seconds } if *seconds == 0.25 => Response {
             ok: true,
@@ -609,7 +688,7 @@ fn a_trace_comes_back_in_chunks() {
         Request::Trace { .. } => Response::error("seconds must be in (0, 600]"),
         _ => Response::ok(),
     });
-    let agent = start_agent("trace-node", gangd.addr(), key(8), None, answer);
+    let agent = start_agent("trace-node", gangd.addr(), &ca, None, answer);
     let mut conn = gangd.accept(1).unwrap();
     conn.send(ToAgent::Trace { id: 77, ms: 250 });
     // The link stays responsive while the trace is recorded.
@@ -656,8 +735,9 @@ fn a_trace_comes_back_in_chunks() {
 
 #[test]
 fn ranks_get_their_environment_and_report_output_then_exit() {
-    let gangd = Gangd::new(key(9));
-    let _agent = start_agent("rank-node", gangd.addr(), key(9), None, accept_all());
+    let ca = TestCa::new("agent9");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("rank-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     let script = r#"echo "$GANG_RANK $GANG_SIZE $GANG_JOB $GANG_JOB_NAME $GANG_NODE $GANG_PEERS $GANG_PORT $FOO ${HOME-nohome} $0"; [ "$(cut -d' ' -f6 /proc/$$/stat)" = $$ ] && echo own-session; echo oops >&2; exit 3"#;
     conn.send(spawn_rank(
@@ -698,8 +778,9 @@ fn ranks_get_their_environment_and_report_output_then_exit() {
 
 #[test]
 fn a_rank_that_cannot_start_exits_127_with_the_reason() {
-    let gangd = Gangd::new(key(10));
-    let _agent = start_agent("bad-node", gangd.addr(), key(10), None, accept_all());
+    let ca = TestCa::new("agent10");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("bad-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     conn.send(spawn_rank(3, 0, &["/no/such/program"], &[]));
     match conn.recv() {
@@ -721,8 +802,9 @@ fn a_rank_that_cannot_start_exits_127_with_the_reason() {
 
 #[test]
 fn ranks_outlive_gangd_and_are_reported_to_the_next_one() {
-    let gangd = Gangd::new(key(11));
-    let agent = start_agent("keep-node", gangd.addr(), key(11), None, accept_all());
+    let ca = TestCa::new("agent11");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("keep-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     conn.send(ToAgent::Schedule {
         slots: vec![vec![Placement {
@@ -823,11 +905,12 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
         return;
     };
     let root = mount.join(format!("scx-gang-agent-test-{}", std::process::id()));
-    let gangd = Gangd::new(key(12));
+    let ca = TestCa::new("agent12");
+    let gangd = Gangd::new(&ca);
     let agent = start_agent(
         "cg-node",
         gangd.addr(),
-        key(12),
+        &ca,
         Some(root.clone()),
         accept_all(),
     );

@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use gang_coordinator::daemon::{self, knobs::ClusterKnobs, Config};
-use gang_coordinator::proto::auth;
+use gang_coordinator::daemon::net::limits;
+use gang_coordinator::proto::tls::{self, ServerTls};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,9 +39,15 @@ struct Opts {
     #[arg(long)]
     no_knobs: bool,
 
-    /// The cluster key agents must prove (mode 0600; `gangd keygen PATH`).
-    #[arg(long, default_value = "/etc/gangd/cluster.key")]
-    cluster_key: PathBuf,
+    /// The cluster CA directory (`gangd ca init`): gangd reads ca.crt,
+    /// gangd.crt, gangd.key and crl.pem from it.
+    #[arg(long, default_value = "/etc/gangd/ca", global = true)]
+    ca_dir: PathBuf,
+
+    /// Jobs of users with a smaller uid (root, system accounts) are
+    /// refused; 0 allows every user, root included.
+    #[arg(long, default_value = "1000")]
+    min_rank_uid: u32,
 
     /// Refuse jobs until this many nodes have joined.
     #[arg(long, default_value = "1")]
@@ -78,8 +85,66 @@ struct Opts {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write a new cluster key (32 random bytes, hex, mode 0600).
-    Keygen { path: PathBuf },
+    /// The cluster's certificate authority (see --ca-dir).
+    #[command(subcommand)]
+    Ca(Ca),
+}
+
+#[derive(Debug, Subcommand)]
+enum Ca {
+    /// Make a new CA in --ca-dir, with gangd's certificate and an empty
+    /// revocation list (refused if the directory holds a CA).
+    Init,
+    /// Issue a certificate for node NODE into the new directory --out
+    /// (ca.crt, node.crt, node.key): copy it to the node, e.g. as
+    /// /etc/scx_gang/tls.
+    Issue {
+        node: String,
+        #[arg(long)]
+        out: PathBuf,
+        /// Validity in days.
+        #[arg(long, default_value_t = tls::ca::NODE_DAYS)]
+        days: i64,
+    },
+    /// Revoke the certificate with this serial (see `list`): gangd refuses
+    /// it from its next connection on.
+    Revoke { serial: String },
+    /// The certificates issued: serial, name, expiry, revocation.
+    List,
+}
+
+fn ca(dir: &std::path::Path, cmd: &Ca) -> Result<()> {
+    match cmd {
+        Ca::Init => {
+            tls::ca::init(dir)?;
+            println!(
+                "made a cluster CA in {0}: keep {0}/ca.key secret (it is only needed to issue and revoke)",
+                dir.display()
+            );
+        }
+        Ca::Issue { node, out, days } => {
+            let serial = tls::ca::issue(dir, node, out, *days)?;
+            println!(
+                "issued {node} (serial {serial}) into {}: copy it to the node (mode 0700) and start scx_gang --tls-dir DIR",
+                out.display()
+            );
+        }
+        Ca::Revoke { serial } => {
+            let done = tls::ca::revoke(dir, serial)?;
+            println!(
+                "revoked {} (serial {}); gangd refuses it from its next connection on",
+                done.name, done.serial
+            );
+        }
+        Ca::List => {
+            println!("serial\tname\tnot_after\trevoked");
+            for i in tls::ca::list(dir)? {
+                let revoked = i.revoked.map_or("-".into(), |t| t.to_string());
+                println!("{}\t{}\t{}\t{revoked}", i.serial, i.name, i.not_after);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn knobs(o: &Opts) -> Result<ClusterKnobs> {
@@ -121,18 +186,23 @@ fn main() {
 }
 
 fn run(opts: Opts) -> Result<()> {
-    if let Some(Command::Keygen { path }) = &opts.command {
-        auth::generate_key(path)?;
-        println!("wrote {}", path.display());
-        return Ok(());
+    if let Some(Command::Ca(cmd)) = &opts.command {
+        return ca(&opts.ca_dir, cmd);
     }
     let knobs = knobs(&opts)?;
     if opts.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
-    let key = auth::load_key(&opts.cluster_key).with_context(|| {
-        "agents prove this key; make one with `gangd keygen PATH` and copy it to every node"
+    let tls = ServerTls::load(&opts.ca_dir).with_context(|| {
+        format!(
+            "loading gangd's certificate from {} (make a CA with `gangd ca init`)",
+            opts.ca_dir.display()
+        )
     })?;
+    match limits::raise_nofile() {
+        Ok(n) => log::debug!("open file limit: {n}"),
+        Err(e) => log::warn!("cannot raise the open file limit: {e}"),
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let s = shutdown.clone();
     ctrlc::set_handler(move || s.store(true, Ordering::Relaxed))
@@ -141,7 +211,8 @@ fn run(opts: Opts) -> Result<()> {
         listen: opts.listen,
         socket: opts.socket,
         knob_dir: (!opts.no_knobs).then_some(opts.knob_dir),
-        key,
+        tls: Arc::new(tls),
+        min_rank_uid: opts.min_rank_uid,
         min_nodes: opts.nodes,
         knobs,
         heartbeat: Duration::from_millis(opts.heartbeat_ms.max(10)),

@@ -26,7 +26,7 @@ use log::{info, warn};
 use crate::alloc::{AllocError, Allocator, JobSpec, JobState as AllocState, Settings};
 use crate::knobfs::{KnobError, KnobMount};
 use crate::matrix::{self, Cluster};
-use crate::proto::auth::ClusterKey;
+use crate::proto::tls::ServerTls;
 use crate::proto::{
     Bytes, ExitStatus, FromAgent, FromClient, JobId, JobInfo, JobState, NodeId, RankFailure,
     ToAgent, ToClient,
@@ -43,7 +43,11 @@ pub struct Config {
     pub listen: SocketAddr,
     pub socket: PathBuf,
     pub knob_dir: Option<PathBuf>,
-    pub key: ClusterKey,
+    /// gangd's certificate and the CA nodes are verified against.
+    pub tls: Arc<ServerTls>,
+    /// Jobs of users below this uid (root, system accounts) are refused;
+    /// 0 allows every user.
+    pub min_rank_uid: u32,
     /// Jobs are refused until this many nodes have joined.
     pub min_nodes: usize,
     pub knobs: ClusterKnobs,
@@ -58,6 +62,9 @@ enum Event {
     Net(NetEvent),
     Knob(KnobWrite),
 }
+
+/// Events waiting for the coordinator thread, at most.
+const EVENT_QUEUE: usize = 4096;
 
 /// After a start, how long a front end's Attach waits for its job to be
 /// adopted from the nodes as they rejoin.
@@ -118,7 +125,9 @@ fn settings(k: &ClusterKnobs) -> Settings {
 
 /// Runs gangd until `shutdown` is set.
 pub fn run(cfg: Config, shutdown: Arc<AtomicBool>) -> Result<()> {
-    let (tx, rx) = mpsc::channel::<Event>();
+    // Bounded: connection threads wait (and their peers with them) rather
+    // than letting a flood of frames grow gangd's memory.
+    let (tx, rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
     let listener =
         TcpListener::bind(cfg.listen).with_context(|| format!("listening on {}", cfg.listen))?;
     let post = {
@@ -127,7 +136,7 @@ pub fn run(cfg: Config, shutdown: Arc<AtomicBool>) -> Result<()> {
             let _ = tx.send(Event::Net(ev));
         }
     };
-    net::serve_agents(listener, cfg.key.clone(), post.clone())?;
+    net::serve_agents(listener, cfg.tls.clone(), post.clone())?;
     net::serve_clients(&cfg.socket, post)?;
     let mut co = Coordinator::new(cfg)?;
     let (ktx, krx) = mpsc::channel::<KnobWrite>();
@@ -705,6 +714,12 @@ impl Coordinator {
         }
         if argv.is_empty() || argv[0].is_empty() {
             return Err("no program given".into());
+        }
+        if cred.uid < self.cfg.min_rank_uid {
+            return Err(format!(
+                "uid {} may not run jobs: ranks run as users from uid {} up (gangd --min-rank-uid)",
+                cred.uid, self.cfg.min_rank_uid
+            ));
         }
         if self.nodes.len() < self.cfg.min_nodes {
             return Err(format!(

@@ -26,7 +26,7 @@ pub const MAGIC: [u8; 4] = *b"GANG";
 /// Bumped on any incompatible change. Adding a field is compatible within a
 /// version: the decoder ignores fields it does not know, and a new field
 /// needs `#[serde(default)]` to be optional for older peers.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 11;
 /// Largest payload accepted or sent. Output chunks are far smaller (see
 /// `MAX_OUTPUT_CHUNK`); this bounds what one connection can make us hold.
@@ -386,7 +386,7 @@ mod tests {
         let payload = br#"{"type":"ping","seq":7}"#;
         assert_eq!(f, frame_with(payload));
         assert_eq!(&f[..4], b"GANG");
-        assert_eq!(&f[4..6], &[0, 1]);
+        assert_eq!(&f[4..6], &[0, 2]);
         assert_eq!(f[6], 1);
         assert_eq!(&f[7..11], &(payload.len() as u32).to_be_bytes());
     }

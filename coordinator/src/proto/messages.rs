@@ -50,7 +50,7 @@ impl fmt::Display for Gen {
     }
 }
 
-/// Arbitrary bytes (program output, nonces, proofs), carried as a base64
+/// Arbitrary bytes (program output, trace chunks), carried as a base64
 /// string: JSON strings must be UTF-8, and an array of numbers would
 /// triple the size of every output chunk.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -136,15 +136,13 @@ pub enum Barrier {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromAgent {
-    /// First message, in answer to Challenge.
+    /// First message, once the TLS handshake is over. The node's name is
+    /// not in it: gangd takes it from the node's verified certificate.
     Hello {
-        node: String,
         nr_cpus: u32,
         /// CPU list the node keeps for itself, never given to a job.
         housekeeping_cpus: String,
         agent_version: String,
-        /// HMAC of the challenge under the cluster key (auth::prove).
-        proof: Bytes,
         /// Jobs that still have live ranks here: after a gangd restart the
         /// new gangd adopts them instead of losing track of them.
         #[serde(default)]
@@ -232,11 +230,7 @@ pub enum FromAgent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToAgent {
-    /// First message on a new connection: 32 random bytes to prove against.
-    Challenge {
-        nonce: Bytes,
-    },
-    /// The proof was good; the node is in the cluster.
+    /// The node is in the cluster.
     Welcome {
         node_id: NodeId,
     },
@@ -485,7 +479,6 @@ impl Message for FromAgent {
 impl Message for ToAgent {
     const CHANNEL: Channel = Channel::ToAgent;
     const TYPES: &'static [&'static str] = &[
-        "challenge",
         "welcome",
         "refused",
         "schedule",

@@ -1,15 +1,18 @@
 //! The wire protocol of gangd: with the node agents over TCP, and with the
 //! users' front end `gang` over a local Unix socket. Both links carry the
 //! same frames (frame.rs); each direction has its own message enum
-//! (messages.rs); agents are admitted by a challenge on a shared key
-//! (auth.rs).
+//! (messages.rs). The agent link runs inside TLS 1.3 with a certificate on
+//! both ends, issued by the cluster's CA (tls/): nothing is read from a
+//! node before its certificate is verified, and the node's name is the one
+//! in its certificate.
 //!
 //! # Agent link
 //!
 //! ```text
 //! gangd                                  agent
-//!   Challenge{nonce}                 →
-//!                                    ←   Hello{node, ..., proof}
+//!   TLS 1.3 handshake: gangd's certificate (name "gangd", serverAuth) and
+//!   the node's (its name, clientAuth), both verified against the CA
+//!                                    ←   Hello{nr_cpus, ..., jobs, schedule}
 //!   Welcome{node_id} | Refused       →   (Refused: gangd closes)
 //!   Knobs, Schedule, SpawnRank, ...  →
 //!                                    ←   RankStarted, RankOutput, RankExited
@@ -39,9 +42,9 @@
 //!
 //! Any FrameError ends the connection: log it and drop the peer.
 
-pub mod auth;
 pub mod frame;
 pub mod messages;
+pub mod tls;
 
 pub use frame::{
     encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC,

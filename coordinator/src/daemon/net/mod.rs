@@ -1,0 +1,156 @@
+//! gangd's connections. Each connection has a reader thread that decodes
+//! frames and posts them to the coordinator's channel, and a writer thread
+//! fed through an [`Outlet`], so the coordinator never blocks on a slow or
+//! stopped peer (a front end suspended by Ctrl-Z stops reading its output).
+//!
+//! - agents.rs: the agent port; nodes are admitted by TLS with a
+//!   certificate of the cluster CA before the coordinator hears of them.
+//! - clients.rs: the front ends' Unix socket; the user is the socket's
+//!   peer (SO_PEERCRED).
+//! - limits.rs: what an untrusted peer may cost (caps per address and per
+//!   uid, whole-handshake deadlines, backoff on accept errors).
+//!
+//! A malformed frame drops its connection, never the daemon.
+
+mod agents;
+mod clients;
+pub mod limits;
+
+pub use agents::serve_agents;
+pub use clients::serve_clients;
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+use std::thread;
+
+use log::warn;
+
+use crate::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement};
+
+/// A connection's number, unique for gangd's lifetime.
+pub type ConnId = u64;
+
+/// Most bytes queued for one peer. Past it, a peer is too slow: its
+/// connection is closed rather than letting gangd's memory grow.
+const MAX_QUEUED: usize = 64 << 20;
+
+/// The sending half of a connection.
+#[derive(Clone)]
+pub struct Outlet {
+    tx: Sender<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+    closer: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Outlet {
+    pub(super) fn new(
+        mut sink: impl Write + Send + 'static,
+        closer: Arc<dyn Fn() + Send + Sync>,
+        name: String,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let q = queued.clone();
+        let close = closer.clone();
+        let _ = thread::Builder::new()
+            .name(format!("{name}-tx"))
+            .spawn(move || {
+                for frame in rx {
+                    q.fetch_sub(frame.len(), Ordering::Relaxed);
+                    if sink.write_all(&frame).is_err() {
+                        break;
+                    }
+                }
+                close();
+            });
+        Self { tx, queued, closer }
+    }
+
+    /// Queues a message. Returns false if the connection is gone or its
+    /// queue is full (it is then closed).
+    pub fn send<M: Message>(&self, msg: &M) -> bool {
+        let frame = match encode(msg) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!("not sending a message that cannot be framed: {e}");
+                return false;
+            }
+        };
+        if self.queued.fetch_add(frame.len(), Ordering::Relaxed) + frame.len() > MAX_QUEUED {
+            warn!(
+                "a peer is not reading: more than {} MiB queued, closing it",
+                MAX_QUEUED >> 20
+            );
+            self.close();
+            return false;
+        }
+        self.tx.send(frame).is_ok()
+    }
+
+    pub fn close(&self) {
+        (self.closer)();
+    }
+}
+
+/// What a node says about itself in its Hello, and its name from its
+/// certificate.
+#[derive(Clone, Debug)]
+pub struct Hello {
+    pub node: String,
+    pub nr_cpus: u32,
+    pub housekeeping_cpus: String,
+    pub agent_version: String,
+    pub jobs: Vec<LiveJob>,
+    pub schedule: Vec<Vec<Placement>>,
+}
+
+/// Who is on the other end of a front-end connection (SO_PEERCRED).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+}
+
+/// What the connection threads tell the coordinator.
+pub enum NetEvent {
+    AgentJoined {
+        conn: ConnId,
+        outlet: Outlet,
+        addr: IpAddr,
+        /// gangd's own address on this connection: where the node's ranks
+        /// reach gangd (the PMI server).
+        local: IpAddr,
+        hello: Hello,
+    },
+    Agent {
+        conn: ConnId,
+        msg: FromAgent,
+    },
+    AgentGone {
+        conn: ConnId,
+        why: String,
+    },
+    ClientJoined {
+        conn: ConnId,
+        outlet: Outlet,
+        cred: Cred,
+    },
+    Client {
+        conn: ConnId,
+        msg: FromClient,
+    },
+    ClientGone {
+        conn: ConnId,
+    },
+}
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn next_conn() -> ConnId {
+    NEXT_CONN.fetch_add(1, Ordering::Relaxed)
+}
+
