@@ -18,9 +18,12 @@
 #                MPIR_CVAR_* variables reach the ranks (`gang run` passes the
 #                environment on).
 #
-# Every node of a cluster boots the same image, so they share its cluster key
-# (/etc/gangd/cluster.key, mode 0600, fresh for every build, in the format of
-# `gangd keygen`). Users for jobs: root, alice (1000:1000), bob (1001:1001).
+# Every node of a cluster boots the same image. When gangd is among the
+# binaries, the image holds a cluster CA made for this build (`gangd ca
+# init`: /etc/gangd/ca, keys 0600) and a certificate for each of node0 ..
+# node$IMAGE_NODES-1 (`gangd ca issue`: /etc/scx_gang/tls/nodeN); a
+# scenario starts node N with --tls-dir /etc/scx_gang/tls/nodeN. Users for
+# jobs: root, alice (1000:1000), bob (1001:1001).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -168,17 +171,23 @@ chmod 0600 "$ST/etc/shadow"
 # Home directories: the archive makes every file root's, so a scenario that
 # needs them writable chowns them at run time.
 mkdir -p "$ST/home/alice" "$ST/home/bob"
-# The cluster key: 32 random bytes in hex plus a newline, like `gangd keygen`
-# (coordinator/src/proto/auth.rs generate_key), readable by root only.
-mkdir -m 0700 "$ST/etc/gangd"
-(umask 077 && head -c 32 /dev/urandom | od -An -v -tx1 | tr -d ' \n' >"$ST/etc/gangd/cluster.key" &&
-    echo >>"$ST/etc/gangd/cluster.key")
-chmod 0600 "$ST/etc/gangd/cluster.key"
-[[ $(tr -d '\n' <"$ST/etc/gangd/cluster.key" | wc -c) == 64 ]] || die "cluster key generation failed"
+# The cluster CA and one certificate per node, made by the gangd packed
+# into the image (fresh for every build).
+GANGD_BIN=
+for b in "${BINS[@]}"; do [[ $(basename "$b") == gangd ]] && GANGD_BIN=$b; done
+if [[ -n $GANGD_BIN ]]; then
+    mkdir -m 0700 "$ST/etc/gangd"
+    "$GANGD_BIN" --ca-dir "$ST/etc/gangd/ca" ca init >/dev/null || die "gangd ca init failed"
+    mkdir -p "$ST/etc/scx_gang/tls"
+    for ((i = 0; i < ${IMAGE_NODES:-8}; i++)); do
+        "$GANGD_BIN" --ca-dir "$ST/etc/gangd/ca" ca issue "node$i" --out "$ST/etc/scx_gang/tls/node$i" \
+            >/dev/null || die "gangd ca issue node$i failed"
+    done
+fi
 echo "$VER" >"$ST/etc/scx_gang-kernel"
 
 # Pack: sorted names, fixed owner and mtime, no gzip timestamp -> same input, same
-# bytes (but for the cluster key, fresh in every build).
+# bytes (but for the cluster CA and certificates, fresh in every build).
 mkdir -p "$(dirname "$OUT")"
 OUT_ABS=$(cd "$(dirname "$OUT")" && pwd)/$(basename "$OUT")
 find "$ST" -exec touch -h -d @0 {} +

@@ -61,10 +61,9 @@ else
 		# 1. Text instead of a frame.
 		echo "hello gangd, this is not a frame" | timeout 10 nc -w 3 node0 "$GANGD_PORT" > /dev/null 2>&1
 		# 2. A frame header announcing 4 GiB.
-		printf 'GANG\000\001\001\377\377\377\377' | timeout 10 nc -w 3 node0 "$GANGD_PORT" > /dev/null 2>&1
-		# 3. A well-formed Hello whose proof is not made with the cluster key.
-		proof=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=
-		hello="{\"type\":\"hello\",\"node\":\"intruder\",\"nr_cpus\":1,\"housekeeping_cpus\":\"\",\"agent_version\":\"0\",\"proof\":\"$proof\"}"
+		printf 'GANG\000\002\001\377\377\377\377' | timeout 10 nc -w 3 node0 "$GANGD_PORT" > /dev/null 2>&1
+		# 3. A well-formed Hello frame, in plain TCP (no TLS, no certificate).
+		hello="{\"type\":\"hello\",\"nr_cpus\":1,\"housekeeping_cpus\":\"\",\"agent_version\":\"0\"}"
 		(gang_frame 1 "$hello"; sleep 3) | timeout 10 nc -w 3 node0 "$GANGD_PORT" > "$RESULTS/wrong_hello.reply" 2>&1
 		board_put garbage.node1 sent || fail "board_put"
 	fi

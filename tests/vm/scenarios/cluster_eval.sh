@@ -124,7 +124,7 @@ start_local() {
 		log "scx_bpfland attached: $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)"
 	fi
 	wait_board "gangd.$k" up 120 || fail "gangd of phase $k never came up"
-	scx_gang --coordinator "node0:$GANGD_PORT" --cluster-key "$CLUSTER_KEY" \
+	scx_gang --coordinator "node0:$GANGD_PORT" --tls-dir "$NODE_TLS" \
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" \
 		--switching "$mode" > "$RESULTS/scx_gang.$k.log" 2>&1 &
 	SCX_PID=$!

@@ -45,7 +45,9 @@ FIRST_COMPUTE=$CLUSTER_HEAD
 is_compute() { [ "$NODE_ID" -ge "$FIRST_COMPUTE" ]; }
 
 GANGD_KNOBS=/run/gangd
-CLUSTER_KEY=/etc/gangd/cluster.key
+# The image's cluster CA (gangd) and each node's certificate (scripts/image.sh).
+GANGD_CA=/etc/gangd/ca
+NODE_TLS=/etc/scx_gang/tls/node$NODE_ID
 GANGD_PORT=7070
 BOARD_PORT=7999
 BOARD=/run/board
@@ -160,7 +162,7 @@ fail() {
 
 # ---- gangd and the node agents -----------------------------------------------------
 
-# start_gangd ARGS...: node 0 only. gangd with the image's cluster key, its log
+# start_gangd ARGS...: node 0 only. gangd with the image's cluster CA, its log
 # in $RESULTS/gangd.log; returns once it listens and serves its knob files.
 # A node is lost after NODE_TIMEOUT_MS (default 10000) of silence: gangd's
 # default (3 s) is meant for real machines, and an emulated node runs 10 to
@@ -168,7 +170,7 @@ fail() {
 NODE_TIMEOUT_MS=${NODE_TIMEOUT_MS:-10000}
 start_gangd() {
 	[ "$NODE_ID" = 0 ] || fail "start_gangd on node $NODE_ID: gangd runs on node 0"
-	gangd --cluster-key "$CLUSTER_KEY" --node-timeout-ms "$NODE_TIMEOUT_MS" "$@" \
+	gangd --ca-dir "$GANGD_CA" --node-timeout-ms "$NODE_TIMEOUT_MS" "$@" \
 		> "$RESULTS/gangd.log" 2>&1 &
 	GANGD_PID=$!
 	poll_for 60 gangd_up_or_dead
@@ -215,7 +217,7 @@ start_node_agent() {
 	wait_board gangd up 120 || fail "gangd did not come up on node 0"
 	[ "$NODE_ID" = 0 ] || wait_board "joined.node$((NODE_ID - 1))" yes 300 ||
 		fail "node$((NODE_ID - 1)) never joined"
-	scx_gang --coordinator "node0:$GANGD_PORT" --cluster-key "$CLUSTER_KEY" \
+	scx_gang --coordinator "node0:$GANGD_PORT" --tls-dir "$NODE_TLS" \
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" "$@" \
 		> "$RESULTS/scx_gang.log" 2>&1 &
 	SCX_PID=$!
@@ -361,11 +363,11 @@ job_nodes() {
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # gang_frame CHANNEL JSON: one frame of gangd's wire protocol
-# (coordinator/src/proto/frame.rs: magic, version 1, channel, length, payload).
+# (coordinator/src/proto/frame.rs: magic, version 2, channel, length, payload).
 be32() {
 	printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"
 }
-gang_frame() { printf 'GANG\000\001\'"$(printf %03o "$1")"; be32 ${#2}; printf '%s' "$2"; }
+gang_frame() { printf 'GANG\000\002\'"$(printf %03o "$1")"; be32 ${#2}; printf '%s' "$2"; }
 
 # record_ranks PROG FILE: one line per running PROG process on this node:
 # pid, real/effective uid, gid, cgroup.
