@@ -224,6 +224,16 @@ impl Allocator {
         self.settings
     }
 
+    /// The id the next submission gets.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Ids below `next` are never handed out (they were, before a restart).
+    pub fn skip_ids_below(&mut self, next: u64) {
+        self.next_id = self.next_id.max(next);
+    }
+
     pub fn matrix(&self) -> &Matrix {
         &self.matrix
     }
@@ -251,7 +261,8 @@ impl Allocator {
 
     /// Accepts a job: it runs at once if there is room, else it is queued.
     /// A job that could not run even on an empty cluster is refused, and
-    /// nothing changes. Ids count up from 1 in submission order.
+    /// nothing changes. Ids count up from 1 (or `skip_ids_below`'s floor) in
+    /// submission order.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, AllocError> {
         let need = self.check(&spec)?;
         let id = JobId(self.next_id);

@@ -885,6 +885,8 @@ mod end_to_end {
                 .arg("--ca-dir")
                 .arg(ca.dir())
                 .args(["--min-rank-uid", "0"])
+                .arg("--state-dir")
+                .arg(fake.dir.join("state"))
                 .stderr(fs::File::create(fake.dir.join("gangd.log")).unwrap())
                 .spawn()
                 .unwrap();

@@ -6,7 +6,7 @@
 use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,7 @@ struct Gangd {
     port: u16,
     /// The cluster's CA: gangd's certificate, and the nodes' on demand.
     ca: TestCa,
+    args: Vec<String>,
 }
 
 impl Drop for Gangd {
@@ -46,14 +47,28 @@ impl Gangd {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_gangd"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--no-knobs",
-                "--nodes",
-                &nodes.to_string(),
-            ])
+        let mut args = vec!["--nodes".to_string(), nodes.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Self::spawn(&dir, &ca, port, &args);
+        let g = Gangd {
+            child,
+            dir,
+            port,
+            ca,
+            args,
+        };
+        g.wait_listening();
+        g
+    }
+
+    fn spawn(dir: &Path, ca: &TestCa, port: u16, args: &[String]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("gangd.log"))
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_gangd"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--no-knobs"])
             .arg("--socket")
             .arg(dir.join("sock"))
             .arg("--ca-dir")
@@ -62,22 +77,28 @@ impl Gangd {
             .args(["--min-rank-uid", "0"])
             .arg("--switch-log")
             .arg(dir.join("switches.jsonl"))
-            .args(extra)
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("gangd.log")).unwrap(),
-            ))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(args)
+            .stderr(Stdio::from(log))
             .spawn()
-            .unwrap();
-        let g = Gangd {
-            child,
-            dir,
-            port,
-            ca,
-        };
+            .unwrap()
+    }
+
+    fn wait_listening(&self) {
         wait_until("gangd listening", || {
-            TcpStream::connect(("127.0.0.1", g.port)).is_ok() && g.sock().exists()
+            TcpStream::connect(("127.0.0.1", self.port)).is_ok() && self.sock().exists()
         });
-        g
+    }
+
+    /// Stops gangd (SIGKILL: nothing is saved on the way out) and starts it
+    /// again with the same CA, port and state directory.
+    fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.sock());
+        self.child = Self::spawn(&self.dir, &self.ca, self.port, &self.args);
+        self.wait_listening();
     }
 
     fn sock(&self) -> PathBuf {
@@ -684,6 +705,73 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
         status: ExitStatus::Exited(0),
     });
     assert_eq!(fe.ended().0, 0);
+}
+
+#[test]
+fn job_ids_are_never_handed_out_twice_across_restarts() {
+    let mut g = Gangd::start("ids", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 2);
+    let first = accepted(FrontEnd::connect(&g).submit("a", 1, &["/bin/true"]));
+    let second = accepted(FrontEnd::connect(&g).submit("b", 1, &["/bin/true"]));
+    drop(n0);
+    g.restart();
+    let _n0 = FakeAgent::join(&g, "n0", 2);
+    // The node came back without them (they ended while gangd was away):
+    // a new job still never gets their ids.
+    wait_until("submissions open", || g.log().contains("adoption over"));
+    let third = accepted(FrontEnd::connect(&g).submit("c", 1, &["/bin/true"]));
+    assert!(first < second && second < third, "{first} {second} {third}");
+}
+
+#[test]
+fn after_a_restart_no_job_is_accepted_until_the_known_nodes_are_back() {
+    // One node is enough to run jobs, but two were known before the restart.
+    let mut g = Gangd::start("adoption-window", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    let n1 = FakeAgent::join(&g, "n1", 1);
+    drop((n0, n1));
+    g.restart();
+    let _n0 = FakeAgent::join(&g, "n0", 1);
+    match FrontEnd::connect(&g).submit("early", 1, &["/bin/true"]) {
+        ToClient::Refused { reason } => assert!(reason.contains("restarted"), "{reason}"),
+        other => panic!("accepted while n1 may still bring back its jobs: {other:?}"),
+    }
+    let _n1 = FakeAgent::join(&g, "n1", 1);
+    wait_until("adoption over", || g.log().contains("adoption over: every known node is back"));
+    accepted(FrontEnd::connect(&g).submit("late", 1, &["/bin/true"]));
+}
+
+#[test]
+fn a_node_reporting_another_users_job_under_a_known_id_is_not_merged_into_it() {
+    let g = Gangd::start("uid-mismatch", 2, &[]);
+    let live = |uid: u32, rank: u32| LiveJob {
+        job: JobId(7),
+        name: "lu".into(),
+        size: 2,
+        uid,
+        gid: uid,
+        ranks: vec![rank],
+    };
+    let sched = vec![vec![Placement {
+        job: JobId(7),
+        cpus: "0".into(),
+    }]];
+    let _a = FakeAgent::join_with(&g, 1, &g.ca.client("n0"), vec![live(1000, 0)], sched.clone())
+        .unwrap();
+    let b = FakeAgent::join_with(&g, 1, &g.ca.client("n1"), vec![live(1001, 1)], sched).unwrap();
+    let mut fe = FrontEnd::connect(&g);
+    fe.send(FromClient::Ps);
+    let ToClient::PsReply { jobs } = fe.recv() else {
+        panic!()
+    };
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!((jobs[0].job, jobs[0].uid), (JobId(7), 1000));
+    assert_eq!(jobs[0].nodes, vec!["n0".to_string()], "uid 1001's rank merged in");
+    assert!(g.log().contains("not adopting its job 7"), "{}", g.log());
+    // Killing uid 1000's job 7 never reaches uid 1001's ranks on n1.
+    fe.send(FromClient::Kill { job: JobId(7) });
+    thread::sleep(Duration::from_millis(300));
+    assert!(!b.got().iter().any(|m| matches!(m, ToAgent::KillJob { .. })));
 }
 
 #[test]

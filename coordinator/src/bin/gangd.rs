@@ -49,6 +49,11 @@ struct Opts {
     #[arg(long, default_value = "1000")]
     min_rank_uid: u32,
 
+    /// Where gangd keeps what must survive its restarts (the next job id,
+    /// the nodes that have joined): job ids are never reused.
+    #[arg(long, default_value = "/var/lib/gangd")]
+    state_dir: PathBuf,
+
     /// Refuse jobs until this many nodes have joined.
     #[arg(long, default_value = "1")]
     nodes: usize,
@@ -214,6 +219,7 @@ fn run(opts: Opts) -> Result<()> {
         tls: Arc::new(tls),
         min_rank_uid: opts.min_rank_uid,
         min_nodes: opts.nodes,
+        state_dir: opts.state_dir,
         knobs,
         heartbeat: Duration::from_millis(opts.heartbeat_ms.max(10)),
         node_timeout: Duration::from_millis(opts.node_timeout_ms.max(100)),

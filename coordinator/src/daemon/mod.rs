@@ -11,6 +11,7 @@ pub mod net;
 mod nodes;
 mod pmi_jobs;
 mod rotation;
+pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{SocketAddr, TcpListener};
@@ -50,6 +51,8 @@ pub struct Config {
     pub min_rank_uid: u32,
     /// Jobs are refused until this many nodes have joined.
     pub min_nodes: usize,
+    /// Where the next job id and the known nodes are kept (state.rs).
+    pub state_dir: PathBuf,
     pub knobs: ClusterKnobs,
     pub heartbeat: Duration,
     /// A node silent this long is lost.
@@ -67,7 +70,8 @@ enum Event {
 const EVENT_QUEUE: usize = 4096;
 
 /// After a start, how long a front end's Attach waits for its job to be
-/// adopted from the nodes as they rejoin.
+/// adopted from the nodes as they rejoin, and how long submissions wait
+/// for the nodes known before the restart (state.rs) to come back.
 const ADOPTION_GRACE: Duration = Duration::from_secs(30);
 
 /// A SIGKILL'd rank that never reports is given up on after this long.
@@ -104,6 +108,11 @@ pub struct Coordinator {
     /// Attach requests for jobs not (yet) adopted after a restart.
     pending_attach: Vec<(ConnId, JobId)>,
     epoch: Instant,
+    /// Job ids and known nodes, kept across restarts.
+    state: state::State,
+    /// Set once every node known before the start has rejoined (or the
+    /// adoption grace has passed): jobs are accepted from then on.
+    adoption_over: bool,
 }
 
 fn aid(id: JobId) -> matrix::JobId {
@@ -182,7 +191,18 @@ impl Coordinator {
             settings(&knobs),
         )
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let state = state::State::open(&cfg.state_dir)?;
+        let mut alloc = alloc;
+        alloc.skip_ids_below(state.data.next_job);
+        info!(
+            "state {}: next job id {}, {} known node(s)",
+            cfg.state_dir.display(),
+            state.data.next_job,
+            state.data.nodes.len()
+        );
         Ok(Self {
+            adoption_over: state.data.nodes.is_empty(),
+            state,
             knobs,
             knobs_pending: false,
             shared_knobs: Arc::new(Mutex::new(knobs)),
@@ -344,6 +364,11 @@ impl Coordinator {
             node.outlet.close();
             return;
         }
+        // Recorded before the node hears it is in: a restart right after
+        // still waits for it (and its jobs).
+        if let Err(e) = self.state.add_node(&name) {
+            warn!("cannot record node {name} in the state directory: {e}");
+        }
         node.outlet.send(&ToAgent::Welcome { node_id: id });
         node.outlet.send(&self.knobs_msg());
         info!(
@@ -355,6 +380,7 @@ impl Coordinator {
         for lj in &hello.jobs {
             self.adopt(id, &name, lj, &hello.schedule);
         }
+        self.check_adoption();
         self.placement_changed();
         self.publish_status();
     }
@@ -369,6 +395,18 @@ impl Coordinator {
         lj: &crate::proto::LiveJob,
         schedule: &[Vec<crate::proto::Placement>],
     ) {
+        if let Some(known) = self.jobs.get(&lj.job) {
+            if (known.cred.uid, known.cred.gid) != (lj.uid, lj.gid) || known.ranks != lj.size {
+                // Never merge two users' jobs: the ids were reused (a
+                // state directory lost) or the node lies.
+                warn!(
+                    "node {node_name}: not adopting its job {} (uid {}, {} ranks): job {} here \
+                     is uid {}'s with {} ranks; its ranks there keep running unscheduled",
+                    lj.job, lj.uid, lj.size, lj.job, known.cred.uid, known.ranks
+                );
+                return;
+            }
+        }
         let mut pref = None;
         let mut cells = Vec::new();
         for (slot, row) in schedule.iter().enumerate() {
@@ -416,6 +454,9 @@ impl Coordinator {
                 *slot = node;
                 job.live.insert(r);
             }
+        }
+        if let Err(e) = self.state.reserve_ids_below(self.alloc.next_id()) {
+            warn!("cannot record job ids in the state directory: {e}");
         }
         info!(
             "job {} ({}) adopted: ranks {:?} live on {node_name}",
@@ -497,6 +538,35 @@ impl Coordinator {
         self.rebuild_cluster(None, None);
         self.placement_changed();
         self.publish_status();
+    }
+
+    /// Adoption is over once every node known before the start is back,
+    /// or after ADOPTION_GRACE: a node rejoining later still has its jobs
+    /// adopted, under ids no new job can have been given.
+    fn check_adoption(&mut self) {
+        if self.adoption_over {
+            return;
+        }
+        let missing: Vec<&String> = self
+            .state
+            .data
+            .nodes
+            .iter()
+            .filter(|n| !self.nodes.values().any(|m| &&m.name == n))
+            .collect();
+        if missing.is_empty() || self.epoch.elapsed() >= ADOPTION_GRACE {
+            self.adoption_over = true;
+            if missing.is_empty() {
+                info!("adoption over: every known node is back; jobs are accepted");
+            } else {
+                warn!(
+                    "adoption over after {} s without {} node(s) ({}); jobs are accepted",
+                    ADOPTION_GRACE.as_secs(),
+                    missing.len(),
+                    missing.iter().take(8).map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
     }
 
     fn heartbeats(&mut self) {
@@ -728,6 +798,18 @@ impl Coordinator {
                 self.cfg.min_nodes
             ));
         }
+        if !self.adoption_over {
+            return Err(format!(
+                "gangd has just restarted and is taking back the running jobs from its nodes; \
+                 jobs are accepted within {} s",
+                ADOPTION_GRACE.saturating_sub(self.epoch.elapsed()).as_secs() + 1
+            ));
+        }
+        // Recorded before it is handed out: an id is never given twice,
+        // even across restarts (state.rs).
+        self.state
+            .reserve_ids_below(self.alloc.next_id() + 1)
+            .map_err(|e| format!("gangd cannot record job ids ({e}); no job is accepted"))?;
         self.submissions += 1;
         let internal = format!("{name}#{}", self.submissions);
         let id = self
@@ -1098,6 +1180,7 @@ impl Coordinator {
     }
 
     fn check_deadlines(&mut self) {
+        self.check_adoption();
         if !self.pending_attach.is_empty() {
             self.serve_pending_attach();
         }

@@ -181,7 +181,9 @@ head_phase() {
 	fi
 	board_put "policy.$k" "$p"
 	board_put phase "$k"
+	# A fresh cluster per phase: its own state (job ids, known nodes).
 	start_gangd --nodes "$C" --slot-ms "$SLOT_MS" --mpl-max 4 --barrier "$(barrier "$p")" \
+		--state-dir "/run/gangd-state.$k" \
 		--switch-log "$RESULTS/switch.$k.jsonl"
 	board_put "gangd.$k" up
 	i=$FIRST_COMPUTE
