@@ -240,13 +240,14 @@ fn run(opts: Opts) -> Result<()> {
     // A missing or unsafe key is a startup error, not something to retry.
     let cluster = match &opts.coordinator {
         Some(addr) => {
-            let tls = gang_coordinator::proto::tls::ClientTls::load(&opts.tls_dir)
-                .with_context(|| {
+            let tls = gang_coordinator::proto::tls::ClientTls::load(&opts.tls_dir).with_context(
+                || {
                     format!(
                         "loading the node's certificate from {} (gangd ca issue NODE --out DIR)",
                         opts.tls_dir.display()
                     )
-                })?;
+                },
+            )?;
             let node = node_name(opts.node_name.as_deref(), &tls.node)?;
             Some((addr.clone(), std::sync::Arc::new(tls), node))
         }

@@ -42,9 +42,11 @@ const IDLE_PERIOD: Duration = Duration::from_millis(50);
 const TRACE_PERIOD: Duration = Duration::from_millis(10);
 /// How often the gang root is scanned for new, emptied or removed gangs.
 const SCAN_PERIOD: Duration = Duration::from_millis(100);
-/// Longest trace a client may ask for, and most events one trace keeps.
+/// Longest trace a client may ask for, and most events one trace keeps
+/// (~40 bytes each: a trace holds at most ~40 MB of the root daemon's
+/// memory; one trace at a time).
 const MAX_TRACE_SECONDS: f64 = 600.0;
-const MAX_TRACE_EVENTS: usize = 4_000_000;
+const MAX_TRACE_EVENTS: usize = 1_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -679,6 +681,12 @@ impl<'a> Scheduler<'a> {
     }
 
     fn start_trace(&mut self, seconds: f64, reply: Sender<Response>) {
+        if !self.traces.is_empty() {
+            let _ = reply.send(Response::error(
+                "a trace is already being recorded on this node; try again when it ends",
+            ));
+            return;
+        }
         if !(seconds > 0.0 && seconds <= MAX_TRACE_SECONDS) {
             let _ = reply.send(Response::error(format!(
                 "seconds must be in (0, {MAX_TRACE_SECONDS}]"

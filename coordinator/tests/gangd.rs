@@ -667,7 +667,14 @@ fn a_restarted_gangd_adopts_the_jobs_its_nodes_still_run() {
     let mut fe = FrontEnd::connect(&g);
     fe.send(FromClient::Attach { job: old });
     thread::sleep(Duration::from_millis(200));
-    let n0 = FakeAgent::join_with(&g, 1, &g.ca.client("n0"), vec![live(vec![0])], sched.clone()).unwrap();
+    let n0 = FakeAgent::join_with(
+        &g,
+        1,
+        &g.ca.client("n0"),
+        vec![live(vec![0])],
+        sched.clone(),
+    )
+    .unwrap();
     assert_eq!(fe.recv(), ToClient::Done);
     let n1 = FakeAgent::join_with(&g, 1, &g.ca.client("n1"), vec![live(vec![1])], sched).unwrap();
     fe.send(FromClient::Ps);
@@ -737,7 +744,9 @@ fn after_a_restart_no_job_is_accepted_until_the_known_nodes_are_back() {
         other => panic!("accepted while n1 may still bring back its jobs: {other:?}"),
     }
     let _n1 = FakeAgent::join(&g, "n1", 1);
-    wait_until("adoption over", || g.log().contains("adoption over: every known node is back"));
+    wait_until("adoption over", || {
+        g.log().contains("adoption over: every known node is back")
+    });
     accepted(FrontEnd::connect(&g).submit("late", 1, &["/bin/true"]));
 }
 
@@ -756,8 +765,14 @@ fn a_node_reporting_another_users_job_under_a_known_id_is_not_merged_into_it() {
         job: JobId(7),
         cpus: "0".into(),
     }]];
-    let _a = FakeAgent::join_with(&g, 1, &g.ca.client("n0"), vec![live(1000, 0)], sched.clone())
-        .unwrap();
+    let _a = FakeAgent::join_with(
+        &g,
+        1,
+        &g.ca.client("n0"),
+        vec![live(1000, 0)],
+        sched.clone(),
+    )
+    .unwrap();
     let b = FakeAgent::join_with(&g, 1, &g.ca.client("n1"), vec![live(1001, 1)], sched).unwrap();
     let mut fe = FrontEnd::connect(&g);
     fe.send(FromClient::Ps);
@@ -766,12 +781,55 @@ fn a_node_reporting_another_users_job_under_a_known_id_is_not_merged_into_it() {
     };
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!((jobs[0].job, jobs[0].uid), (JobId(7), 1000));
-    assert_eq!(jobs[0].nodes, vec!["n0".to_string()], "uid 1001's rank merged in");
+    assert_eq!(
+        jobs[0].nodes,
+        vec!["n0".to_string()],
+        "uid 1001's rank merged in"
+    );
     assert!(g.log().contains("not adopting its job 7"), "{}", g.log());
     // Killing uid 1000's job 7 never reaches uid 1001's ranks on n1.
     fe.send(FromClient::Kill { job: JobId(7) });
     thread::sleep(Duration::from_millis(300));
     assert!(!b.got().iter().any(|m| matches!(m, ToAgent::KillJob { .. })));
+}
+
+#[test]
+fn traces_are_for_root_and_one_at_a_time() {
+    use std::os::unix::process::CommandExt;
+    let g = Gangd::start("trace-limits", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    std::fs::set_permissions(&g.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gang"))
+        .arg("--socket")
+        .arg(g.sock())
+        .args(["trace", "--seconds", "600"])
+        .uid(1001)
+        .gid(1001)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("root only"), "{err}");
+    assert!(g.log().contains("trace refused to uid 1001"), "{}", g.log());
+    assert!(!n0.got().iter().any(|m| matches!(m, ToAgent::Trace { .. })));
+    // Root's trace runs (the fake node never answers it); a second waits.
+    let mut first = FrontEnd::connect(&g);
+    first.send(FromClient::Trace { ms: 60_000 });
+    wait_until("trace sent", || {
+        n0.got().iter().any(|m| matches!(m, ToAgent::Trace { .. }))
+    });
+    let mut second = FrontEnd::connect(&g);
+    second.send(FromClient::Trace { ms: 1000 });
+    match second.recv() {
+        ToClient::Refused { reason } => assert!(reason.contains("already"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let traces = n0
+        .got()
+        .iter()
+        .filter(|m| matches!(m, ToAgent::Trace { .. }))
+        .count();
+    assert_eq!(traces, 1);
 }
 
 #[test]

@@ -52,15 +52,15 @@ fn placement() -> impl Strategy<Value = Placement> {
 
 fn from_agent() -> impl Strategy<Value = FromAgent> {
     prop_oneof![
-        (any::<u32>(), text(), text()).prop_map(
-            |(nr_cpus, housekeeping_cpus, agent_version)| FromAgent::Hello {
+        (any::<u32>(), text(), text()).prop_map(|(nr_cpus, housekeeping_cpus, agent_version)| {
+            FromAgent::Hello {
                 nr_cpus,
                 housekeeping_cpus,
                 agent_version,
                 jobs: vec![],
                 schedule: vec![],
             }
-        ),
+        }),
         (
             prop::collection::vec(live_job(), 0..3),
             prop::collection::vec(prop::collection::vec(placement(), 0..3), 0..3)

@@ -2,7 +2,7 @@
 //! cluster. Runs on the agent's reader thread, which must stay responsive
 //! (gangd drops a node that does not answer its heartbeats): nothing here
 //! waits long. Freeze is answered by the freeze waiter when the drain is
-//! over, a trace by a thread of its own; the slot switch itself (Switch →
+//! over, a trace by a thread of its own (trace.rs); the slot switch itself (Switch →
 //! Running) is one round trip to the main loop.
 
 use std::sync::mpsc::Sender;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::{Barrier, FromAgent, Gen, Placement, ToAgent, MAX_OUTPUT_CHUNK};
+use gang_coordinator::proto::{Barrier, FromAgent, Gen, Placement, ToAgent};
 use log::{info, warn};
 
 use crate::control::{self, Request};
@@ -22,12 +22,12 @@ use super::link::Link;
 use super::mainloop::{self, MainLoop};
 use super::prepare;
 use super::ranks::{RankSpec, Ranks};
+use super::trace::Tracer;
 
 /// Longest wait for the main loop to take a schedule or a switch (it
 /// answers within one loop turn; longer only while the scheduler restarts).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Added to the drain timeout for the freeze's own answer, and to the
-/// length of a trace.
+/// Added to the drain timeout for the freeze's own answer.
 const EXTRA_WAIT: Duration = Duration::from_secs(5);
 
 /// Work for the freeze waiter thread.
@@ -59,6 +59,7 @@ pub struct Handler {
     drain_timeout_ms: u32,
     barrier: Option<Barrier>,
     freeze_waiter: Sender<Job>,
+    tracer: Tracer,
 }
 
 impl Handler {
@@ -89,6 +90,7 @@ impl Handler {
             drain_timeout_ms: 0,
             barrier: None,
             freeze_waiter,
+            tracer: Tracer::default(),
         })
     }
 
@@ -174,7 +176,10 @@ impl Handler {
                     self.error(e);
                 }
             }
-            ToAgent::Trace { id, ms } => self.trace(id, ms),
+            ToAgent::Trace { id, ms } => {
+                self.tracer
+                    .start(id, ms, &self.node, self.main.clone(), self.link.clone())
+            }
             ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }
@@ -312,60 +317,6 @@ impl Handler {
                 Ok(()) => info!("knob {name} = {value} (from gangd)"),
                 Err(e) => self.error(format!("knob {name} = {value} refused: {e}")),
             }
-        }
-    }
-
-    /// Trace: recorded by the main loop for `ms`, sent back in chunks.
-    fn trace(&self, id: u64, ms: u64) {
-        let (main, link, node) = (self.main.clone(), self.link.clone(), self.node.clone());
-        let traced = move || {
-            let wait = Duration::from_millis(ms) + EXTRA_WAIT;
-            let json = main
-                .call(
-                    Request::Trace {
-                        seconds: ms as f64 / 1000.0,
-                    },
-                    wait,
-                )
-                .and_then(|r| r.trace.ok_or_else(|| "the scheduler sent no trace".into()))
-                .and_then(|t| serde_json::to_vec(&t).map_err(|e| e.to_string()));
-            match json {
-                Ok(json) => {
-                    let n = json.len().div_ceil(MAX_OUTPUT_CHUNK).max(1);
-                    for i in 0..n {
-                        let chunk = &json[(i * MAX_OUTPUT_CHUNK).min(json.len())
-                            ..((i + 1) * MAX_OUTPUT_CHUNK).min(json.len())];
-                        link.send(FromAgent::TraceChunk {
-                            id,
-                            data: chunk.into(),
-                            last: i + 1 == n,
-                        });
-                    }
-                    info!("trace {id}: sent {} bytes in {n} chunks", json.len());
-                }
-                Err(e) => {
-                    warn!("trace {id} of {ms} ms failed: {e}");
-                    link.send(FromAgent::Error {
-                        message: format!("{node}: trace failed: {e}"),
-                    });
-                    link.send(FromAgent::TraceChunk {
-                        id,
-                        data: Vec::new().into(),
-                        last: true,
-                    });
-                }
-            }
-        };
-        if let Err(e) = thread::Builder::new()
-            .name("agent-trace".into())
-            .spawn(traced)
-        {
-            self.error(format!("trace {id}: no thread for it: {e}"));
-            self.link.send(FromAgent::TraceChunk {
-                id,
-                data: Vec::new().into(),
-                last: true,
-            });
         }
     }
 

@@ -3,6 +3,11 @@
 //! reapers, the freeze waiter, traces). One frame is written at a time,
 //! under a lock, so frames never interleave.
 //!
+//! Bulk (rank output, trace chunks: `send_bulk`) gives way to everything
+//! else: a bulk sender waits while an answer gangd's switch or heartbeat
+//! waits for (Frozen, Running, Heartbeat...) is queued for the lock, so
+//! such an answer waits for at most the one bulk frame being written.
+//!
 //! While gangd is away nothing is lost that matters later: rank exits are
 //! queued, and rank output is kept up to OUTPUT_BUFFER bytes per job (the
 //! oldest dropped first); both are sent after the next Welcome, output
@@ -11,7 +16,9 @@
 //! and are dropped.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use gang_coordinator::proto::tls::{Session, SessionWriter};
 use gang_coordinator::proto::{write_frame, FrameError, FromAgent, JobId};
@@ -39,6 +46,8 @@ struct State {
 #[derive(Default)]
 pub struct Link {
     state: Mutex<State>,
+    /// Senders of anything but bulk waiting for or holding the lock.
+    urgent: AtomicUsize,
 }
 
 fn output_len(msg: &FromAgent) -> usize {
@@ -64,6 +73,21 @@ impl Link {
     /// Sends `msg` now if gangd is there, else keeps it for later if it is
     /// a rank's output or exit. Returns whether it was sent.
     pub fn send(&self, msg: FromAgent) -> bool {
+        self.urgent.fetch_add(1, Ordering::SeqCst);
+        let sent = self.write(msg);
+        self.urgent.fetch_sub(1, Ordering::SeqCst);
+        sent
+    }
+
+    /// `send` for bulk: first lets every other sender go.
+    pub fn send_bulk(&self, msg: FromAgent) -> bool {
+        while self.urgent.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.write(msg)
+    }
+
+    fn write(&self, msg: FromAgent) -> bool {
         let mut state = self.lock();
         if let Some(conn) = &state.conn {
             match write_frame(&mut SessionWriter(conn.clone()), &msg) {
@@ -223,5 +247,55 @@ mod tests {
         link.detach();
         assert!(!link.is_connected());
         assert!(read_frame::<FromAgent>(&mut gangd_end).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_answer_waits_for_at_most_the_bulk_frame_being_written() {
+        use std::sync::atomic::AtomicBool;
+        let ca = TestCa::new("link-bulk");
+        let (agent_end, mut gangd_end) = pair(&ca);
+        let link = Arc::new(Link::new());
+        link.attach(agent_end).unwrap();
+        // gangd reads slowly: the bulk sender is held in its writes.
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if read_frame::<FromAgent>(&mut gangd_end).unwrap().is_none() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        };
+        let done = Arc::new(AtomicUsize::new(0));
+        let bulk = {
+            let (link, done, stop) = (link.clone(), done.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    link.send_bulk(output(1, 0, 64 << 10));
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        while done.load(Ordering::SeqCst) < 40 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut waits = Vec::new();
+        for seq in 0..7 {
+            let before = done.load(Ordering::SeqCst);
+            assert!(link.send(FromAgent::Heartbeat { seq, mono_ns: 0 }));
+            waits.push(done.load(Ordering::SeqCst) - before);
+        }
+        stop.store(true, Ordering::SeqCst);
+        link.detach();
+        bulk.join().unwrap();
+        reader.join().unwrap();
+        // The frame being written when the answer came, and one that
+        // checked for answers just before it (the median: this thread may
+        // be preempted between its two looks at `done`).
+        waits.sort();
+        assert!(waits[3] <= 2, "answers waited for {waits:?} bulk frames");
     }
 }

@@ -27,6 +27,7 @@ pub mod prepare;
 pub mod ranks;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 use std::collections::VecDeque;
 use std::io;
@@ -230,10 +231,7 @@ impl Agent {
             // single message of it is read.
             Err(e) => return End::Failed(format!("TLS handshake: {e:#}")),
         };
-        if let Err(e) = session
-            .socket()
-            .set_write_timeout(Some(WRITE_TIMEOUT))
-        {
+        if let Err(e) = session.socket().set_write_timeout(Some(WRITE_TIMEOUT)) {
             return End::Failed(format!("setting up the connection: {e}"));
         }
         let mut reader = Reader::new(session.clone());

@@ -461,7 +461,7 @@ fn pump(link: &Link, job: JobId, rank: u32, stream: Stream, mut pipe: Box<dyn Re
         match pipe.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => {
-                link.send(FromAgent::RankOutput {
+                link.send_bulk(FromAgent::RankOutput {
                     job,
                     rank,
                     stream,

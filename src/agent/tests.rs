@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, Once};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use gang_coordinator::proto::tls::testing::{self as tls_testing, TestCa};
@@ -317,7 +318,10 @@ fn a_node_of_the_cluster_ca_is_welcomed_by_its_certificate_name_and_heartbeats_c
     let gangd = Gangd::new(&ca);
     let _agent = start_agent("hb-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(4).unwrap();
-    assert_eq!(conn.node, "hb-node", "gangd reads the name from the certificate");
+    assert_eq!(
+        conn.node, "hb-node",
+        "gangd reads the name from the certificate"
+    );
     match &conn.hello {
         FromAgent::Hello {
             nr_cpus,
@@ -381,9 +385,10 @@ fn an_impostor_gangd_is_refused_at_the_handshake_logged_and_retried() {
         let fake = Gangd::with_config(config);
         let agent = start_agent("victim-node", fake.addr(), &ca, None, accept_all());
         let first = Instant::now();
-        let err = fake.accept(1).err().unwrap_or_else(|| {
-            panic!("{what}: the agent completed a handshake with an impostor")
-        });
+        let err = fake
+            .accept(1)
+            .err()
+            .unwrap_or_else(|| panic!("{what}: the agent completed a handshake with an impostor"));
         assert!(!err.is_empty());
         wait_for_log(&[&fake.addr(), "TLS handshake", why]);
         assert!(fake.accept(1).is_err(), "{what}: the agent tries again");
@@ -429,7 +434,10 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
     )
     .unwrap();
     let err = gangd.accept(1).err().expect("gangd must refuse it");
-    assert!(err.contains("UnknownIssuer") || err.contains("certificate"), "{err}");
+    assert!(
+        err.contains("UnknownIssuer") || err.contains("certificate"),
+        "{err}"
+    );
     // TLS 1.3: the node's handshake ends before gangd has checked its
     // certificate, so the refusal arrives as an alert on the first read.
     wait_for_log(&[&gangd.addr(), "cannot join", "UnknownCA"]);
@@ -731,6 +739,63 @@ fn a_trace_comes_back_in_chunks() {
             last: true
         }
     );
+}
+
+#[test]
+fn a_second_trace_is_refused_while_one_is_recorded() {
+    let ca = TestCa::new("agent8b");
+    let gangd = Gangd::new(&ca);
+    let answer: Answer = Box::new(|r| match r {
+        Request::Trace { seconds } => {
+            thread::sleep(Duration::from_secs_f64(*seconds));
+            Response {
+                ok: true,
+                trace: Some(big_trace()),
+                ..Default::default()
+            }
+        }
+        _ => Response::ok(),
+    });
+    let _agent = start_agent("trace-once", gangd.addr(), &ca, None, answer);
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(ToAgent::Trace { id: 1, ms: 600 });
+    conn.send(ToAgent::Trace { id: 2, ms: 600 });
+    match conn.recv() {
+        FromAgent::Error { message } => assert!(message.contains("already"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        conn.recv(),
+        FromAgent::TraceChunk {
+            id: 2,
+            data: Bytes::default(),
+            last: true
+        }
+    );
+    // The first one completes, and frees the node's trace slot.
+    while !matches!(
+        conn.recv(),
+        FromAgent::TraceChunk {
+            id: 1,
+            last: true,
+            ..
+        }
+    ) {}
+    conn.send(ToAgent::Trace { id: 3, ms: 10 });
+    loop {
+        match conn.recv() {
+            FromAgent::TraceChunk {
+                id: 3,
+                last: true,
+                data,
+            } => {
+                assert!(!data.0.is_empty());
+                break;
+            }
+            FromAgent::TraceChunk { id: 3, .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-use gang_coordinator::daemon::{self, knobs::ClusterKnobs, Config};
 use gang_coordinator::daemon::net::limits;
+use gang_coordinator::daemon::{self, knobs::ClusterKnobs, Config};
 use gang_coordinator::proto::tls::{self, ServerTls};
 
 #[derive(Debug, Parser)]

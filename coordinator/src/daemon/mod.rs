@@ -563,7 +563,12 @@ impl Coordinator {
                     "adoption over after {} s without {} node(s) ({}); jobs are accepted",
                     ADOPTION_GRACE.as_secs(),
                     missing.len(),
-                    missing.iter().take(8).map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                    missing
+                        .iter()
+                        .take(8)
+                        .map(|n| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }
@@ -710,7 +715,7 @@ impl Coordinator {
                 let text = self.alloc.render();
                 self.reply(conn, ToClient::MatrixReply { text });
             }
-            FromClient::Trace { ms } => self.start_trace(conn, ms),
+            FromClient::Trace { ms } => self.start_trace(conn, cred, ms),
         }
     }
 
@@ -802,7 +807,10 @@ impl Coordinator {
             return Err(format!(
                 "gangd has just restarted and is taking back the running jobs from its nodes; \
                  jobs are accepted within {} s",
-                ADOPTION_GRACE.saturating_sub(self.epoch.elapsed()).as_secs() + 1
+                ADOPTION_GRACE
+                    .saturating_sub(self.epoch.elapsed())
+                    .as_secs()
+                    + 1
             ));
         }
         // Recorded before it is handed out: an id is never given twice,
@@ -1221,7 +1229,20 @@ impl Coordinator {
 
     // ---- traces ----
 
-    fn start_trace(&mut self, conn: ConnId, ms: u64) {
+    /// A trace shows every user's gangs and costs every node memory and
+    /// link time: root only, one at a time in the cluster.
+    fn start_trace(&mut self, conn: ConnId, cred: Cred, ms: u64) {
+        let refuse = |reason: String| ToClient::Refused { reason };
+        if cred.uid != 0 {
+            warn!("trace refused to uid {} (root only)", cred.uid);
+            return self.reply(conn, refuse("tracing the cluster is for root only".into()));
+        }
+        if !self.traces.is_empty() {
+            return self.reply(
+                conn,
+                refuse("a trace is already being recorded; try again when it ends".into()),
+            );
+        }
         if !(1..=600_000).contains(&ms) {
             return self.reply(
                 conn,

@@ -139,7 +139,10 @@ mod tests {
         assert_eq!(s.data.next_job, 1);
         assert!(s.data.nodes.is_empty());
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(&d).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 

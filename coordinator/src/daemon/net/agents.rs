@@ -138,8 +138,8 @@ fn agent_connection(
 /// the handshake deadline.
 fn admit(stream: TcpStream, tls: &ServerTls) -> Result<(Arc<Session>, Hello)> {
     let deadline = Instant::now() + limits::HANDSHAKE_DEADLINE;
-    let conn = rustls::ServerConnection::new(tls.config())
-        .map_err(|e| anyhow!("TLS server: {e}"))?;
+    let conn =
+        rustls::ServerConnection::new(tls.config()).map_err(|e| anyhow!("TLS server: {e}"))?;
     let session = Arc::new(
         tls::handshake(stream, conn, deadline).map_err(|e| anyhow!("TLS handshake: {e}"))?,
     );

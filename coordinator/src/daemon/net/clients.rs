@@ -108,14 +108,16 @@ fn client_connection(stream: UnixStream, cred: Cred, _held: Held<u32>, post: imp
     let first = match frames.first_request() {
         Ok(m) => m,
         Err(e) => {
-            warn!("front end (uid {}, pid {}) dropped: {e:#}", cred.uid, cred.pid);
+            warn!(
+                "front end (uid {}, pid {}) dropped: {e:#}",
+                cred.uid, cred.pid
+            );
             let _ = frames.stream.shutdown(Shutdown::Both);
             return;
         }
     };
     let conn = next_conn();
-    let (Ok(tx), Ok(closer_stream)) = (frames.stream.try_clone(), frames.stream.try_clone())
-    else {
+    let (Ok(tx), Ok(closer_stream)) = (frames.stream.try_clone(), frames.stream.try_clone()) else {
         return;
     };
     let closer: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
@@ -167,7 +169,9 @@ impl Frames {
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 Ok(Some(Vec::new()))

@@ -153,4 +153,3 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 pub(super) fn next_conn() -> ConnId {
     NEXT_CONN.fetch_add(1, Ordering::Relaxed)
 }
-

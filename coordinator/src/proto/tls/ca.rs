@@ -58,7 +58,12 @@ fn write_new(path: &Path, content: &[u8], mode: u32) -> Result<()> {
         .create_new(true)
         .mode(mode)
         .open(path)
-        .with_context(|| format!("creating {} (an existing file is never replaced)", path.display()))?;
+        .with_context(|| {
+            format!(
+                "creating {} (an existing file is never replaced)",
+                path.display()
+            )
+        })?;
     f.write_all(content)
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", path.display()))
@@ -102,10 +107,10 @@ fn leaf(
         .map_err(|e| anyhow!("certificate for {name:?}: {e}"))?;
     p.distinguished_name = DistinguishedName::new();
     p.distinguished_name.push(DnType::CommonName, name);
-    p.subject_alt_names = vec![SanType::DnsName(
-        name.try_into()
-            .map_err(|e| anyhow!("{name:?} cannot be a DNS name: {e}"))?,
-    )];
+    p.subject_alt_names =
+        vec![SanType::DnsName(name.try_into().map_err(|e| {
+            anyhow!("{name:?} cannot be a DNS name: {e}")
+        })?)];
     p.is_ca = IsCa::ExplicitNoCa;
     p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     p.extended_key_usages = vec![eku];
@@ -178,12 +183,14 @@ fn write_crl(dir: &Path, issuer: &Issuer<'_, KeyPair>, index: &[Issued]) -> Resu
         .iter()
         .filter_map(|i| {
             let at = i.revoked?;
-            Some(serial_of_hex(&i.serial).map(|serial_number| RevokedCertParams {
-                serial_number,
-                revocation_time: OffsetDateTime::from_unix_timestamp(at).unwrap_or(now),
-                reason_code: None,
-                invalidity_date: None,
-            }))
+            Some(
+                serial_of_hex(&i.serial).map(|serial_number| RevokedCertParams {
+                    serial_number,
+                    revocation_time: OffsetDateTime::from_unix_timestamp(at).unwrap_or(now),
+                    reason_code: None,
+                    invalidity_date: None,
+                }),
+            )
         })
         .collect::<Result<Vec<_>>>()?;
     let number = index.iter().filter(|i| i.revoked.is_some()).count() as u64 + 1;
@@ -219,26 +226,39 @@ pub fn init(dir: &Path) -> Result<()> {
     let mut p = CertificateParams::default();
     // A name of its own: verifiers find a certificate's issuer by name.
     let (serial, hex) = random_serial()?;
-    p.distinguished_name
-        .push(DnType::CommonName, format!("scx_gang cluster CA {}", &hex[..16]));
+    p.distinguished_name.push(
+        DnType::CommonName,
+        format!("scx_gang cluster CA {}", &hex[..16]),
+    );
     p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let now = OffsetDateTime::now_utc();
     p.not_before = now - Duration::hours(1);
     p.not_after = now + Duration::days(CA_DAYS);
     p.serial_number = Some(serial);
-    let cert = p.self_signed(&key).map_err(|e| anyhow!("CA certificate: {e}"))?;
+    let cert = p
+        .self_signed(&key)
+        .map_err(|e| anyhow!("CA certificate: {e}"))?;
     write_new(&dir.join("ca.key"), key.serialize_pem().as_bytes(), 0o600)?;
     write_new(&dir.join("ca.crt"), cert.pem().as_bytes(), 0o644)?;
     let issuer = Issuer::new(p, key);
 
     let (serial, hex) = random_serial()?;
-    let gp = leaf(GANGD_NAME, ExtendedKeyUsagePurpose::ServerAuth, CA_DAYS, serial)?;
+    let gp = leaf(
+        GANGD_NAME,
+        ExtendedKeyUsagePurpose::ServerAuth,
+        CA_DAYS,
+        serial,
+    )?;
     let gkey = KeyPair::generate().map_err(|e| anyhow!("gangd key: {e}"))?;
     let gcert = gp
         .signed_by(&gkey, &issuer)
         .map_err(|e| anyhow!("gangd's certificate: {e}"))?;
-    write_new(&dir.join("gangd.key"), gkey.serialize_pem().as_bytes(), 0o600)?;
+    write_new(
+        &dir.join("gangd.key"),
+        gkey.serialize_pem().as_bytes(),
+        0o600,
+    )?;
     write_new(&dir.join("gangd.crt"), gcert.pem().as_bytes(), 0o644)?;
     let index = vec![Issued {
         serial: hex,

@@ -41,9 +41,7 @@ use std::time::SystemTime;
 
 use anyhow::{anyhow, bail, Context, Result};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{
-    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName,
-};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
@@ -216,8 +214,8 @@ impl ClientTls {
         let ca = load_certs(&dir.join("ca.crt"))?;
         let certs = load_certs(&dir.join("node.crt"))?;
         let key = load_key(&dir.join("node.key"))?;
-        let node = cert_name(&certs[0])
-            .with_context(|| format!("{}", dir.join("node.crt").display()))?;
+        let node =
+            cert_name(&certs[0]).with_context(|| format!("{}", dir.join("node.crt").display()))?;
         let mut config = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| anyhow!("TLS 1.3: {e}"))?
@@ -280,7 +278,10 @@ pub fn cert_name(cert: &CertificateDer<'_>) -> Result<String> {
     match names.as_slice() {
         [one] => Ok(one.to_string()),
         [] => bail!("the certificate names no DNS name"),
-        many => bail!("the certificate names {} DNS names ({many:?}): a cluster certificate names one", many.len()),
+        many => bail!(
+            "the certificate names {} DNS names ({many:?}): a cluster certificate names one",
+            many.len()
+        ),
     }
 }
 

@@ -207,7 +207,9 @@ impl Session {
                     }
                 }
             }
-            let _ = self.sock.set_write_timeout(Some(Duration::from_millis(200)));
+            let _ = self
+                .sock
+                .set_write_timeout(Some(Duration::from_millis(200)));
             let _ = (&self.sock).write_all(&records);
         }
         let _ = self.sock.shutdown(Shutdown::Both);

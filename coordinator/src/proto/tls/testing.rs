@@ -82,7 +82,10 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// A node's TLS connection to gangd at `addr` (a fake agent's).
-pub fn connect(addr: impl std::net::ToSocketAddrs, client: &ClientTls) -> std::io::Result<Arc<Session>> {
+pub fn connect(
+    addr: impl std::net::ToSocketAddrs,
+    client: &ClientTls,
+) -> std::io::Result<Arc<Session>> {
     let s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let conn = client
