@@ -117,7 +117,8 @@ struct gang_cpu_stats {
 /*
  * The slot clock: what a gang's ranks may know about their slot, written by
  * the scheduler at every switch and read by the runtime library (runtime/)
- * through a read-only mapping of the `slot_clock` map, with no system call.
+ * through a read-only mapping of its gang's page (a map of its own, in the
+ * `gang_clocks` array of maps), with no system call.
  * A seqcount guards it: `seq` is odd while the scheduler writes; a reader
  * reads seq, the fields, then seq again, and retries on an odd or changed
  * value. Bit g of a gang mask stands for gang id g (GANG_MAX_GANGS <= 64).

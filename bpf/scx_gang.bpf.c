@@ -50,9 +50,10 @@
  * slot. A sched_yield() outside the lead time is a plain yield: MPI progress
  * loops call it all the time.
  *
- * Slot clock. slot_clock, a section of its own, is the page ranks map read
- * only (the daemon hands out the fd): generation, deadline, which gangs run
- * now and next, under a seqcount.
+ * Slot clock. Each gang id has a page of its own (gang_clocks, an array of
+ * maps the daemon fills), which its ranks map read only (the daemon hands
+ * out the gang's fd): generation, deadline, which gangs run now and next,
+ * under a seqcount.
  *
  * Trace. While trace_on is set, every switch, every slot owner after it and
  * every change of what a CPU runs go to the `events` ring buffer, for the
@@ -120,15 +121,31 @@ u64 gang_done_gen[GANG_MAX_GANGS];
 u64 early_gen;
 
 /*
- * The page ranks map read-only. Its own section, so it is a map of its own
- * and a rank sees nothing else of the scheduler. A BPF map can only be
- * mapped through a writable fd, so a rank that kept the fd could write the
- * page: the scheduler never reads it back, it decides on the copies below.
+ * The pages ranks map read-only: one per gang id, each a map of its own
+ * (an inner map of gang_clocks, made and handed out by the daemon), so a
+ * rank sees only its own gang's clock. A BPF map can only be mapped
+ * through a writable fd, so a rank that kept the fd could write its page:
+ * that misleads its own gang's ranks and nobody else's, and the scheduler
+ * never reads a page back, it decides on the copies below.
  */
-struct gang_slot_clock slot_clock SEC(".data.slot_clock");
-u64 clock_end_ns;		/* slot_clock.slot_end_ns */
-u64 clock_running;		/* slot_clock.running_gangs */
-u64 clock_next;			/* slot_clock.next_gangs */
+struct clock_page {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(u32));
+	__uint(value_size, sizeof(struct gang_slot_clock));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, GANG_MAX_GANGS);
+	__type(key, u32);
+	__array(values, struct clock_page);
+} gang_clocks SEC(".maps");
+
+u64 clock_end_ns;		/* the pages' slot_end_ns */
+u64 clock_running;		/* the pages' running_gangs */
+u64 clock_next;			/* the pages' next_gangs */
 volatile u64 yield_lead_ns;	/* knob; copied into the page at each switch */
 
 struct cpu_ctx {
@@ -476,27 +493,43 @@ static void count_slot_ends(u64 leaving, u64 old_gen, bool early)
 	}
 }
 
-/* Publish the slot now in force to the ranks (seqcount write side). */
+/* One gang's page (seqcount write side). */
+static void write_clock(struct gang_slot_clock *c, u32 slot, u64 gen, u64 now, u32 n)
+{
+	__sync_fetch_and_add(&c->seq, 1);
+	barrier();
+	c->generation = gen;
+	c->slot_start_ns = now;
+	c->slot_end_ns = clock_end_ns;
+	c->yield_lead_ns = yield_lead_ns;
+	c->running_gangs = clock_running;
+	c->next_gangs = clock_next;
+	c->slot = slot;
+	c->nr_slots = n;
+	barrier();
+	__sync_fetch_and_add(&c->seq, 1);
+}
+
+/* Publish the slot now in force to the ranks: every gang's page. */
 static void publish_clock(u32 slot, u64 gen, u64 now, u64 len, u64 running)
 {
-	u32 n = nr_slots;
+	u32 n = nr_slots, zero = 0;
+	u32 g;
 
 	clock_end_ns = (n > 1 && len) ? now + len : 0;
 	clock_running = running;
 	clock_next = n > 1 ? slot_gangs(slot + 1 < n ? slot + 1 : 0) : running;
 
-	__sync_fetch_and_add(&slot_clock.seq, 1);
-	barrier();
-	slot_clock.generation = gen;
-	slot_clock.slot_start_ns = now;
-	slot_clock.slot_end_ns = clock_end_ns;
-	slot_clock.yield_lead_ns = yield_lead_ns;
-	slot_clock.running_gangs = running;
-	slot_clock.next_gangs = clock_next;
-	slot_clock.slot = slot;
-	slot_clock.nr_slots = n;
-	barrier();
-	__sync_fetch_and_add(&slot_clock.seq, 1);
+	bpf_for(g, 0, GANG_MAX_GANGS) {
+		void *page_map = bpf_map_lookup_elem(&gang_clocks, &g);
+		struct gang_slot_clock *c;
+
+		if (!page_map)
+			continue;
+		c = bpf_map_lookup_elem(page_map, &zero);
+		if (c)
+			write_clock(c, slot, gen, now, n);
+	}
 }
 
 static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)

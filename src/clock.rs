@@ -1,10 +1,12 @@
-//! The slot clock server: hands each rank a read-only view of the slot
-//! clock (bpf/intf.h, struct gang_slot_clock) and tells it its gang.
+//! The slot clock server: hands each rank a read-only view of its gang's
+//! slot clock (bpf/intf.h, struct gang_slot_clock) and tells it its gang.
 //!
 //! Ranks run as ordinary users, and unprivileged processes may not call
 //! bpf() (Debian disables it), so they cannot open the map themselves. The
-//! daemon passes an fd of it over a Unix socket (SCM_RIGHTS); the rank maps
-//! it read-only and from then on reads its slot's
+//! daemon passes an fd of its gang's page over a Unix socket (SCM_RIGHTS);
+//! every gang has a page (a map) of its own, so a rank can neither read nor
+//! write another gang's. The rank maps it read-only and from then on reads
+//! its slot's
 //! deadline from memory, with no system call (runtime/, the gang runtime
 //! library, is the client). Who the rank is comes from the kernel
 //! (SO_PEERCRED, then /proc/PID/cgroup), never from what it says.
@@ -39,9 +41,10 @@ pub struct ClockShare {
 
 #[derive(Default)]
 struct ClockState {
-    /// An fd of the slot clock map; None while no scheduler runs. (Only a
-    /// writable fd can be mapped; the scheduler never trusts the page.)
-    map: Option<OwnedFd>,
+    /// The clock page of each gang id (an fd of its map); None while no
+    /// scheduler runs. (Only a writable fd can be mapped: a rank could write
+    /// its own gang's page, never another's; the scheduler never reads it.)
+    pages: Option<Vec<OwnedFd>>,
     /// Gang directory name -> gang id.
     gangs: HashMap<String, i32>,
 }
@@ -51,8 +54,8 @@ impl ClockShare {
         Arc::default()
     }
 
-    pub fn set_map(&self, fd: Option<OwnedFd>) {
-        self.state.lock().unwrap().map = fd;
+    pub fn set_pages(&self, pages: Option<Vec<OwnedFd>>) {
+        self.state.lock().unwrap().pages = pages;
     }
 
     pub fn set_gangs(&self, gangs: HashMap<String, i32>) {
@@ -60,7 +63,8 @@ impl ClockShare {
     }
 
     /// The answer for a process whose cgroup (from /proc/PID/cgroup) is
-    /// `cgroup`: its gang id and a duplicate of the map fd, or why not.
+    /// `cgroup`: its gang id and a duplicate of its gang's page fd, or why
+    /// not.
     fn answer(&self, cgroup: &str, gang_root: &Path) -> Result<(i32, OwnedFd), String> {
         let name =
             gang_of(cgroup, gang_root).ok_or_else(|| format!("not in a gang (cgroup {cgroup})"))?;
@@ -69,8 +73,11 @@ impl ClockShare {
             .gangs
             .get(&name)
             .ok_or_else(|| format!("gang {name} is not scheduled here"))?;
-        let map = state.map.as_ref().ok_or("the scheduler is not running")?;
-        let fd = map.try_clone().map_err(|e| format!("dup: {e}"))?;
+        let pages = state.pages.as_ref().ok_or("the scheduler is not running")?;
+        let page = pages
+            .get(id as usize)
+            .ok_or_else(|| format!("gang id {id} has no clock page"))?;
+        let fd = page.try_clone().map_err(|e| format!("dup: {e}"))?;
         Ok((id, fd))
     }
 }
@@ -203,9 +210,24 @@ mod tests {
         share.set_gangs(HashMap::from([("a".to_string(), 4)]));
         let err = share.answer("/scx_gang/a", root).unwrap_err();
         assert!(err.contains("not running"), "{err}");
-        share.set_map(Some(fs::File::open("/dev/null").unwrap().into()));
-        let (id, _fd) = share.answer("/scx_gang/a/sub", root).unwrap();
+        // Every gang id has a page of its own; a gang gets only its own.
+        let pages: Vec<OwnedFd> = (0..8)
+            .map(|_| fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        let raw: Vec<i32> = pages.iter().map(|p| p.as_raw_fd()).collect();
+        share.set_pages(Some(pages));
+        let (id, fd) = share.answer("/scx_gang/a/sub", root).unwrap();
         assert_eq!(id, 4);
+        // kcmp(KCMP_FILE): whether two fds are the same open file.
+        let pid = std::process::id();
+        // SAFETY: kcmp only compares; no memory is passed.
+        let same =
+            |a: i32, b: i32| unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, 0, a, b) } == 0;
+        assert!(same(fd.as_raw_fd(), raw[4]), "not gang 4's page");
+        assert!(!same(fd.as_raw_fd(), raw[3]), "another gang's page");
+        share.set_gangs(HashMap::from([("a".to_string(), 4), ("z".to_string(), 9)]));
+        let err = share.answer("/scx_gang/z", root).unwrap_err();
+        assert!(err.contains("no clock page"), "{err}");
     }
 
     #[test]
@@ -240,8 +262,10 @@ mod tests {
         let root = parent.strip_prefix("/").unwrap().to_path_buf();
         let share = ClockShare::new();
         share.set_gangs(HashMap::from([(name.to_str().unwrap().to_string(), 9)]));
-        let (reader, _writer) = std::io::pipe().unwrap();
-        share.set_map(Some(reader.into()));
+        let pages: Vec<OwnedFd> = (0..10)
+            .map(|_| fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        share.set_pages(Some(pages));
         let dir = std::env::temp_dir().join(format!("clock-test-fd-{}", std::process::id()));
         let path = dir.join("clock.sock");
         serve(&path, root, share).unwrap();

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, ProgramInput, RingBufferBuilder};
+use libbpf_rs::{
+    MapCore, MapFlags, MapHandle, MapType, OpenObject, ProgramInput, RingBufferBuilder,
+};
 use log::{info, warn};
 use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
@@ -142,9 +145,8 @@ impl<'a> Scheduler<'a> {
         rodata.daemon_tgid = std::process::id();
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
-        cfg.clock.set_map(Some(
-            clock_fd(&skel.maps.data_slot_clock).context("opening the slot clock")?,
-        ));
+        cfg.clock
+            .set_pages(Some(clock_pages(&skel.maps.gang_clocks).context("making the slot clock pages")?));
         let knob_values = knobs.snapshot();
         init_bss(&mut skel, &knob_values);
         let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
@@ -248,7 +250,7 @@ impl<'a> Scheduler<'a> {
         notices_done.store(true, Ordering::Relaxed);
         let _ = notices.join();
         let _ = self.struct_ops.take();
-        self.cfg.clock.set_map(None);
+        self.cfg.clock.set_pages(None);
         uei_report!(&self.skel, uei)
     }
 
@@ -901,14 +903,8 @@ fn column_table(
 }
 
 fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
+    // The pages get it at the next switch.
     let lead_ns = u64::from(k.yield_lead_us) * 1000;
-    // One aligned word: a rank reading the clock sees the old or the new.
-    skel.maps
-        .data_slot_clock_data
-        .as_mut()
-        .unwrap()
-        .slot_clock
-        .yield_lead_ns = lead_ns;
     let bss = skel.maps.bss_data.as_mut().unwrap();
     bss.yield_lead_ns = lead_ns;
     bss.slot_ns = k.slot_ms as u64 * 1_000_000;
@@ -923,12 +919,30 @@ fn init_bss(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
     skel.maps.bss_data.as_mut().unwrap().timer_rotation = 1;
 }
 
-/// An fd of the slot clock map for ranks. A BPF map is mapped only through
-/// a writable fd (a read-only one loses VM_SHARED, which bpf refuses); the
-/// library maps it read-only, which also forbids mprotect to write, and
-/// closes the fd. The scheduler never reads the page back (see the BPF).
-fn clock_fd(map: &dyn MapCore) -> Result<std::os::fd::OwnedFd> {
-    Ok(map.as_fd().try_clone_to_owned()?)
+/// A slot clock page per gang id: an mmapable one-entry array each, put
+/// in the scheduler's `gang_clocks` (which it writes at every switch);
+/// their fds go to the gangs' ranks (clock.rs), each only its own.
+fn clock_pages(outer: &dyn MapCore) -> Result<Vec<OwnedFd>> {
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+        ..Default::default()
+    };
+    let value_size = std::mem::size_of::<gang_slot_clock>() as u32;
+    (0..MAX_GANGS as u32)
+        .map(|gang| {
+            let page = MapHandle::create(MapType::Array, Some("gang_clock"), 4, value_size, 1, &opts)
+                .with_context(|| format!("creating gang {gang}'s clock page"))?;
+            outer
+                .update(
+                    &gang.to_ne_bytes(),
+                    &page.as_fd().as_raw_fd().to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("installing gang {gang}'s clock page"))?;
+            Ok(page.as_fd().try_clone_to_owned()?)
+        })
+        .collect()
 }
 
 /// A thread that sleeps on the scheduler's notices ring buffer and wakes

@@ -1,7 +1,8 @@
 //! The gang's slot clock as the node scheduler publishes it.
 //!
-//! scx_gang keeps one `struct gang_slot_clock` (bpf/intf.h) in a BPF array
-//! map and rewrites it at every slot switch under a sequence count. This
+//! scx_gang keeps a `struct gang_slot_clock` (bpf/intf.h) per gang, each
+//! in a BPF array map of its own, and rewrites them at every slot switch
+//! under a sequence count. This
 //! module mirrors that struct, reads it without tearing (seqcount protocol)
 //! into a plain [`SlotSnapshot`], and holds the *pure* decisions over a
 //! snapshot (does my gang own the slot, how long is left), so that they can
