@@ -41,7 +41,7 @@ fn repo() -> PathBuf {
 fn binaries() -> Vec<PathBuf> {
     let dir = bin_dir();
     let mut bins = vec![dir.join("scx_gang")];
-    for name in ["burn", "ring", "runas"] {
+    for name in ["burn", "ring", "runas", "attack"] {
         let p = dir.join(name);
         assert!(p.exists(), "{} is missing: {BUILD}", p.display());
         bins.push(p);
@@ -610,6 +610,100 @@ fn losing_a_node_fails_its_job_and_spares_the_other() {
             "node{i}: ranks of the failed job left: {left}"
         );
     }
+}
+
+/// A JSON line an `attack` wrote.
+fn attack_result(dir: &Path, name: &str) -> serde_json::Value {
+    let text = read(dir, name);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{name}: {e}: {text}"))
+}
+
+#[test]
+#[ignore = "boots 4 VMs: run by scripts/test.sh"]
+fn attacks_on_the_cluster_fail_are_logged_and_the_users_job_finishes() {
+    let run = run_cluster("cluster_attacks", NODES, &[], 600);
+    let (n0, n1, n3) = (run.node(0), run.node(1), run.node(3));
+    let gangd_log = read(&n0, "gangd.1.log");
+
+    // 1. 200 idle connections: all closed by gangd (8 per address at a
+    // time, each within the handshake deadline), gangd serving meanwhile.
+    let flood = attack_result(&n1, "flood.json");
+    let opened = flood["opened"].as_u64().unwrap();
+    assert!(opened >= 100, "{flood}");
+    assert_eq!(flood["closed_by_gangd"].as_u64(), Some(opened), "{flood}");
+    assert!(
+        gangd_log.contains("closed at once"),
+        "the flood was not logged"
+    );
+    assert_eq!(read(&n0, "ps_during_flood.rc"), "0");
+    assert_eq!(read(&n0, "nodes_during_flood"), NR_COMPUTE.to_string());
+
+    // 2. A node of another CA.
+    let rogue = attack_result(&n1, "rogue.json");
+    assert_eq!(rogue["admitted"], false, "{rogue}");
+    assert!(gangd_log.contains("refused: TLS handshake"), "{gangd_log}");
+
+    // 3. node 3's recorded session, replayed: never past the handshake.
+    let replay = attack_result(&n3, "replay.json");
+    assert!(replay["recorded"].as_u64().unwrap() > 1000, "{replay}");
+    assert_eq!(replay["application_data"], false, "{replay}");
+
+    // 4. No PMI port (nor any other) on the head but gangd's and the board's.
+    let ports = read(&n0, "head_ports");
+    for p in ports.split_whitespace() {
+        assert!(
+            ["7070", "7999"].contains(&p),
+            "the head listens on {p}: {ports}"
+        );
+    }
+
+    // 5. bob: no trace, no hand on alice's job, no knob, no control socket.
+    for i in 0..5 {
+        assert_ne!(read(&n0, &format!("bob_trace{i}.rc")), "0");
+        let err = read(&n0, &format!("bob_trace{i}.err"));
+        assert!(err.contains("root only"), "bob's trace {i}: {err}");
+    }
+    for verb in ["kill", "suspend"] {
+        assert_ne!(
+            read(&n0, &format!("bob_{verb}.rc")),
+            "0",
+            "bob could {verb}"
+        );
+        let err = read(&n0, &format!("bob_{verb}.err"));
+        assert!(err.contains("belongs to another user"), "{verb}: {err}");
+    }
+    assert_ne!(
+        read(&n0, "bob_gangd_knob.rc"),
+        "0",
+        "bob wrote a gangd knob"
+    );
+    assert_ne!(read(&n1, "bob_node_knob.rc"), "0", "bob wrote a node knob");
+    assert_ne!(
+        read(&n1, "bob_control.rc"),
+        "0",
+        "bob used the control socket ({})",
+        read(&n1, "control_mode")
+    );
+
+    // 6. The fake gangd: every agent came back to it and refused it.
+    let fake = attack_result(&n0, "fake_gangd.json");
+    assert!(
+        fake["connections"].as_u64().unwrap() >= NR_COMPUTE as u64,
+        "{fake}"
+    );
+    assert_eq!(fake["handshakes_ok"], 0, "{fake}");
+    for i in 1..=NR_COMPUTE {
+        let n = run.node(i);
+        assert_eq!(read(&n, "pwned"), "", "node{i} ran the fake gangd's rank");
+        let log = read(&n, "scx_gang.log");
+        assert!(
+            log.contains("cannot join gangd") && log.contains("TLS handshake"),
+            "node{i} did not log the impostor: {log}"
+        );
+    }
+
+    // And alice's job, adopted by the real gangd again, finished well.
+    assert_eq!(read(&n0, "R.rc"), "0", "R: {}", read(&n0, "R.err"));
 }
 
 #[test]
