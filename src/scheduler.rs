@@ -145,8 +145,9 @@ impl<'a> Scheduler<'a> {
         rodata.daemon_tgid = std::process::id();
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
-        cfg.clock
-            .set_pages(Some(clock_pages(&skel.maps.gang_clocks).context("making the slot clock pages")?));
+        cfg.clock.set_pages(Some(
+            clock_pages(&skel.maps.gang_clocks).context("making the slot clock pages")?,
+        ));
         let knob_values = knobs.snapshot();
         init_bss(&mut skel, &knob_values);
         let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
@@ -931,8 +932,9 @@ fn clock_pages(outer: &dyn MapCore) -> Result<Vec<OwnedFd>> {
     let value_size = std::mem::size_of::<gang_slot_clock>() as u32;
     (0..MAX_GANGS as u32)
         .map(|gang| {
-            let page = MapHandle::create(MapType::Array, Some("gang_clock"), 4, value_size, 1, &opts)
-                .with_context(|| format!("creating gang {gang}'s clock page"))?;
+            let page =
+                MapHandle::create(MapType::Array, Some("gang_clock"), 4, value_size, 1, &opts)
+                    .with_context(|| format!("creating gang {gang}'s clock page"))?;
             outer
                 .update(
                     &gang.to_ne_bytes(),
