@@ -80,17 +80,7 @@ impl Tracer {
             let sent = written.and_then(|()| out.finish().map_err(|e| e.to_string()));
             match sent {
                 Ok((bytes, chunks)) => info!("trace {id}: sent {bytes} bytes in {chunks} chunks"),
-                Err(e) => {
-                    warn!("trace {id} of {ms} ms failed: {e}");
-                    link2.send(FromAgent::Error {
-                        message: format!("{node2}: trace failed: {e}"),
-                    });
-                    link2.send(FromAgent::TraceChunk {
-                        id,
-                        data: Vec::new().into(),
-                        last: true,
-                    });
-                }
+                Err(e) => failed(&link2, &node2, id, &format!("{e} (a trace of {ms} ms)")),
             }
         };
         if let Err(e) = thread::Builder::new()
@@ -98,9 +88,23 @@ impl Tracer {
             .spawn(traced)
         {
             // The closure (and the slot with it) is dropped.
-            fail(&link, format!("no thread for it: {e}"));
+            failed(&link, node, id, &format!("no thread for it: {e}"));
         }
     }
+}
+
+/// Trace `id` ends without data: an Error saying why, and an empty last
+/// chunk (gangd stops waiting for this node).
+fn failed(link: &Link, node: &str, id: u64, why: &str) {
+    warn!("trace {id}: {why}");
+    link.send(FromAgent::Error {
+        message: format!("{node}: trace failed: {why}"),
+    });
+    link.send(FromAgent::TraceChunk {
+        id,
+        data: Vec::new().into(),
+        last: true,
+    });
 }
 
 /// A writer that sends what is written as TraceChunks of at most

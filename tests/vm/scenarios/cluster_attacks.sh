@@ -38,13 +38,6 @@ else
 	start_node_agent
 fi
 
-try() {
-	n=$1; shift
-	"$@" > "$RESULTS/$n.out" 2> "$RESULTS/$n.err"
-	echo $? > "$RESULTS/$n.rc"
-	log "$n: rc $(cat "$RESULTS/$n.rc"): $(head -c 300 "$RESULTS/$n.err")"
-}
-
 # listening_ports: the TCP ports something listens on here (state 0A).
 listening_ports() {
 	for f in /proc/net/tcp /proc/net/tcp6; do

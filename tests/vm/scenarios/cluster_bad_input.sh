@@ -14,14 +14,6 @@ cluster_init
 [ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
 start_node_agent
 
-# try NAME CMD...: CMD's exit status, stdout and stderr to NAME.{rc,out,err}.
-try() {
-	n=$1; shift
-	"$@" > "$RESULTS/$n.out" 2> "$RESULTS/$n.err"
-	echo $? > "$RESULTS/$n.rc"
-	log "$n: rc $(cat "$RESULTS/$n.rc"): $(head -c 300 "$RESULTS/$n.err")"
-}
-
 # knob_write NAME KNOB VALUE: as root, the way an operator would.
 knob_write() {
 	cat "$GANGD_KNOBS/$2" > "$RESULTS/$1.before" 2>&1

@@ -290,6 +290,14 @@ wait_nodes() {
 	log "gangd knows $1 nodes"
 }
 
+# try NAME CMD...: CMD's exit status, stdout and stderr to NAME.{rc,out,err}.
+try() {
+	n=$1; shift
+	"$@" > "$RESULTS/$n.out" 2> "$RESULTS/$n.err"
+	echo $? > "$RESULTS/$n.rc"
+	log "$n: rc $(cat "$RESULTS/$n.rc"): $(head -c 300 "$RESULTS/$n.err")"
+}
+
 # ---- jobs ----------------------------------------------------------------------------
 
 # as_user UID CMD...: CMD as that user (its own group, no others).
