@@ -175,6 +175,22 @@ impl Handler {
                 }
             }
             ToAgent::Trace { id, ms } => self.trace(id, ms),
+            ToAgent::PmiStart {
+                job,
+                kvsname,
+                size,
+                ranks,
+                preset,
+            } => {
+                if let Err(e) = self.ranks.pmi().start(job, kvsname, size, &ranks, preset) {
+                    self.error(e);
+                }
+            }
+            ToAgent::PmiBarrierOut {
+                job,
+                epoch,
+                entries,
+            } => self.ranks.pmi().barrier_out(job, epoch, entries),
             ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }

@@ -1,0 +1,105 @@
+//! A real MPICH program (Debian's libmpich, built here with mpicc) started
+//! as two ranks by the agent, bootstrapping over PMI_FD through the
+//! agent's relay, with gangd's half of PMI (ClusterPmi) run by the fake
+//! gangd: MPI_Init, the business-card exchange and MPI_Finalize work, and
+//! no rank is told of a PMI port. Skipped (with a note) where mpicc is
+//! missing.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use gang_coordinator::pmi::cluster::Action;
+use gang_coordinator::pmi::ClusterPmi;
+
+use super::*;
+
+/// Builds mpi_ring.c; None if there is no mpicc.
+fn mpi_ring() -> Option<PathBuf> {
+    let out = std::env::temp_dir().join(format!("scx-gang-mpi-ring-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent/tests/mpi_ring.c");
+    match Command::new("mpicc").arg(&src).arg("-o").arg(&out).status() {
+        Ok(s) if s.success() => Some(out),
+        Ok(s) => panic!("mpicc failed: {s}"),
+        Err(e) => {
+            eprintln!("no mpicc ({e}): skipping the MPICH test");
+            None
+        }
+    }
+}
+
+#[test]
+fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
+    let Some(program) = mpi_ring() else { return };
+    let ca = TestCa::new("agent-mpi");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("mpi-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let job = JobId(21);
+    let mut pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
+    let send = |conn: &mut Conn, actions: Vec<Action>| {
+        for a in actions {
+            match a {
+                Action::ToNode(_, m) => conn.send(m),
+                Action::Failed(f) => panic!("the job's PMI failed: {f:?}"),
+                Action::AllFinalized => {}
+            }
+        }
+    };
+    send(&mut conn, pmi.start());
+    let argv = [program.to_str().unwrap()];
+    // UCX's shared memory needs nothing from the host; keep it off the
+    // network so that the test runs in a sandbox.
+    let env = [
+        ("PATH", "/usr/bin:/bin"),
+        ("PMI_PORT", "127.0.0.1:1"),
+        ("PMI_ID", "1"),
+        ("UCX_TLS", "self,sm"),
+    ];
+    conn.send(spawn_rank(job.0, 0, &argv, &env));
+    conn.send(spawn_rank(job.0, 1, &argv, &env));
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    let mut exits = BTreeMap::new();
+    let mut finalized = 0;
+    while exits.len() < 2 {
+        match conn.recv() {
+            FromAgent::RankStarted { .. } => {}
+            FromAgent::RankOutput {
+                rank, stream, data, ..
+            } => {
+                let text = String::from_utf8_lossy(&data.0).to_string();
+                if stream == Stream::Stderr {
+                    eprintln!("rank {rank}: {text}");
+                }
+                out.entry(rank).or_default().push_str(&text);
+            }
+            FromAgent::RankExited { rank, status, .. } => {
+                exits.insert(rank, status);
+            }
+            FromAgent::PmiBarrierIn {
+                epoch, ranks, puts, ..
+            } => {
+                let a = pmi.on_barrier_in(NodeId(1), epoch, &ranks, puts).unwrap();
+                send(&mut conn, a);
+            }
+            FromAgent::PmiFinalized { rank, .. } => {
+                finalized += 1;
+                send(&mut conn, pmi.on_finalized(NodeId(1), rank).unwrap());
+            }
+            FromAgent::PmiFailed { reason, .. } => panic!("PMI failed: {reason}; {out:?}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let _ = std::fs::remove_file(&program);
+    assert_eq!(exits[&0], ExitStatus::Exited(0), "{out:?}");
+    assert_eq!(exits[&1], ExitStatus::Exited(0), "{out:?}");
+    assert!(
+        out[&0].contains("rank 0 of 2 got 1, no PMI port"),
+        "{out:?}"
+    );
+    assert!(
+        out[&1].contains("rank 1 of 2 got 0, no PMI port"),
+        "{out:?}"
+    );
+    assert_eq!(finalized, 2);
+    assert!(pmi.epoch() >= 1, "MPI_Init went through a barrier");
+}
