@@ -954,7 +954,14 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
             "(vector,(0,3,1))".to_string()
         )]));
 
-    // A node relaying for a rank it does not run is refused.
+    // A node relaying for a job gangd does not run, or for a rank it does
+    // not run, is refused.
+    agents[0].send(FromAgent::PmiFailed {
+        job: JobId(job.0 + 100),
+        rank: 0,
+        exitcode: Some(1),
+        reason: "forged".into(),
+    });
     let rank_of = |i: usize| starts[i].0[0];
     agents[0].send(FromAgent::PmiBarrierIn {
         job,
@@ -991,6 +998,7 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
         );
     }
     assert!(g.log().contains("PMI message refused"), "{}", g.log());
+    assert!(g.log().contains("which gangd does not run: refused"), "{}", g.log());
 
     // Rank 0 aborts: gangd kills the whole job.
     let node0 = (0..3).find(|&i| rank_of(i) == 0).unwrap();

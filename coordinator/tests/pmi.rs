@@ -9,11 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use gang_coordinator::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK};
+use gang_coordinator::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK, MAX_KVS_BYTES, VALLEN_MAX};
 use gang_coordinator::pmi::{
     cluster, node, parse_line, parse_request, ClusterPmi, JobConfig, Line, NodePmi, MAX_LINE,
 };
-use gang_coordinator::proto::{FromAgent, JobId, NodeId, PmiPut, ToAgent};
+use gang_coordinator::proto::{encode, FromAgent, JobId, NodeId, PmiPut, ToAgent};
 use proptest::prelude::*;
 
 const JOB: JobId = JobId(7);
@@ -101,7 +101,9 @@ impl Sim {
 
     /// A message as `node`'s agent (honest or not) sends it.
     fn deliver(&mut self, node: NodeId, msg: FromAgent) {
+        encode(&msg).expect("every relay message fits a frame");
         let r = match msg {
+            FromAgent::PmiPuts { puts, .. } => self.gangd.on_puts(node, puts),
             FromAgent::PmiBarrierIn {
                 epoch, ranks, puts, ..
             } => self.gangd.on_barrier_in(node, epoch, &ranks, puts),
@@ -136,7 +138,13 @@ impl Sim {
 
     fn gangd_actions(&mut self, actions: Vec<cluster::Action>) {
         for a in actions {
+            if let cluster::Action::ToNode(_, m) = &a {
+                encode(m).expect("every relay message fits a frame");
+            }
             match a {
+                cluster::Action::ToNode(n, ToAgent::PmiEntries { entries, .. }) => {
+                    self.nodes.get_mut(&n).unwrap().on_entries(entries).unwrap();
+                }
                 cluster::Action::ToNode(n, ToAgent::PmiBarrierOut { epoch, entries, .. }) => {
                     let actions = self
                         .nodes
@@ -396,6 +404,46 @@ fn a_rank_may_put_only_so_many_keys() {
     assert!(sim
         .ask(0, "cmd=put key=one-more value=v\n")
         .starts_with("cmd=put_result rc=-1"));
+}
+
+#[test]
+fn a_kvs_larger_than_a_frame_crosses_in_pieces_and_one_past_the_limit_fails_the_job() {
+    // 8 ranks on 2 nodes, every rank at its key limit with the longest
+    // values: ~1 MiB per node, more than one frame each way.
+    let mut sim = Sim::new(&[0, 0, 0, 0, 1, 1, 1, 1]);
+    let value = "v".repeat(VALLEN_MAX);
+    for r in 0..8 {
+        sim.init(r);
+        for k in 0..MAX_KEYS_PER_RANK {
+            let put = format!("cmd=put key=r{r}k{k} value={value}\n");
+            assert_eq!(sim.ask(r, &put), "cmd=put_result rc=0\n");
+        }
+    }
+    for r in 0..8 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(sim.gangd.epoch(), 1);
+    assert_eq!(
+        sim.ask(0, "cmd=get key=r7k127\n"),
+        format!("cmd=get_result rc=0 value={value}\n")
+    );
+    assert!(sim.failed.is_empty() && sim.refused.is_empty());
+
+    // Enough ranks at their limit to pass MAX_KVS_BYTES.
+    let ranks = MAX_KVS_BYTES / (MAX_KEYS_PER_RANK * VALLEN_MAX) + 1;
+    let placement: Vec<u32> = (0..ranks as u32).map(|r| r % 4).collect();
+    let mut sim = Sim::new(&placement);
+    for r in 0..ranks as u32 {
+        sim.init(r);
+        for k in 0..MAX_KEYS_PER_RANK {
+            sim.send(r, &format!("cmd=put key=r{r}k{k} value={value}\n"));
+        }
+    }
+    for r in 0..ranks as u32 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(sim.failed.len(), 1, "{:?}", sim.refused);
+    assert!(sim.failed[0].reason.contains("KVS holds more than"));
 }
 
 #[test]

@@ -191,6 +191,7 @@ impl Handler {
                 epoch,
                 entries,
             } => self.ranks.pmi().barrier_out(job, epoch, entries),
+            ToAgent::PmiEntries { job, entries } => self.ranks.pmi().entries(job, entries),
             ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }

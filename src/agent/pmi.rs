@@ -120,6 +120,18 @@ impl PmiRelays {
         });
     }
 
+    /// PmiEntries from gangd: keys ahead of the barrier-out.
+    pub fn entries(&self, job: JobId, entries: Vec<(String, String)>) {
+        let Some(relay) = self.jobs().get(&job).cloned() else {
+            debug!("PMI keys for job {job}, which has no relay here: ignored");
+            return;
+        };
+        let merged = relay.lock().pmi.on_entries(entries);
+        if let Err(why) = merged {
+            warn!("job {job}: PMI {why}: ignored");
+        }
+    }
+
     /// The socketpair of `rank` of `job`; None if the job has no PMI relay
     /// here (or the rank is not one of its ranks here).
     pub fn socket(self: &Arc<Self>, job: JobId, rank: u32) -> io::Result<Option<RankSocket>> {

@@ -560,7 +560,8 @@ impl Coordinator {
             FromAgent::Hello { .. } => warn!("node {name} sent a second hello; ignored"),
             FromAgent::PmiBarrierIn { .. }
             | FromAgent::PmiFinalized { .. }
-            | FromAgent::PmiFailed { .. } => self.on_pmi(node, msg),
+            | FromAgent::PmiFailed { .. }
+            | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
         }
     }
 

@@ -26,7 +26,8 @@ pub fn job_of(msg: &FromAgent) -> Option<JobId> {
     match msg {
         FromAgent::PmiBarrierIn { job, .. }
         | FromAgent::PmiFinalized { job, .. }
-        | FromAgent::PmiFailed { job, .. } => Some(*job),
+        | FromAgent::PmiFailed { job, .. }
+        | FromAgent::PmiPuts { job, .. } => Some(*job),
         _ => None,
     }
 }
@@ -46,6 +47,7 @@ pub fn relay(pmi: Option<&mut ClusterPmi>, node: NodeId, msg: FromAgent) -> Outc
         FromAgent::PmiBarrierIn {
             epoch, ranks, puts, ..
         } => pmi.on_barrier_in(node, epoch, &ranks, puts),
+        FromAgent::PmiPuts { puts, .. } => pmi.on_puts(node, puts),
         FromAgent::PmiFinalized { rank, .. } => pmi.on_finalized(node, rank),
         FromAgent::PmiFailed {
             rank,

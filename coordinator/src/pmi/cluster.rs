@@ -16,14 +16,18 @@
 //!
 //! A barrier completes when every node with ranks of the job has entered:
 //! each node then gets PmiBarrierOut with every key put since the previous
-//! barrier. The job fails (reported once by [`Action::Failed`]) when a
-//! node reports PmiFailed for one of its ranks, or enters a barrier after
-//! some rank finalized (it could never complete).
+//! barrier (preceded by PmiEntries when they do not fit one message; a
+//! node's puts likewise come in PmiPuts ahead of its PmiBarrierIn). The
+//! job fails (reported once by [`Action::Failed`]) when a node reports
+//! PmiFailed for one of its ranks, enters a barrier after some rank
+//! finalized (it could never complete), or the KVS grows past
+//! MAX_KVS_BYTES.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::job::{
-    process_mapping, JobConfig, JobFailure, KEYLEN_MAX, MAX_KEYS_PER_RANK, VALLEN_MAX,
+    chunks, entry_cost, process_mapping, JobConfig, JobFailure, KEYLEN_MAX, MAX_KEYS_PER_RANK,
+    MAX_KVS_BYTES, VALLEN_MAX,
 };
 use crate::proto::{JobId, NodeId, PmiPut, ToAgent};
 
@@ -54,6 +58,8 @@ pub struct ClusterPmi {
     entered: BTreeSet<NodeId>,
     /// Keys put since the previous barrier, for every node.
     pending: Vec<(String, String)>,
+    /// Bytes of every key and value put so far.
+    kvs_bytes: usize,
     finalized: Vec<bool>,
     failure: Option<JobFailure>,
     all_finalized: bool,
@@ -83,6 +89,7 @@ impl ClusterPmi {
             epoch: 0,
             entered: BTreeSet::new(),
             pending: Vec::new(),
+            kvs_bytes: 0,
             failure: None,
             all_finalized: false,
         }
@@ -165,19 +172,9 @@ impl ClusterPmi {
                 self.entered.contains(&node)
             ));
         }
-        self.check_puts(node, &puts)?;
-        for p in puts {
-            if !self.keys.insert(p.key.clone()) {
-                log::warn!(
-                    "job {}: rank {} put {} already written by another rank: dropped",
-                    self.job,
-                    p.rank,
-                    p.key
-                );
-                continue;
-            }
-            self.keys_of_rank[p.rank as usize] += 1;
-            self.pending.push((p.key, p.value));
+        let failed = self.take_puts(node, puts)?;
+        if !failed.is_empty() {
+            return Ok(failed);
         }
         if let Some(done) = self.finalized.iter().position(|f| *f) {
             let rank = ranks.first().copied().unwrap_or_default();
@@ -193,21 +190,69 @@ impl ClusterPmi {
         let epoch = self.epoch;
         self.epoch += 1;
         self.entered.clear();
-        let entries = std::mem::take(&mut self.pending);
-        Ok(self
-            .nodes
-            .keys()
-            .map(|&n| {
-                Action::ToNode(
+        // Each message fits a frame: the keys go in runs, the last with
+        // the barrier-out.
+        let mut runs = chunks(std::mem::take(&mut self.pending), |(k, v)| entry_cost(k, v));
+        let last = runs.pop().expect("at least one run");
+        let mut out = Vec::new();
+        for &n in self.nodes.keys() {
+            for entries in &runs {
+                out.push(Action::ToNode(
                     n,
-                    ToAgent::PmiBarrierOut {
+                    ToAgent::PmiEntries {
                         job: self.job,
-                        epoch,
                         entries: entries.clone(),
                     },
-                )
-            })
-            .collect())
+                ));
+            }
+            out.push(Action::ToNode(
+                n,
+                ToAgent::PmiBarrierOut {
+                    job: self.job,
+                    epoch,
+                    entries: last.clone(),
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// PmiPuts from `node`: puts ahead of its PmiBarrierIn.
+    pub fn on_puts(&mut self, node: NodeId, puts: Vec<PmiPut>) -> Result<Vec<Action>, String> {
+        self.ranks_of(node)?;
+        if self.failure.is_some() {
+            return Ok(Vec::new());
+        }
+        self.take_puts(node, puts)
+    }
+
+    /// Checks `node`'s puts (all refused if one is bad), keeps the new
+    /// keys for the next barrier-out; fails the job past MAX_KVS_BYTES.
+    fn take_puts(&mut self, node: NodeId, puts: Vec<PmiPut>) -> Result<Vec<Action>, String> {
+        self.check_puts(node, &puts)?;
+        let mut last_rank = None;
+        for p in puts {
+            if !self.keys.insert(p.key.clone()) {
+                log::warn!(
+                    "job {}: rank {} put {} already written by another rank: dropped",
+                    self.job,
+                    p.rank,
+                    p.key
+                );
+                continue;
+            }
+            self.keys_of_rank[p.rank as usize] += 1;
+            self.kvs_bytes += p.key.len() + p.value.len();
+            last_rank = Some(p.rank);
+            self.pending.push((p.key, p.value));
+        }
+        match last_rank {
+            Some(rank) if self.kvs_bytes > MAX_KVS_BYTES => {
+                let reason = format!("the job's PMI KVS holds more than {MAX_KVS_BYTES} bytes");
+                Ok(self.fail(rank, None, reason))
+            }
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Every put is of one of the node's ranks and within the limits; the

@@ -14,8 +14,15 @@ pub const KVSNAME_MAX: usize = 256;
 pub const KEYLEN_MAX: usize = 64;
 pub const VALLEN_MAX: usize = 1024;
 /// Keys one rank may put; a put beyond it is refused. MPICH puts a
-/// handful of keys per rank.
-pub const MAX_KEYS_PER_RANK: usize = 1024;
+/// handful of keys per rank (its business card, split in VALLEN_MAX
+/// pieces when longer).
+pub const MAX_KEYS_PER_RANK: usize = 128;
+/// Bytes of keys and values a job's KVS may hold: gangd fails a job that
+/// puts more, so that neither gangd nor an agent holds more for it.
+pub const MAX_KVS_BYTES: usize = 32 << 20;
+/// Cost budget of the keys in one relay message (see [`entry_cost`]):
+/// half of a frame's MAX_PAYLOAD, so that a message always fits one frame.
+pub const MAX_CHUNK: usize = 512 << 10;
 /// Malformed or out-of-order lines a rank may send before it is
 /// disconnected (and its job fails): a confused client gets a few error
 /// answers, a flood ends.
@@ -105,6 +112,30 @@ pub struct JobFailure {
     pub reason: String,
 }
 
+/// An upper bound of what one key and its value add to a message as JSON
+/// (every byte escaped to two, plus the field names and the rank).
+pub fn entry_cost(key: &str, value: &str) -> usize {
+    2 * (key.len() + value.len()) + 64
+}
+
+/// Cuts `items` into runs of at most MAX_CHUNK cost, in order; always at
+/// least one run (maybe empty), the last of which rides with the barrier
+/// message itself.
+pub fn chunks<T>(items: Vec<T>, cost: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut out = vec![Vec::new()];
+    let mut used = 0;
+    for item in items {
+        let c = cost(&item);
+        if used + c > MAX_CHUNK && !out.last().expect("one run").is_empty() {
+            out.push(Vec::new());
+            used = 0;
+        }
+        used += c;
+        out.last_mut().expect("one run").push(item);
+    }
+    out
+}
+
 /// The response name a request waits for (for error answers).
 pub fn response_of(req: &Request) -> String {
     let cmd = match req {
@@ -144,5 +175,17 @@ mod tests {
             "(vector,(0,1,2),(1,1,1))"
         );
         assert_eq!(process_mapping::<u8>(&[]), None);
+    }
+
+    #[test]
+    fn chunks_fit_the_budget_and_keep_the_order() {
+        assert_eq!(chunks(Vec::<u32>::new(), |_| 1), vec![Vec::<u32>::new()]);
+        let items: Vec<usize> = (0..10).collect();
+        let c = chunks(items.clone(), |_| MAX_CHUNK / 3);
+        assert_eq!(c.len(), 4);
+        assert!(c.iter().all(|run| run.len() <= 3));
+        assert_eq!(c.concat(), items);
+        // One item over the budget still goes, alone.
+        assert_eq!(chunks(vec![1, 2], |_| MAX_CHUNK + 1).len(), 2);
     }
 }

@@ -35,7 +35,8 @@
 use std::collections::BTreeMap;
 
 use super::job::{
-    response_of, JobConfig, KEYLEN_MAX, KVSNAME_MAX, MAX_BAD_LINES, MAX_KEYS_PER_RANK, VALLEN_MAX,
+    chunks, entry_cost, response_of, JobConfig, KEYLEN_MAX, KVSNAME_MAX, MAX_BAD_LINES,
+    MAX_KEYS_PER_RANK, VALLEN_MAX,
 };
 use super::wire::{error_reply, initack_reply, parse_request, token_safe, Line, Request};
 use crate::proto::{FromAgent, JobId, PmiPut};
@@ -164,6 +165,16 @@ impl NodePmi {
         self.fail(rank, None, reason)
     }
 
+    /// gangd's PmiEntries: keys ahead of the coming barrier-out. Err: no
+    /// barrier is pending (logged by the caller, ignored).
+    pub fn on_entries(&mut self, entries: Vec<(String, String)>) -> Result<(), String> {
+        if !self.relayed {
+            return Err("keys from gangd while no barrier is pending".into());
+        }
+        self.merge(entries);
+        Ok(())
+    }
+
     /// gangd's PmiBarrierOut: every node entered barrier `epoch`. Err: not
     /// the barrier this node waits for (logged by the caller, ignored).
     pub fn on_barrier_out(
@@ -184,6 +195,21 @@ impl NodePmi {
                 }
             ));
         }
+        self.merge(entries);
+        self.epoch += 1;
+        self.relayed = false;
+        let line = Line::new("barrier_out").with("rc", 0).format();
+        let mut out = Vec::new();
+        for (&rank, r) in &mut self.ranks {
+            if std::mem::take(&mut r.in_barrier) && !r.gone {
+                out.push(Action::Send(rank, line.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// gangd's keys into this node's copy (its own come back too).
+    fn merge(&mut self, entries: Vec<(String, String)>) {
         for (key, value) in entries {
             match self.kvs.get(&key) {
                 None => {
@@ -197,16 +223,6 @@ impl NodePmi {
                 ),
             }
         }
-        self.epoch += 1;
-        self.relayed = false;
-        let line = Line::new("barrier_out").with("rc", 0).format();
-        let mut out = Vec::new();
-        for (&rank, r) in &mut self.ranks {
-            if std::mem::take(&mut r.in_barrier) && !r.gone {
-                out.push(Action::Send(rank, line.clone()));
-            }
-        }
-        Ok(out)
     }
 
     fn on_request(&mut self, rank: u32, req: Request) -> Vec<Action> {
@@ -401,12 +417,28 @@ impl NodePmi {
             return Vec::new();
         }
         self.relayed = true;
-        vec![Action::ToGangd(FromAgent::PmiBarrierIn {
+        // Each message fits a frame: the puts go in runs, the last with
+        // the barrier.
+        let mut runs = chunks(std::mem::take(&mut self.puts), |p| {
+            entry_cost(&p.key, &p.value)
+        });
+        let last = runs.pop().expect("at least one run");
+        let mut out: Vec<Action> = runs
+            .into_iter()
+            .map(|puts| {
+                Action::ToGangd(FromAgent::PmiPuts {
+                    job: self.job,
+                    puts,
+                })
+            })
+            .collect();
+        out.push(Action::ToGangd(FromAgent::PmiBarrierIn {
             job: self.job,
             epoch: self.epoch,
             ranks: self.ranks.keys().copied().collect(),
-            puts: std::mem::take(&mut self.puts),
-        })]
+            puts: last,
+        }));
+        out
     }
 
     fn fail(&mut self, rank: u32, exitcode: Option<i64>, reason: String) -> Vec<Action> {

@@ -246,6 +246,12 @@ pub enum FromAgent {
         exitcode: Option<i64>,
         reason: String,
     },
+    /// More of this node's puts for the coming PmiBarrierIn, when they do
+    /// not fit in one message (pmi::job::MAX_CHUNK).
+    PmiPuts {
+        job: JobId,
+        puts: Vec<PmiPut>,
+    },
 }
 
 /// One key a rank put, relayed by its node at a PMI barrier.
@@ -360,6 +366,12 @@ pub enum ToAgent {
     PmiBarrierOut {
         job: JobId,
         epoch: u64,
+        entries: Vec<(String, String)>,
+    },
+    /// More keys for the coming PmiBarrierOut, when they do not fit in one
+    /// message (pmi::job::MAX_CHUNK).
+    PmiEntries {
+        job: JobId,
         entries: Vec<(String, String)>,
     },
 }
@@ -525,6 +537,7 @@ impl Message for FromAgent {
         "pmi_barrier_in",
         "pmi_finalized",
         "pmi_failed",
+        "pmi_puts",
     ];
 }
 
@@ -546,6 +559,7 @@ impl Message for ToAgent {
         "trace",
         "pmi_start",
         "pmi_barrier_out",
+        "pmi_entries",
     ];
 }
 
