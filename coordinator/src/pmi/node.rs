@@ -27,7 +27,8 @@
 //!   are answered with an error; after MAX_BAD_LINES the rank is
 //!   disconnected and the job fails.
 //! - The job fails (PmiFailed to gangd, once) when a rank aborts, leaves
-//!   before finalize, enters a barrier that cannot complete (a local rank
+//!   before finalize (having sent at least one line: a program that never
+//!   speaks PMI is no MPI program, and every rank gets a socket), enters a barrier that cannot complete (a local rank
 //!   finalized) or floods; ranks waiting in a barrier then get
 //!   `cmd=barrier_failed rc=-1` and every socket is closed. gangd kills
 //!   the job's ranks everywhere.
@@ -59,6 +60,8 @@ struct RankState {
     in_barrier: bool,
     /// Its socket is closed.
     gone: bool,
+    /// It sent at least one line: it is a PMI client.
+    spoke: bool,
     keys: usize,
     bad_lines: u32,
 }
@@ -124,6 +127,7 @@ impl NodePmi {
             Some(_) if self.failed => return vec![Action::Close(rank)],
             Some(_) => {}
         }
+        self.ranks.get_mut(&rank).expect("checked").spoke = true;
         match parse_request(bytes) {
             Ok(req) => self.on_request(rank, req),
             Err((cmd, e)) => {
@@ -140,6 +144,7 @@ impl NodePmi {
         if self.failed || !self.ranks.contains_key(&rank) {
             return Vec::new();
         }
+        self.ranks.get_mut(&rank).expect("checked").spoke = true;
         let e = super::wire::WireError::TooLong.to_string();
         self.bad_line(rank, "error", &e)
     }
@@ -154,7 +159,9 @@ impl NodePmi {
             return Vec::new();
         }
         r.gone = true;
-        if r.finalized || self.failed {
+        // A rank that never spoke PMI is not an MPI program (or ended
+        // before MPI_Init): its exit status tells gangd how it went.
+        if r.finalized || !r.spoke || self.failed {
             return Vec::new();
         }
         let reason = if r.in_barrier || self.ranks.values().any(|r| r.in_barrier) {
