@@ -332,6 +332,13 @@ fn leaving_before_finalize_or_a_barrier_after_finalize_fails_the_job() {
         .reason
         .contains("disconnected before PMI finalize"));
 
+    // A program that never speaks PMI (not an MPI program) just exits.
+    let mut sim = Sim::new(&[0, 1]);
+    sim.disconnect(0);
+    sim.disconnect(1);
+    assert!(sim.failed.is_empty());
+    assert!(sim.nodes.values().all(NodePmi::done));
+
     let mut sim = Sim::new(&[0, 1]);
     sim.init(0);
     sim.init(1);
