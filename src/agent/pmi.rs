@@ -7,7 +7,7 @@
 //!   ranks here, the KVS name, the presets. It comes before SpawnRank.
 //! - Starting a rank ([`PmiRelays::socket`]) makes its socketpair. Both
 //!   ends are close-on-exec; the rank's end is made inheritable in the
-//!   forked child only ([`inherit`], between fork and exec), so no other
+//!   forked child only ([`prepare`], between fork and exec), so no other
 //!   rank, started before or after, ever holds it. Once the rank is
 //!   started [`RankSocket::serve`] closes the agent's copy of the rank's
 //!   end and starts a thread reading the agent's end.
@@ -27,6 +27,8 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
@@ -218,7 +220,7 @@ pub struct RankSocket {
 }
 
 impl RankSocket {
-    /// The rank's end, to pass to [`inherit`] in the child.
+    /// The rank's end, inherited by the rank ([`prepare`]).
     pub fn child_fd(&self) -> RawFd {
         self.child.as_ref().expect("until serve").as_raw_fd()
     }
@@ -277,9 +279,25 @@ impl Drop for RankSocket {
     }
 }
 
+/// Sets up a rank's command: PMI_FD, PMI_RANK, PMI_SIZE and the socket's
+/// end kept across exec if it has a socket; never PMI_PORT or PMI_ID (a
+/// client given PMI_FD would not use them, but they are not passed on).
+pub fn prepare(cmd: &mut Command, socket: Option<&RankSocket>) {
+    cmd.env_remove("PMI_PORT").env_remove("PMI_ID");
+    if let Some(socket) = socket {
+        cmd.envs(socket.env());
+        let fd = socket.child_fd();
+        // SAFETY: inherit only calls fcntl(2), async-signal-safe, on an fd
+        // the parent keeps open until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || inherit(fd));
+        }
+    }
+}
+
 /// In the forked child, before exec: the rank's end of its socketpair
 /// survives exec. Only fcntl(2), async-signal-safe.
-pub fn inherit(fd: RawFd) -> io::Result<()> {
+fn inherit(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on an fd the parent keeps open until spawn returns.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
         return Err(io::Error::last_os_error());

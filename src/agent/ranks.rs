@@ -276,23 +276,13 @@ impl Ranks {
                 Ok(())
             });
         }
-        // MPI bootstrap over the rank's own socket (agent/pmi.rs); a PMI
-        // port from the user's environment would be tried by no client
-        // given PMI_FD, but is not passed on either.
-        cmd.env_remove("PMI_PORT").env_remove("PMI_ID");
+        // MPI bootstrap over the rank's own socket (agent/pmi.rs).
         let pmi_socket = self
             .inner
             .pmi
             .socket(spec.job, spec.rank)
             .map_err(|e| format!("making its PMI socket: {e}"))?;
-        if let Some(socket) = &pmi_socket {
-            cmd.envs(socket.env());
-            let fd = socket.child_fd();
-            // SAFETY: pmi::inherit only calls fcntl(2).
-            unsafe {
-                cmd.pre_exec(move || pmi::inherit(fd));
-            }
-        }
+        pmi::prepare(&mut cmd, pmi_socket.as_ref());
         if let Some(procs) = &procs {
             let fd = procs.as_raw_fd();
             // SAFETY: only write(2), async-signal-safe, on an fd the parent

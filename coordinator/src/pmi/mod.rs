@@ -19,9 +19,12 @@
 //!
 //! The client looks at `PMI_FD` first (an inherited socket, mpiexec's way),
 //! then `PMI_PORT`. With `PMI_FD` it takes rank and size from `PMI_RANK`
-//! and `PMI_SIZE` and sends no `initack` (4.0.2 `simple_pmi.c`
-//! `getPMIFD`/`PMI_Init`; 4.1+ `pmi_util.c` `PMIU_get_pmi_fd` and
-//! `pmi_v1.c`). The agent of the rank's node makes a socketpair per rank
+//! and `PMI_SIZE` and sends no `initack`, then `init` and `get_maxes`
+//! (4.0.2 `simple_pmi.c` and 4.1/4.2 `src/pmi/src/pmi_v1.c`: `getPMIFD`
+//! leaves `notset`; 4.3 and main: `pmi_util.c` `PMIU_get_pmi_fd` leaves
+//! `do_handshake` false). `PMI_Barrier` sends a plain `barrier_in` in
+//! every generation; main's `PMI_Barrier_group` needs a 1.2 server, and
+//! `mpir_pmi.c` then turns group barriers off (MPIR_CVAR_PMI_DISABLE_GROUP). The agent of the rank's node makes a socketpair per rank
 //! before exec: the rank inherits one end (the only fd it gets without
 //! close-on-exec), the agent keeps the other (close-on-exec, so no other
 //! rank inherits it). The socket *is* the rank's identity: nothing on it

@@ -103,3 +103,52 @@ fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
     assert_eq!(finalized, 2);
     assert!(pmi.epoch() >= 1, "MPI_Init went through a barrier");
 }
+
+#[test]
+fn each_rank_holds_its_own_pmi_socket_and_no_other() {
+    let ca = TestCa::new("agent-mpi-fds");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("fd-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let job = JobId(22);
+    let pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
+    for a in pmi.start() {
+        if let Action::ToNode(_, m) = a {
+            conn.send(m);
+        }
+    }
+    // Each rank lists the sockets it holds (its shell's fds are what it
+    // inherited) and its PMI environment; rank 0 is still alive, holding
+    // its socket, when rank 1 starts.
+    let script = r#"echo "$PMI_FD $PMI_RANK $PMI_SIZE ${PMI_PORT-noport} ${PMI_ID-noid}"; for f in /proc/$$/fd/*; do readlink $f; done | grep -c socket; sleep 0.3"#;
+    let env = [("PATH", "/usr/bin:/bin"), ("PMI_PORT", "10.0.0.1:99")];
+    conn.send(spawn_rank(job.0, 0, &["sh", "-c", script], &env));
+    conn.send(spawn_rank(job.0, 1, &["sh", "-c", script], &env));
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    let mut exits = 0;
+    while exits < 2 {
+        match conn.recv() {
+            FromAgent::RankOutput { rank, data, .. } => out
+                .entry(rank)
+                .or_default()
+                .push_str(&String::from_utf8_lossy(&data.0)),
+            FromAgent::RankExited { status, .. } => {
+                assert_eq!(status, ExitStatus::Exited(0), "{out:?}");
+                exits += 1;
+            }
+            FromAgent::RankStarted { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for rank in 0..2 {
+        let lines: Vec<&str> = out[&rank].lines().collect();
+        let env: Vec<&str> = lines[0].split(' ').collect();
+        assert!(env[0].parse::<u32>().unwrap() > 2, "{out:?}");
+        assert_eq!(
+            env[1..],
+            [&rank.to_string(), "2", "noport", "noid"],
+            "{out:?}"
+        );
+        assert_eq!(lines[1], "1", "exactly one socket, its own: {out:?}");
+    }
+}
