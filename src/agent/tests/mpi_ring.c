@@ -11,6 +11,9 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* "abort": the last rank aborts with exit code 7. */
+    if (argc > 1 && rank == size - 1)
+        MPI_Abort(MPI_COMM_WORLD, 7);
     MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, 0, &got, 1, MPI_INT,
                  (rank + size - 1) % size, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     printf("rank %d of %d got %d, %s\n", rank, size, got,

@@ -27,40 +27,34 @@ fn mpi_ring() -> Option<PathBuf> {
     }
 }
 
-#[test]
-fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
-    let Some(program) = mpi_ring() else { return };
-    let ca = TestCa::new("agent-mpi");
-    let gangd = Gangd::new(&ca);
-    let _agent = start_agent("mpi-node", gangd.addr(), &ca, None, accept_all());
-    let mut conn = gangd.accept(1).unwrap();
-    let job = JobId(21);
-    let mut pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
+/// What a job of the MPI program did, as the fake gangd saw it.
+#[derive(Default)]
+struct MpiRun {
+    out: BTreeMap<u32, String>,
+    exits: BTreeMap<u32, ExitStatus>,
+    finalized: u32,
+    failed: Option<(u32, Option<i64>, String)>,
+}
+
+/// Starts `argv` as two ranks of `job` on the agent behind `conn`, with
+/// gangd's half of PMI in `pmi`, until both exit. A PMI failure is
+/// answered as gangd does: the job is killed.
+fn run_mpi(conn: &mut Conn, pmi: &mut ClusterPmi, job: JobId, argv: &[&str]) -> MpiRun {
     let send = |conn: &mut Conn, actions: Vec<Action>| {
         for a in actions {
-            match a {
-                Action::ToNode(_, m) => conn.send(m),
-                Action::Failed(f) => panic!("the job's PMI failed: {f:?}"),
-                Action::AllFinalized => {}
+            if let Action::ToNode(_, m) = a {
+                conn.send(m);
             }
         }
     };
-    send(&mut conn, pmi.start());
-    let argv = [program.to_str().unwrap()];
+    send(conn, pmi.start());
     // UCX's shared memory needs nothing from the host; keep it off the
     // network so that the test runs in a sandbox.
-    let env = [
-        ("PATH", "/usr/bin:/bin"),
-        ("PMI_PORT", "127.0.0.1:1"),
-        ("PMI_ID", "1"),
-        ("UCX_TLS", "self,sm"),
-    ];
-    conn.send(spawn_rank(job.0, 0, &argv, &env));
-    conn.send(spawn_rank(job.0, 1, &argv, &env));
-    let mut out: BTreeMap<u32, String> = BTreeMap::new();
-    let mut exits = BTreeMap::new();
-    let mut finalized = 0;
-    while exits.len() < 2 {
+    let env = [("PATH", "/usr/bin:/bin"), ("UCX_TLS", "self,sm")];
+    conn.send(spawn_rank(job.0, 0, argv, &env));
+    conn.send(spawn_rank(job.0, 1, argv, &env));
+    let mut run = MpiRun::default();
+    while run.exits.len() < 2 {
         match conn.recv() {
             FromAgent::RankStarted { .. } => {}
             FromAgent::RankOutput {
@@ -70,28 +64,53 @@ fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
                 if stream == Stream::Stderr {
                     eprintln!("rank {rank}: {text}");
                 }
-                out.entry(rank).or_default().push_str(&text);
+                run.out.entry(rank).or_default().push_str(&text);
             }
             FromAgent::RankExited { rank, status, .. } => {
-                exits.insert(rank, status);
+                run.exits.insert(rank, status);
             }
+            FromAgent::PmiPuts { puts, .. } => send(conn, pmi.on_puts(NodeId(1), puts).unwrap()),
             FromAgent::PmiBarrierIn {
                 epoch, ranks, puts, ..
-            } => {
-                let a = pmi.on_barrier_in(NodeId(1), epoch, &ranks, puts).unwrap();
-                send(&mut conn, a);
-            }
+            } => send(
+                conn,
+                pmi.on_barrier_in(NodeId(1), epoch, &ranks, puts).unwrap(),
+            ),
             FromAgent::PmiFinalized { rank, .. } => {
-                finalized += 1;
-                send(&mut conn, pmi.on_finalized(NodeId(1), rank).unwrap());
+                run.finalized += 1;
+                send(conn, pmi.on_finalized(NodeId(1), rank).unwrap());
             }
-            FromAgent::PmiFailed { reason, .. } => panic!("PMI failed: {reason}; {out:?}"),
+            FromAgent::PmiFailed {
+                rank,
+                exitcode,
+                reason,
+                ..
+            } => {
+                run.failed = Some((rank, exitcode, reason));
+                conn.send(ToAgent::KillJob { job, signal: 9 });
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
-    let _ = std::fs::remove_file(&program);
-    assert_eq!(exits[&0], ExitStatus::Exited(0), "{out:?}");
-    assert_eq!(exits[&1], ExitStatus::Exited(0), "{out:?}");
+    run
+}
+
+#[test]
+fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
+    let Some(program) = mpi_ring() else { return };
+    let ca = TestCa::new("agent-mpi");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("mpi-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let argv = program.to_str().unwrap();
+
+    let job = JobId(21);
+    let mut pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
+    let run = run_mpi(&mut conn, &mut pmi, job, &[argv]);
+    let out = &run.out;
+    assert_eq!(run.failed, None, "{out:?}");
+    assert_eq!(run.exits[&0], ExitStatus::Exited(0), "{out:?}");
+    assert_eq!(run.exits[&1], ExitStatus::Exited(0), "{out:?}");
     assert!(
         out[&0].contains("rank 0 of 2 got 1, no PMI port"),
         "{out:?}"
@@ -100,8 +119,16 @@ fn an_mpich_program_bootstraps_over_pmi_fd_through_the_agent() {
         out[&1].contains("rank 1 of 2 got 0, no PMI port"),
         "{out:?}"
     );
-    assert_eq!(finalized, 2);
+    assert_eq!(run.finalized, 2);
     assert!(pmi.epoch() >= 1, "MPI_Init went through a barrier");
+
+    // MPI_Abort reaches gangd with its exit code.
+    let job = JobId(23);
+    let mut pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
+    let run = run_mpi(&mut conn, &mut pmi, job, &[argv, "abort"]);
+    let _ = std::fs::remove_file(&program);
+    let (rank, exitcode, reason) = run.failed.expect("the abort reached gangd");
+    assert_eq!((rank, exitcode), (1, Some(7)), "{reason}");
 }
 
 #[test]
