@@ -291,11 +291,17 @@ fn a_key_is_written_once_by_its_first_writer() {
 #[test]
 fn a_rank_cannot_claim_another_ranks_identity() {
     let mut sim = Sim::new(&[0, 0]);
-    // Its own id: answered as the PMI_PORT handshake would be.
+    // Its own id: answered as the PMI_PORT handshake would be; after
+    // init, an error, the job goes on.
     assert_eq!(
         sim.send(1, "cmd=initack pmiid=1\n").concat(),
         "cmd=initack rc=0 rank=1 size=2 debug=0\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n"
     );
+    sim.init(1);
+    assert!(sim
+        .ask(1, "cmd=initack pmiid=1\n")
+        .starts_with("cmd=initack rc=-1"));
+    assert!(sim.failed.is_empty());
     // Another id: refused, the socket closed, the job failed.
     let got = sim.send(0, "cmd=initack pmiid=1\n");
     assert!(got[0].starts_with("cmd=initack rc=-1"), "{got:?}");
@@ -331,6 +337,29 @@ fn leaving_before_finalize_or_a_barrier_after_finalize_fails_the_job() {
     assert!(sim.failed[0]
         .reason
         .contains("disconnected before PMI finalize"));
+
+    // A rank finalizing while another waits in a barrier, on its node or
+    // on another.
+    for placement in [[0, 0], [0, 1]] {
+        let mut sim = Sim::new(&placement);
+        sim.init(0);
+        sim.init(1);
+        sim.send(0, "cmd=barrier_in\n");
+        sim.send(1, "cmd=finalize\n");
+        assert!(
+            sim.failed[0].reason.contains("can never complete"),
+            "{:?}",
+            sim.failed
+        );
+        if placement == [0, 0] {
+            // The node releases its waiting rank with the failure; across
+            // nodes, gangd's kill ends it.
+            assert!(sim.got[&0]
+                .last()
+                .unwrap()
+                .starts_with("cmd=barrier_failed"));
+        }
+    }
 
     // A program that never speaks PMI (not an MPI program) just exits.
     let mut sim = Sim::new(&[0, 1]);

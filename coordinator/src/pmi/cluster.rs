@@ -20,7 +20,8 @@
 //! node's puts likewise come in PmiPuts ahead of its PmiBarrierIn). The
 //! job fails (reported once by [`Action::Failed`]) when a node reports
 //! PmiFailed for one of its ranks, enters a barrier after some rank
-//! finalized (it could never complete), or the KVS grows past
+//! finalized or a rank finalizes while a node waits in a barrier (it could
+//! never complete), or the KVS grows past
 //! MAX_KVS_BYTES.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -287,6 +288,15 @@ impl ClusterPmi {
     /// PmiFinalized from `node`.
     pub fn on_finalized(&mut self, node: NodeId, rank: u32) -> Result<Vec<Action>, String> {
         self.check_rank(node, rank)?;
+        if self.failure.is_some() {
+            return Ok(Vec::new());
+        }
+        if let Some(&waiting) = self.entered.first() {
+            let reason = format!(
+                "rank {rank} finalized while node {waiting} waits in a PMI barrier: it can never complete"
+            );
+            return Ok(self.fail(rank, None, reason));
+        }
         self.finalized[rank as usize] = true;
         if !self.all_finalized && self.finalized.iter().all(|f| *f) {
             self.all_finalized = true;

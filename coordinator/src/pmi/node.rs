@@ -26,7 +26,8 @@
 //! - Bad lines (unparsable, too long, out of order, while in a barrier)
 //!   are answered with an error; after MAX_BAD_LINES the rank is
 //!   disconnected and the job fails.
-//! - The job fails (PmiFailed to gangd, once) when a rank aborts, leaves
+//! - The job fails (PmiFailed to gangd, once) when a rank aborts, claims
+//!   another rank's id, finalizes while another waits in a barrier, leaves
 //!   before finalize (having sent at least one line: a program that never
 //!   speaks PMI is no MPI program, and every rank gets a socket), enters a barrier that cannot complete (a local rank
 //!   finalized) or floods; ranks waiting in a barrier then get
@@ -236,7 +237,10 @@ impl NodePmi {
         let kvsname = self.config.kvsname.clone();
         let r = self.ranks.get_mut(&rank).expect("checked by on_line");
         match req {
-            Request::Initack { pmiid } if pmiid == i64::from(rank) && !r.inited => {
+            Request::Initack { pmiid } if pmiid == i64::from(rank) => {
+                if r.inited {
+                    return self.bad_line(rank, "initack", "initack after init");
+                }
                 return vec![Action::Send(
                     rank,
                     initack_reply(rank, self.config.size, self.config.debug),
@@ -365,6 +369,12 @@ impl NodePmi {
             }
             Request::BarrierIn { group } => self.barrier_in(rank, group),
             Request::Finalize => {
+                if let Some((&waiting, _)) = self.ranks.iter().find(|(_, r)| r.in_barrier) {
+                    let reason = format!(
+                        "rank {rank} finalized while rank {waiting} waits in a barrier: it can never complete"
+                    );
+                    return self.fail(rank, None, reason);
+                }
                 self.ranks.get_mut(&rank).expect("checked").finalized = true;
                 vec![
                     Action::Send(rank, Line::new("finalize_ack").with("rc", 0).format()),
