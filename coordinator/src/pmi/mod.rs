@@ -97,9 +97,15 @@
 //! node → gangd                   PmiFinalized{rank} | PmiFailed{rank, exitcode, reason}
 //! ```
 //!
-//! gangd ends the job on PmiFailed (an abort's exit code becomes the
-//! job's), as for a rank that fails. See `node` and `cluster` for the
-//! rules each half enforces.
+//! Keys that do not fit one frame go ahead in PmiPuts / PmiEntries (runs of
+//! at most `job::MAX_CHUNK`). gangd ends the job on PmiFailed (an abort's
+//! exit code becomes the job's), as for a rank that fails. See `node` and
+//! `cluster` for the rules each half enforces.
+//!
+//! Limits of this design: a PMI message lost with the agent's connection
+//! is not resent (gangd fails a lost node's jobs anyway); a job adopted by
+//! a restarted gangd has no PMI service (its ranks' next barrier is
+//! refused: MPI jobs must bootstrap under the gangd that started them).
 
 pub mod cluster;
 pub mod job;
