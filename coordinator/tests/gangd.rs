@@ -997,48 +997,66 @@ fn a_slot_ends_early_once_every_node_of_its_job_has_yielded() {
     assert_eq!(fe2.ended().0, 0);
 }
 
-/// The PMI environment gangd gave `rank` of `job` on this fake node.
-fn pmi_env(ag: &FakeAgent, job: JobId) -> std::collections::HashMap<String, String> {
+/// The PmiStart this fake node got for `job`: (its ranks, the preset).
+fn pmi_start(ag: &FakeAgent, job: JobId) -> (Vec<u32>, Vec<(String, String)>) {
     ag.got()
         .iter()
         .find_map(|m| match m {
-            ToAgent::SpawnRank { job: j, env, .. } if *j == job => Some(env.clone()),
+            ToAgent::PmiStart {
+                job: j,
+                ranks,
+                preset,
+                size: 3,
+                ..
+            } if *j == job => Some((ranks.clone(), preset.clone())),
             _ => None,
         })
-        .unwrap()
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("PMI_"))
+        .expect("a PmiStart")
+}
+
+fn barrier_outs(ag: &FakeAgent, job: JobId) -> Vec<(u64, Vec<(String, String)>)> {
+    ag.got()
+        .iter()
+        .filter_map(|m| match m {
+            ToAgent::PmiBarrierOut {
+                job: j,
+                epoch,
+                entries,
+            } if *j == job => Some((*epoch, entries.clone())),
+            _ => None,
+        })
         .collect()
 }
 
-/// One line of a simple-PMI conversation: send `req`, read one answer line.
-fn pmi_call(s: &mut BufReader<TcpStream>, req: &str) -> String {
-    use std::io::BufRead;
-    s.get_mut().write_all(req.as_bytes()).unwrap();
-    let mut line = String::new();
-    s.read_line(&mut line).unwrap();
-    line
-}
-
-fn pmi_connect(env: &std::collections::HashMap<String, String>) -> BufReader<TcpStream> {
-    use std::io::BufRead;
-    let s = TcpStream::connect(&env["PMI_PORT"]).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut s = BufReader::new(s);
-    let ack = pmi_call(&mut s, &format!("cmd=initack pmiid={}\n", env["PMI_ID"]));
-    assert!(ack.starts_with("cmd=initack rc=0"), "{ack}");
-    for _ in 0..3 {
-        let mut set = String::new();
-        s.read_line(&mut set).unwrap();
-        assert!(set.starts_with("cmd=set "), "{set}");
+/// TCP ports `pid` listens on (from /proc: its socket inodes in LISTEN).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().to_string();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address, st (0A: LISTEN), inode.
+            if f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]) {
+                let port = f[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
     }
-    let init = pmi_call(&mut s, "cmd=init pmi_version=1 pmi_subversion=1\n");
-    assert!(init.starts_with("cmd=response_to_init rc=0"), "{init}");
-    s
+    ports
 }
 
 #[test]
-fn mpi_ranks_find_each_other_through_gangds_pmi_and_an_abort_ends_the_job() {
+fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
     let g = Gangd::start("pmi", 3, &[]);
     let agents = three_nodes(&g);
     let mut fe = FrontEnd::connect(&g);
@@ -1046,56 +1064,89 @@ fn mpi_ranks_find_each_other_through_gangds_pmi_and_an_abort_ends_the_job() {
     for ag in &agents {
         wait_until("spawns", || ag.spawned(job).len() == 1);
     }
-    let envs: Vec<_> = agents.iter().map(|ag| pmi_env(ag, job)).collect();
-    let mut ranks: Vec<u32> = envs
-        .iter()
-        .map(|e| e["PMI_RANK"].parse().unwrap())
-        .collect();
+    // The old attack surface is gone: gangd listens on its agent port
+    // only, and no rank is told of a PMI port.
+    assert_eq!(listening_ports(g.child.id()), [g.port]);
+    for ag in &agents {
+        for m in ag.got() {
+            if let ToAgent::SpawnRank { env, .. } = m {
+                assert!(env.iter().all(|(k, _)| !k.starts_with("PMI_")), "{env:?}");
+            }
+        }
+        let first_start = ag
+            .got()
+            .iter()
+            .position(|m| matches!(m, ToAgent::PmiStart { .. }));
+        let first_spawn = ag
+            .got()
+            .iter()
+            .position(|m| matches!(m, ToAgent::SpawnRank { .. }));
+        assert!(first_start < first_spawn, "PmiStart comes before the ranks");
+    }
+    let starts: Vec<_> = agents.iter().map(|ag| pmi_start(ag, job)).collect();
+    let mut ranks: Vec<u32> = starts.iter().flat_map(|(r, _)| r.clone()).collect();
     ranks.sort();
-    assert_eq!(ranks, [0, 1, 2], "{envs:?}");
-    assert!(envs
-        .iter()
-        .all(|e| e["PMI_SIZE"] == "3" && e["PMI_PORT"].starts_with("127.0.0.1:")));
+    assert_eq!(ranks, [0, 1, 2]);
+    assert!(starts.iter().all(|(_, p)| p
+        == &[(
+            "PMI_process_mapping".to_string(),
+            "(vector,(0,3,1))".to_string()
+        )]));
 
-    // Every rank: init, the node map, a business card, the barrier, the others' cards.
-    let mut conns: Vec<_> = envs.iter().map(pmi_connect).collect();
-    let kvs = pmi_call(&mut conns[0], "cmd=get_my_kvsname\n");
-    let kvs = kvs.trim().rsplit("kvsname=").next().unwrap().to_string();
-    let map = pmi_call(
-        &mut conns[0],
-        &format!("cmd=get kvsname={kvs} key=PMI_process_mapping\n"),
-    );
-    assert!(
-        map.contains("rc=0") && map.contains("(vector,"),
-        "one rank per node: {map}"
-    );
-    for (c, e) in conns.iter_mut().zip(&envs) {
-        let put = pmi_call(
-            c,
-            &format!(
-                "cmd=put kvsname={kvs} key=card{} value=addr{}\n",
-                e["PMI_RANK"], e["PMI_RANK"]
-            ),
+    // A node relaying for a job gangd does not run, or for a rank it does
+    // not run, is refused.
+    agents[0].send(FromAgent::PmiFailed {
+        job: JobId(job.0 + 100),
+        rank: 0,
+        exitcode: Some(1),
+        reason: "forged".into(),
+    });
+    let rank_of = |i: usize| starts[i].0[0];
+    agents[0].send(FromAgent::PmiBarrierIn {
+        job,
+        epoch: 0,
+        ranks: vec![rank_of(1)],
+        puts: vec![],
+    });
+    // Each node enters barrier 0 with its rank's business card.
+    for (i, ag) in agents.iter().enumerate() {
+        let r = rank_of(i);
+        ag.send(FromAgent::PmiBarrierIn {
+            job,
+            epoch: 0,
+            ranks: vec![r],
+            puts: vec![PmiPut {
+                rank: r,
+                key: format!("card{r}"),
+                value: format!("addr{r}"),
+            }],
+        });
+    }
+    for ag in &agents {
+        wait_until("barrier out", || !barrier_outs(ag, job).is_empty());
+        let outs = barrier_outs(ag, job);
+        assert_eq!(outs.len(), 1);
+        let (epoch, mut entries) = outs[0].clone();
+        entries.sort();
+        assert_eq!(epoch, 0);
+        assert_eq!(
+            entries,
+            (0..3)
+                .map(|r| (format!("card{r}"), format!("addr{r}")))
+                .collect::<Vec<_>>()
         );
-        assert!(put.contains("rc=0"), "{put}");
     }
-    for c in &mut conns {
-        c.get_mut().write_all(b"cmd=barrier_in\n").unwrap();
-    }
-    for c in &mut conns {
-        use std::io::BufRead;
-        let mut out = String::new();
-        c.read_line(&mut out).unwrap();
-        assert!(out.starts_with("cmd=barrier_out"), "{out}");
-    }
-    let card = pmi_call(&mut conns[1], &format!("cmd=get kvsname={kvs} key=card2\n"));
-    assert!(card.contains("value=addr2"), "{card}");
+    assert!(g.log().contains("PMI message refused"), "{}", g.log());
+    assert!(g.log().contains("which gangd does not run: refused"), "{}", g.log());
 
     // Rank 0 aborts: gangd kills the whole job.
-    conns[0]
-        .get_mut()
-        .write_all(b"cmd=abort exitcode=7\n")
-        .unwrap();
+    let node0 = (0..3).find(|&i| rank_of(i) == 0).unwrap();
+    agents[node0].send(FromAgent::PmiFailed {
+        job,
+        rank: 0,
+        exitcode: Some(7),
+        reason: "rank 0 called PMI_Abort(7)".into(),
+    });
     for ag in &agents {
         wait_until("a kill", || {
             ag.got()

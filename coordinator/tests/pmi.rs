@@ -1,358 +1,565 @@
-//! The PMI-1 server against a fake MPICH simple-PMI client over TCP: the
-//! exact lines MPICH 4.0's `simple_pmi.c` sends in MPI_Init / MPI_Finalize,
-//! and the exact answers it must get back.
+//! The PMI-1 service as a specification: both halves (`NodePmi`, what each
+//! node's agent answers its ranks on their PMI_FD; `ClusterPmi`, gangd
+//! joining the nodes) wired together in a simulated cluster, fed the exact
+//! lines MPICH 4.0's `simple_pmi.c` sends over PMI_FD in MPI_Init /
+//! MPI_Finalize. Then the attacks of issue 10: a rank speaking for
+//! another, overwriting keys, a node relaying for ranks it does not run,
+//! floods. (gangd's routing and the absence of a PMI port: tests/gangd.rs;
+//! the agent's sockets and a real MPICH program: scx_gang's agent tests.)
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
+use gang_coordinator::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK, MAX_KVS_BYTES, VALLEN_MAX};
 use gang_coordinator::pmi::{
-    parse_line, parse_request, process_mapping, rank_env, JobConfig, Line, PmiEvent, PmiJob,
-    PmiServer, MAX_LINE,
+    cluster, node, parse_line, parse_request, ClusterPmi, JobConfig, Line, NodePmi, MAX_LINE,
 };
+use gang_coordinator::proto::{encode, FromAgent, JobId, NodeId, PmiPut, ToAgent};
 use proptest::prelude::*;
 
-const T: Duration = Duration::from_secs(10);
+const JOB: JobId = JobId(7);
 
-struct Client {
-    rd: BufReader<TcpStream>,
-    wr: TcpStream,
+/// gangd and the nodes of one job, messages delivered at once.
+struct Sim {
+    gangd: ClusterPmi,
+    nodes: BTreeMap<NodeId, NodePmi>,
+    /// What each rank received, in order.
+    got: BTreeMap<u32, Vec<String>>,
+    closed: Vec<u32>,
+    /// Failures gangd reported (the job is killed).
+    failed: Vec<gang_coordinator::pmi::JobFailure>,
+    /// Messages gangd refused.
+    refused: Vec<String>,
 }
 
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let s = TcpStream::connect(("127.0.0.1", addr.port())).unwrap();
-        s.set_read_timeout(Some(T)).unwrap();
-        Client {
-            rd: BufReader::new(s.try_clone().unwrap()),
-            wr: s,
+impl Sim {
+    /// `placement[r]`: the node of rank r.
+    fn new(placement: &[u32]) -> Sim {
+        let gangd = ClusterPmi::new(JOB, placement.iter().map(|&n| NodeId(n)).collect());
+        let mut nodes = BTreeMap::new();
+        for a in gangd.start() {
+            let cluster::Action::ToNode(
+                n,
+                ToAgent::PmiStart {
+                    job,
+                    kvsname,
+                    size,
+                    ranks,
+                    preset,
+                },
+            ) = a
+            else {
+                panic!("{a:?}")
+            };
+            let mut config = JobConfig::new(job.0, size);
+            config.kvsname = kvsname;
+            config.preset = preset;
+            nodes.insert(n, NodePmi::new(job, config, &ranks));
+        }
+        Sim {
+            gangd,
+            nodes,
+            got: BTreeMap::new(),
+            closed: Vec::new(),
+            failed: Vec::new(),
+            refused: Vec::new(),
         }
     }
 
-    fn send(&mut self, line: &str) {
-        self.wr.write_all(line.as_bytes()).unwrap();
+    fn node_of(&self, rank: u32) -> NodeId {
+        *self
+            .nodes
+            .iter()
+            .find(|(_, n)| n.has_rank(rank))
+            .expect("a placed rank")
+            .0
     }
 
-    fn line(&mut self) -> String {
-        let mut s = String::new();
-        self.rd.read_line(&mut s).unwrap();
-        s
+    /// `rank` writes `line` on its PMI_FD; returns what it got back.
+    fn send(&mut self, rank: u32, line: &str) -> Vec<String> {
+        let node = self.node_of(rank);
+        let before = self.got.get(&rank).map_or(0, Vec::len);
+        let actions = self
+            .nodes
+            .get_mut(&node)
+            .unwrap()
+            .on_line(rank, line.as_bytes());
+        self.node_actions(node, actions);
+        self.got.get(&rank).map_or(vec![], |g| g[before..].to_vec())
     }
 
-    fn ask(&mut self, line: &str) -> String {
-        self.send(line);
-        self.line()
+    fn ask(&mut self, rank: u32, line: &str) -> String {
+        let mut got = self.send(rank, line);
+        assert_eq!(got.len(), 1, "{line:?} → {got:?}");
+        got.remove(0)
     }
 
-    /// Nothing arrives within `d` (the connection is still open).
-    fn silent_for(&mut self, d: Duration) -> bool {
-        self.rd.get_ref().set_read_timeout(Some(d)).unwrap();
-        let mut b = [0u8; 1];
-        let r = self.rd.read(&mut b);
-        self.rd.get_ref().set_read_timeout(Some(T)).unwrap();
-        matches!(r, Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut)
+    fn disconnect(&mut self, rank: u32) {
+        let node = self.node_of(rank);
+        let actions = self.nodes.get_mut(&node).unwrap().on_disconnect(rank);
+        self.node_actions(node, actions);
     }
 
-    fn at_eof(&mut self) -> bool {
-        let mut s = String::new();
-        matches!(self.rd.read_line(&mut s), Ok(0) | Err(_))
+    /// A message as `node`'s agent (honest or not) sends it.
+    fn deliver(&mut self, node: NodeId, msg: FromAgent) {
+        encode(&msg).expect("every relay message fits a frame");
+        let r = match msg {
+            FromAgent::PmiPuts { puts, .. } => self.gangd.on_puts(node, puts),
+            FromAgent::PmiBarrierIn {
+                epoch, ranks, puts, ..
+            } => self.gangd.on_barrier_in(node, epoch, &ranks, puts),
+            FromAgent::PmiFinalized { rank, .. } => self.gangd.on_finalized(node, rank),
+            FromAgent::PmiFailed {
+                rank,
+                exitcode,
+                reason,
+                ..
+            } => self.gangd.on_failed(node, rank, exitcode, &reason),
+            other => panic!("{other:?}"),
+        };
+        match r {
+            Ok(actions) => self.gangd_actions(actions),
+            Err(why) => self.refused.push(why),
+        }
     }
 
-    /// initack + init, as MPICH's PMI_Init does with PMI_PORT and PMI_ID.
-    fn handshake(&mut self, rank: u32, size: u32) {
-        self.send(&format!("cmd=initack pmiid={rank}\n"));
+    fn node_actions(&mut self, node: NodeId, actions: Vec<node::Action>) {
+        for a in actions {
+            match a {
+                node::Action::Send(r, text) => self
+                    .got
+                    .entry(r)
+                    .or_default()
+                    .extend(text.lines().map(|l| format!("{l}\n"))),
+                node::Action::Close(r) => self.closed.push(r),
+                node::Action::ToGangd(m) => self.deliver(node, m),
+            }
+        }
+    }
+
+    fn gangd_actions(&mut self, actions: Vec<cluster::Action>) {
+        for a in actions {
+            if let cluster::Action::ToNode(_, m) = &a {
+                encode(m).expect("every relay message fits a frame");
+            }
+            match a {
+                cluster::Action::ToNode(n, ToAgent::PmiEntries { entries, .. }) => {
+                    self.nodes.get_mut(&n).unwrap().on_entries(entries).unwrap();
+                }
+                cluster::Action::ToNode(n, ToAgent::PmiBarrierOut { epoch, entries, .. }) => {
+                    let actions = self
+                        .nodes
+                        .get_mut(&n)
+                        .unwrap()
+                        .on_barrier_out(epoch, entries)
+                        .expect("the barrier the node waits for");
+                    self.node_actions(n, actions);
+                }
+                cluster::Action::ToNode(n, m) => panic!("to {n}: {m:?}"),
+                cluster::Action::Failed(f) => self.failed.push(f),
+                cluster::Action::AllFinalized => {}
+            }
+        }
+    }
+
+    /// MPI_Init's first steps for `rank`, as the 4.0 client does them
+    /// with PMI_FD (no initack: rank and size come from PMI_RANK/PMI_SIZE).
+    fn init(&mut self, rank: u32) {
         assert_eq!(
-            self.line(),
-            format!("cmd=initack rc=0 rank={rank} size={size} debug=0\n")
-        );
-        assert_eq!(self.line(), format!("cmd=set size={size}\n"));
-        assert_eq!(self.line(), format!("cmd=set rank={rank}\n"));
-        assert_eq!(self.line(), "cmd=set debug=0\n");
-        assert_eq!(
-            self.ask("cmd=init pmi_version=1 pmi_subversion=1\n"),
+            self.ask(rank, "cmd=init pmi_version=1 pmi_subversion=1\n"),
             "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n"
         );
-    }
-}
-
-fn start(job: u64, size: u32) -> PmiServer {
-    PmiServer::start("127.0.0.1:0".parse().unwrap(), JobConfig::new(job, size)).unwrap()
-}
-
-fn wait_until(server: &PmiServer, what: impl Fn(&PmiJob) -> bool) {
-    let t0 = Instant::now();
-    while !server.with_job(&what) {
-        assert!(t0.elapsed() < T, "timed out");
-        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            self.ask(rank, "cmd=get_maxes\n"),
+            "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n"
+        );
     }
 }
 
 #[test]
-fn three_ranks_whole_mpi_init_and_finalize() {
-    let mut config = JobConfig::new(42, 3);
-    config.preset.push((
-        "PMI_process_mapping".into(),
-        process_mapping(&["n0", "n0", "n1"]).unwrap(),
-    ));
-    let server = PmiServer::start("127.0.0.1:0".parse().unwrap(), config).unwrap();
-    let mut c: Vec<Client> = (0..3)
-        .map(|_| Client::connect(server.local_addr()))
-        .collect();
-    // Connect in reverse order: identity comes from PMI_ID, not arrival.
-    for r in (0..3u32).rev() {
-        c[r as usize].handshake(r, 3);
+fn ranks_on_two_nodes_exchange_business_cards_through_the_barrier() {
+    // Ranks 0, 1 on node 0; rank 2 on node 1.
+    let mut sim = Sim::new(&[0, 0, 1]);
+    for r in 0..3 {
+        sim.init(r);
     }
-    for (r, cl) in c.iter_mut().enumerate() {
-        assert_eq!(
-            cl.ask("cmd=get_maxes\n"),
-            "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n"
-        );
-        assert_eq!(cl.ask("cmd=get_appnum\n"), "cmd=appnum rc=0 appnum=0\n");
-        assert_eq!(
-            cl.ask("cmd=get_my_kvsname\n"),
-            "cmd=my_kvsname rc=0 kvsname=kvs_42_0\n"
-        );
-        assert_eq!(
-            cl.ask("cmd=get_universe_size\n"),
-            "cmd=universe_size rc=0 size=3\n"
-        );
-        assert_eq!(
-            cl.ask("cmd=get kvsname=kvs_42_0 key=PMI_process_mapping\n"),
-            "cmd=get_result rc=0 value=(vector,(0,1,2),(1,1,1))\n"
-        );
-        let put = format!(
-            "cmd=put kvsname=kvs_42_0 key=P{r}-businesscard value=description#host{r}$port#{}$\n",
-            5000 + r
-        );
-        assert_eq!(cl.ask(&put), "cmd=put_result rc=0\n");
+    assert_eq!(sim.ask(2, "cmd=get_appnum\n"), "cmd=appnum rc=0 appnum=0\n");
+    assert_eq!(
+        sim.ask(2, "cmd=get_my_kvsname\n"),
+        "cmd=my_kvsname rc=0 kvsname=kvs_7_0\n"
+    );
+    assert_eq!(
+        sim.ask(1, "cmd=get kvsname=kvs_7_0 key=PMI_process_mapping\n"),
+        "cmd=get_result rc=0 value=(vector,(0,1,2),(1,1,1))\n",
+        "gangd's preset is on every node before the first barrier"
+    );
+    for r in 0..3 {
+        let put = format!("cmd=put kvsname=kvs_7_0 key=P{r}-businesscard value=port#{r}$\n");
+        assert_eq!(sim.ask(r, &put), "cmd=put_result rc=0\n");
     }
+    // Another node's key is not there before the barrier.
+    assert!(sim
+        .ask(2, "cmd=get kvsname=kvs_7_0 key=P0-businesscard\n")
+        .starts_with("cmd=get_result rc=-1"));
+    assert!(sim.send(0, "cmd=barrier_in\n").is_empty());
+    assert!(
+        sim.send(2, "cmd=barrier_in\n").is_empty(),
+        "node 0 is not in yet"
+    );
+    assert_eq!(sim.gangd.epoch(), 0);
+    assert_eq!(sim.send(1, "cmd=barrier_in\n"), ["cmd=barrier_out rc=0\n"]);
+    assert_eq!(sim.got[&0].last().unwrap(), "cmd=barrier_out rc=0\n");
+    assert_eq!(sim.got[&2].last().unwrap(), "cmd=barrier_out rc=0\n");
+    assert_eq!(sim.gangd.epoch(), 1);
+    for (r, other) in [(2, 0), (0, 2), (1, 2)] {
+        assert_eq!(
+            sim.ask(
+                r,
+                &format!("cmd=get kvsname=kvs_7_0 key=P{other}-businesscard\n")
+            ),
+            format!("cmd=get_result rc=0 value=port#{other}$\n")
+        );
+    }
+    // A second barrier works the same way.
+    for r in 0..3 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(sim.gangd.epoch(), 2);
+    for r in 0..3 {
+        assert_eq!(sim.ask(r, "cmd=finalize\n"), "cmd=finalize_ack rc=0\n");
+        sim.disconnect(r);
+    }
+    assert!(sim.failed.is_empty() && sim.refused.is_empty());
+    assert!(sim.nodes.values().all(NodePmi::done));
+}
 
-    // Barrier: ranks 0 and 1 wait until rank 2 comes in.
-    c[0].send("cmd=barrier_in\n");
-    c[1].send("cmd=barrier_in\n");
-    wait_until(&server, |j| j.in_barrier() == vec![0, 1]);
-    assert!(c[0].silent_for(Duration::from_millis(200)));
-    assert!(c[1].silent_for(Duration::from_millis(10)));
-    c[2].send("cmd=barrier_in\n");
-    for cl in c.iter_mut() {
-        assert_eq!(cl.line(), "cmd=barrier_out rc=0\n");
+#[test]
+fn a_key_is_written_once_by_its_first_writer() {
+    let mut sim = Sim::new(&[0, 0, 1]);
+    for r in 0..3 {
+        sim.init(r);
     }
+    assert_eq!(
+        sim.ask(0, "cmd=put key=card value=mine\n"),
+        "cmd=put_result rc=0\n"
+    );
+    // The same rank again, another rank of the node, a preset key.
+    assert_eq!(
+        sim.ask(0, "cmd=put key=card value=again\n"),
+        "cmd=put_result rc=-1 msg=key_card_already_written\n"
+    );
+    assert!(sim
+        .ask(1, "cmd=put key=card value=redirected\n")
+        .starts_with("cmd=put_result rc=-1"));
+    assert!(sim
+        .ask(
+            1,
+            "cmd=put key=PMI_process_mapping value=(vector,(0,3,1))\n"
+        )
+        .starts_with("cmd=put_result rc=-1"));
+    // Rank 2 on the other node races for the same key before the
+    // barrier: gangd keeps the first node's (node 0 enters first).
+    assert_eq!(
+        sim.ask(2, "cmd=put key=card value=theirs\n"),
+        "cmd=put_result rc=0\n"
+    );
+    for r in 0..3 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(
+        sim.ask(2, "cmd=get key=card\n"),
+        "cmd=get_result rc=0 value=theirs\n"
+    );
+    assert_eq!(
+        sim.ask(1, "cmd=get key=card\n"),
+        "cmd=get_result rc=0 value=mine\n"
+    );
+    // After the barrier node 1 knows node 0's key: no overwrite either.
+    sim.send(0, "cmd=put key=late value=x\n");
+    for r in 0..3 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert!(sim
+        .ask(2, "cmd=put key=late value=y\n")
+        .starts_with("cmd=put_result rc=-1"));
+    assert_eq!(
+        sim.ask(2, "cmd=get key=late\n"),
+        "cmd=get_result rc=0 value=x\n"
+    );
+    assert!(sim.failed.is_empty());
+}
 
-    // Every rank reads every other rank's card.
-    for (r, cl) in c.iter_mut().enumerate() {
-        for o in (0..3usize).filter(|o| *o != r) {
-            assert_eq!(
-                cl.ask(&format!("cmd=get kvsname=kvs_42_0 key=P{o}-businesscard\n")),
-                format!(
-                    "cmd=get_result rc=0 value=description#host{o}$port#{}$\n",
-                    5000 + o
-                )
-            );
+#[test]
+fn a_rank_cannot_claim_another_ranks_identity() {
+    let mut sim = Sim::new(&[0, 0]);
+    // Its own id: answered as the PMI_PORT handshake would be; after
+    // init, an error, the job goes on.
+    assert_eq!(
+        sim.send(1, "cmd=initack pmiid=1\n").concat(),
+        "cmd=initack rc=0 rank=1 size=2 debug=0\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n"
+    );
+    sim.init(1);
+    assert!(sim
+        .ask(1, "cmd=initack pmiid=1\n")
+        .starts_with("cmd=initack rc=-1"));
+    assert!(sim.failed.is_empty());
+    // Another id: refused, the socket closed, the job failed.
+    let got = sim.send(0, "cmd=initack pmiid=1\n");
+    assert!(got[0].starts_with("cmd=initack rc=-1"), "{got:?}");
+    assert!(sim.closed.contains(&0));
+    assert_eq!(sim.failed.len(), 1);
+    assert!(sim.failed[0].reason.contains("claimed to be pmiid 1"));
+}
+
+#[test]
+fn an_abort_fails_the_job_with_its_exit_code_and_releases_the_barrier() {
+    let mut sim = Sim::new(&[0, 0, 1]);
+    for r in 0..3 {
+        sim.init(r);
+    }
+    sim.send(0, "cmd=barrier_in\n");
+    sim.send(1, "cmd=abort exitcode=5 message=out of memory\n");
+    let f = &sim.failed[0];
+    assert_eq!((f.rank, f.exitcode), (1, Some(5)));
+    assert!(f.reason.contains("out of memory"), "{}", f.reason);
+    assert!(sim.got[&0]
+        .last()
+        .unwrap()
+        .starts_with("cmd=barrier_failed rc=-1"));
+    assert!(sim.closed.contains(&0) && sim.closed.contains(&1));
+}
+
+#[test]
+fn leaving_before_finalize_or_a_barrier_after_finalize_fails_the_job() {
+    let mut sim = Sim::new(&[0, 1]);
+    sim.init(0);
+    sim.init(1);
+    sim.disconnect(1);
+    assert!(sim.failed[0]
+        .reason
+        .contains("disconnected before PMI finalize"));
+
+    // A rank finalizing while another waits in a barrier, on its node or
+    // on another.
+    for placement in [[0, 0], [0, 1]] {
+        let mut sim = Sim::new(&placement);
+        sim.init(0);
+        sim.init(1);
+        sim.send(0, "cmd=barrier_in\n");
+        sim.send(1, "cmd=finalize\n");
+        assert!(
+            sim.failed[0].reason.contains("can never complete"),
+            "{:?}",
+            sim.failed
+        );
+        if placement == [0, 0] {
+            // The node releases its waiting rank with the failure; across
+            // nodes, gangd's kill ends it.
+            assert!(sim.got[&0]
+                .last()
+                .unwrap()
+                .starts_with("cmd=barrier_failed"));
         }
     }
 
-    // MPI_Finalize: a barrier, then finalize; the 4.0 client then closes.
-    for cl in c.iter_mut() {
-        cl.send("cmd=barrier_in\n");
-    }
-    for cl in c.iter_mut() {
-        assert_eq!(cl.line(), "cmd=barrier_out rc=0\n");
-    }
-    for cl in c.iter_mut() {
-        assert_eq!(cl.ask("cmd=finalize\n"), "cmd=finalize_ack rc=0\n");
-    }
-    assert_eq!(server.wait_event(T), Some(PmiEvent::AllFinalized));
-    drop(c);
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        server.try_event(),
-        None,
-        "closing after finalize is no failure"
+    // A program that never speaks PMI (not an MPI program) just exits.
+    let mut sim = Sim::new(&[0, 1]);
+    sim.disconnect(0);
+    sim.disconnect(1);
+    assert!(sim.failed.is_empty());
+    assert!(sim.nodes.values().all(NodePmi::done));
+
+    let mut sim = Sim::new(&[0, 1]);
+    sim.init(0);
+    sim.init(1);
+    sim.ask(0, "cmd=finalize\n");
+    sim.send(1, "cmd=barrier_in\n");
+    assert!(
+        sim.failed[0].reason.contains("can never complete"),
+        "{:?}",
+        sim.failed
     );
-    server.with_job(|j| {
-        assert!(j.failure().is_none());
-        assert_eq!(j.barrier_epoch(), 2);
-    });
 }
 
 #[test]
-fn get_of_missing_key_and_other_errors() {
-    let server = start(5, 1);
-    let mut c = Client::connect(server.local_addr());
+fn errors_answer_the_response_the_client_waits_for() {
+    let mut sim = Sim::new(&[0]);
+    assert!(sim
+        .ask(0, "cmd=get_maxes\n")
+        .starts_with("cmd=maxes rc=-1 msg=send_cmd=init_first"));
+    sim.init(0);
     assert_eq!(
-        c.ask("cmd=get_maxes\n"),
-        "cmd=maxes rc=-1 msg=send_cmd=initack_pmiid=N_first_(the_rank_needs_PMI_ID)\n"
-    );
-    c.handshake(0, 1);
-    assert_eq!(
-        c.ask("cmd=get kvsname=kvs_5_0 key=nope\n"),
+        sim.ask(0, "cmd=get kvsname=kvs_7_0 key=nope\n"),
         "cmd=get_result rc=-1 msg=key_nope_not_found\n"
     );
     assert_eq!(
-        c.ask("cmd=init pmi_version=1 pmi_subversion=1\n"),
-        "cmd=response_to_init rc=-1 msg=double_init\n"
+        sim.ask(0, "cmd=get kvsname=other key=k\n"),
+        "cmd=get_result rc=-1 msg=unknown_kvsname_other\n"
     );
+    let long = format!("cmd=put key={} value=v\n", "k".repeat(65));
     assert_eq!(
-        c.ask("cmd=publish_name service=a port=b\n"),
-        "cmd=publish_result rc=-1 msg=publish_name_is_not_supported_by_gangd\n"
+        sim.ask(0, &long),
+        "cmd=put_result rc=-1 msg=key_longer_than_64_bytes\n"
     );
-    let big = format!("cmd=put kvsname=kvs_5_0 key=k value={}\n", "v".repeat(1025));
-    assert_eq!(
-        c.ask(&big),
-        "cmd=put_result rc=-1 msg=value_longer_than_1024_bytes\n"
-    );
-    // A second connection claiming rank 0, and one out of range: refused and closed.
-    let mut dup = Client::connect(server.local_addr());
-    assert_eq!(
-        dup.ask("cmd=initack pmiid=0\n"),
-        "cmd=initack rc=-1 msg=rank_0_is_already_connected\n"
-    );
-    assert!(dup.at_eof());
-    let mut out = Client::connect(server.local_addr());
-    assert_eq!(
-        out.ask("cmd=initack pmiid=7\n"),
-        "cmd=initack rc=-1 msg=pmiid_7_out_of_range_0..1\n"
-    );
-    assert!(out.at_eof());
-    // None of that hurt the job.
-    assert_eq!(c.ask("cmd=get_appnum\n"), "cmd=appnum rc=0 appnum=0\n");
-    assert_eq!(server.try_event(), None);
+    assert!(sim
+        .ask(0, "cmd=publish_name service=s port=p\n")
+        .starts_with("cmd=publish_result rc=-1"));
+    assert!(sim.ask(0, "hello\n").starts_with("cmd=error rc=-1"));
+    assert!(sim.failed.is_empty());
 }
 
 #[test]
-fn malformed_and_oversized_lines_are_refused_and_the_server_lives_on() {
-    let server = start(6, 2);
-    let mut c = Client::connect(server.local_addr());
-    assert_eq!(
-        c.ask("hello\n"),
-        "cmd=error rc=-1 msg=line_does_not_start_with_cmd=NAME\n"
-    );
-    assert_eq!(
-        c.ask("cmd=put =x\n"),
-        "cmd=error rc=-1 msg=malformed_token_\"=x\"\n"
-    );
-    assert_eq!(
-        c.ask("cmd=ini\0t\n"),
-        "cmd=error rc=-1 msg=line_contains_a_NUL_byte\n"
-    );
-    assert_eq!(
-        c.ask("cmd=initack pmiid=zero\n"),
-        "cmd=initack rc=-1 msg=pmiid=\"zero\"_is_not_an_integer\n"
-    );
-    assert_eq!(
-        c.ask("cmd=initack\n"),
-        "cmd=initack rc=-1 msg=cmd=initack_without_pmiid=\n"
-    );
-
-    // An oversized line is refused once, as soon as it passes the limit;
-    // its remainder is skipped up to the newline.
-    let huge = format!("cmd=put key=k value={}\n", "x".repeat(3 * MAX_LINE));
-    c.send(&huge);
-    assert_eq!(
-        c.line(),
-        format!("cmd=error rc=-1 msg=line_longer_than_{MAX_LINE}_bytes\n")
-    );
-    // A line that ends exactly past the limit in one read.
-    let just = format!("cmd=get_maxes {}\n", "y".repeat(MAX_LINE));
-    c.send(&just);
-    assert_eq!(
-        c.line(),
-        format!("cmd=error rc=-1 msg=line_longer_than_{MAX_LINE}_bytes\n")
-    );
-
-    // The same connection still works, and so does a fresh one.
-    c.handshake(1, 2);
-    let mut d = Client::connect(server.local_addr());
-    d.handshake(0, 2);
-    // A request split across writes is assembled.
-    d.send("cmd=get_my");
-    std::thread::sleep(Duration::from_millis(20));
-    d.send("_kvsname\n");
-    assert_eq!(d.line(), "cmd=my_kvsname rc=0 kvsname=kvs_6_0\n");
-    // Two requests in one write get two answers in order.
-    d.send("cmd=get_appnum\ncmd=get_universe_size\n");
-    assert_eq!(d.line(), "cmd=appnum rc=0 appnum=0\n");
-    assert_eq!(d.line(), "cmd=universe_size rc=0 size=2\n");
-    // Raw binary garbage from an anonymous peer, then it leaves: harmless.
-    let mut junk = TcpStream::connect(("127.0.0.1", server.local_addr().port())).unwrap();
-    junk.write_all(&[0xff, 0xfe, b'\n', 0, 1, 2, b'\n'])
-        .unwrap();
-    drop(junk);
-    std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(server.try_event(), None);
-    assert_eq!(d.ask("cmd=get_appnum\n"), "cmd=appnum rc=0 appnum=0\n");
+fn a_rank_flooding_bad_lines_is_disconnected() {
+    let mut sim = Sim::new(&[0, 1]);
+    sim.init(0);
+    for _ in 0..MAX_BAD_LINES - 1 {
+        sim.send(0, "garbage\n");
+    }
+    assert!(sim.failed.is_empty() && !sim.closed.contains(&0));
+    sim.send(0, "garbage\n");
+    assert!(sim.closed.contains(&0));
+    assert!(sim.failed[0].reason.contains("bad PMI lines"));
+    // Lines while in a barrier are bad lines too.
+    let mut sim = Sim::new(&[0, 1]);
+    sim.init(0);
+    sim.send(0, "cmd=barrier_in\n");
+    assert!(sim
+        .ask(0, "cmd=get_maxes\n")
+        .starts_with("cmd=maxes rc=-1 msg=in_a_barrier"));
 }
 
 #[test]
-fn rank_leaving_mid_barrier_fails_the_barrier_for_everyone() {
-    let server = start(7, 3);
-    let mut c: Vec<Client> = (0..3)
-        .map(|_| Client::connect(server.local_addr()))
-        .collect();
-    for (r, cl) in c.iter_mut().enumerate() {
-        cl.handshake(r as u32, 3);
+fn a_rank_may_put_only_so_many_keys() {
+    let mut sim = Sim::new(&[0]);
+    sim.init(0);
+    for k in 0..MAX_KEYS_PER_RANK {
+        assert_eq!(
+            sim.ask(0, &format!("cmd=put key=k{k} value=v\n")),
+            "cmd=put_result rc=0\n"
+        );
     }
-    c[0].send("cmd=barrier_in\n");
-    c[1].send("cmd=barrier_in\n");
-    wait_until(&server, |j| j.in_barrier().len() == 2);
-    let gone = c.pop().unwrap();
-    drop(gone);
-    let msg =
-        "cmd=barrier_failed rc=-1 msg=rank_2_disconnected_before_PMI_finalize,_during_a_barrier\n";
-    for cl in c.iter_mut() {
-        assert_eq!(cl.line(), msg);
-        assert!(cl.at_eof());
-    }
-    match server.wait_event(T) {
-        Some(PmiEvent::Failed(f)) => {
-            assert_eq!(f.rank, 2);
-            assert!(f.reason.contains("during a barrier"), "{}", f.reason);
+    assert!(sim
+        .ask(0, "cmd=put key=one-more value=v\n")
+        .starts_with("cmd=put_result rc=-1"));
+}
+
+#[test]
+fn a_kvs_larger_than_a_frame_crosses_in_pieces_and_one_past_the_limit_fails_the_job() {
+    // 8 ranks on 2 nodes, every rank at its key limit with the longest
+    // values: ~1 MiB per node, more than one frame each way.
+    let mut sim = Sim::new(&[0, 0, 0, 0, 1, 1, 1, 1]);
+    let value = "v".repeat(VALLEN_MAX);
+    for r in 0..8 {
+        sim.init(r);
+        for k in 0..MAX_KEYS_PER_RANK {
+            let put = format!("cmd=put key=r{r}k{k} value={value}\n");
+            assert_eq!(sim.ask(r, &put), "cmd=put_result rc=0\n");
         }
-        e => panic!("expected a failure, got {e:?}"),
     }
-    // The job is over: a late rank is refused.
-    let mut late = Client::connect(server.local_addr());
-    assert!(late
-        .ask("cmd=initack pmiid=2\n")
-        .starts_with("cmd=initack rc=-1 msg=job_failed:"));
-    assert!(late.at_eof());
-}
+    for r in 0..8 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(sim.gangd.epoch(), 1);
+    assert_eq!(
+        sim.ask(0, "cmd=get key=r7k127\n"),
+        format!("cmd=get_result rc=0 value={value}\n")
+    );
+    assert!(sim.failed.is_empty() && sim.refused.is_empty());
 
-#[test]
-fn abort_is_reported_with_its_exit_code() {
-    let server = start(8, 2);
-    let mut a = Client::connect(server.local_addr());
-    let mut b = Client::connect(server.local_addr());
-    a.handshake(0, 2);
-    b.handshake(1, 2);
-    b.send("cmd=abort exitcode=13 message=application called MPI_Abort\n");
-    match server.wait_event(T) {
-        Some(PmiEvent::Failed(f)) => {
-            assert_eq!((f.rank, f.exitcode), (1, Some(13)));
-            assert!(f.reason.contains("application called MPI_Abort"));
+    // Enough ranks at their limit to pass MAX_KVS_BYTES.
+    let ranks = MAX_KVS_BYTES / (MAX_KEYS_PER_RANK * VALLEN_MAX) + 1;
+    let placement: Vec<u32> = (0..ranks as u32).map(|r| r % 4).collect();
+    let mut sim = Sim::new(&placement);
+    for r in 0..ranks as u32 {
+        sim.init(r);
+        for k in 0..MAX_KEYS_PER_RANK {
+            sim.send(r, &format!("cmd=put key=r{r}k{k} value={value}\n"));
         }
-        e => panic!("expected a failure, got {e:?}"),
     }
-    assert!(a.at_eof() && b.at_eof());
+    for r in 0..ranks as u32 {
+        sim.send(r, "cmd=barrier_in\n");
+    }
+    assert_eq!(sim.failed.len(), 1, "{:?}", sim.refused);
+    assert!(sim.failed[0].reason.contains("KVS holds more than"));
 }
 
 #[test]
-fn env_for_a_rank() {
-    let server = start(9, 4);
-    let port = server.local_addr().port();
-    assert_eq!(
-        server.rank_env("gangd.example", 3),
-        vec![
-            ("PMI_PORT".to_string(), format!("gangd.example:{port}")),
-            ("PMI_ID".to_string(), "3".to_string()),
-            ("PMI_RANK".to_string(), "3".to_string()),
-            ("PMI_SIZE".to_string(), "4".to_string()),
-        ]
+fn gangd_refuses_a_node_that_speaks_for_ranks_not_placed_on_it() {
+    let mut sim = Sim::new(&[0, 0, 1]);
+    let (n0, n1, stranger) = (NodeId(0), NodeId(1), NodeId(9));
+    let put = |rank: u32, key: &str| PmiPut {
+        rank,
+        key: key.into(),
+        value: "v".into(),
+    };
+    let barrier = |ranks: Vec<u32>, puts: Vec<PmiPut>| FromAgent::PmiBarrierIn {
+        job: JOB,
+        epoch: 0,
+        ranks,
+        puts,
+    };
+    // A node without ranks of the job.
+    sim.deliver(stranger, barrier(vec![], vec![]));
+    sim.deliver(stranger, FromAgent::PmiFinalized { job: JOB, rank: 0 });
+    sim.deliver(
+        stranger,
+        FromAgent::PmiFailed {
+            job: JOB,
+            rank: 0,
+            exitcode: Some(1),
+            reason: "x".into(),
+        },
     );
-    assert_eq!(
-        rank_env("h", 1, 0, 1)[0],
-        ("PMI_PORT".to_string(), "h:1".to_string())
+    // Node 1 entering for node 0's ranks, or putting rank 0's key.
+    sim.deliver(n1, barrier(vec![0, 1, 2], vec![]));
+    sim.deliver(n1, barrier(vec![2], vec![put(0, "P0-businesscard")]));
+    sim.deliver(n1, FromAgent::PmiFinalized { job: JOB, rank: 0 });
+    sim.deliver(
+        n1,
+        FromAgent::PmiFailed {
+            job: JOB,
+            rank: 1,
+            exitcode: Some(9),
+            reason: "framed".into(),
+        },
     );
+    // Keys or values a client could never send (they would inject lines).
+    sim.deliver(n1, barrier(vec![2], vec![put(2, "a\ncmd=barrier_out")]));
+    sim.deliver(
+        n1,
+        barrier(
+            vec![2],
+            vec![PmiPut {
+                rank: 2,
+                key: "k".into(),
+                value: "v x".into(),
+            }],
+        ),
+    );
+    sim.deliver(n1, barrier(vec![2], vec![put(2, &"k".repeat(65))]));
+    assert_eq!(sim.refused.len(), 10, "{:#?}", sim.refused);
+    assert!(sim.failed.is_empty());
+    assert_eq!(sim.gangd.epoch(), 0);
+    // Entering twice, or the wrong epoch.
+    sim.deliver(n0, barrier(vec![0, 1], vec![]));
+    sim.deliver(n0, barrier(vec![0, 1], vec![]));
+    sim.deliver(
+        n1,
+        FromAgent::PmiBarrierIn {
+            job: JOB,
+            epoch: 3,
+            ranks: vec![2],
+            puts: vec![],
+        },
+    );
+    assert_eq!(sim.refused.len(), 12, "{:#?}", sim.refused);
+    assert_eq!(sim.gangd.epoch(), 0);
+}
+
+#[test]
+fn a_barrier_out_the_node_does_not_wait_for_is_ignored() {
+    let mut n = NodePmi::new(JOB, JobConfig::new(7, 1), &[0]);
+    assert!(n.on_barrier_out(0, vec![("k".into(), "v".into())]).is_err());
+    assert_eq!(n.kvs_get("k"), None);
 }
 
 fn token() -> impl Strategy<Value = String> {
@@ -369,19 +576,18 @@ proptest! {
     fn parsing_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..(MAX_LINE + 64))) {
         let _ = parse_line(&bytes);
         let _ = parse_request(&bytes);
-        let mut job = PmiJob::new(JobConfig::new(1, 2));
-        let _ = job.on_line(1, &bytes);
-        let _ = job.on_disconnect(1);
+        let mut node = NodePmi::new(JOB, JobConfig::new(7, 2), &[1]);
+        let _ = node.on_line(1, &bytes);
+        let _ = node.on_disconnect(1);
     }
 
     #[test]
     fn mostly_valid_lines_never_panic(words in proptest::collection::vec("[a-z_=0-9 -]{0,12}", 0..8)) {
         let line = format!("cmd={}\n", words.join(" "));
         let _ = parse_request(line.as_bytes());
-        let mut job = PmiJob::new(JobConfig::new(1, 1));
-        job.on_line(1, b"cmd=initack pmiid=0\n");
-        job.on_line(1, b"cmd=init pmi_version=1 pmi_subversion=1\n");
-        let _ = job.on_line(1, line.as_bytes());
+        let mut node = NodePmi::new(JOB, JobConfig::new(7, 1), &[0]);
+        node.on_line(0, b"cmd=init pmi_version=1 pmi_subversion=1\n");
+        let _ = node.on_line(0, line.as_bytes());
     }
 
     #[test]

@@ -482,6 +482,24 @@ fn every_message_type_has_a_sample_and_round_trips() {
         FromAgent::Error {
             message: "no such gang".into(),
         },
+        FromAgent::PmiBarrierIn {
+            job,
+            epoch: 0,
+            ranks: vec![0, 1],
+            puts: vec![PmiPut {
+                rank: 1,
+                key: "P1-businesscard".into(),
+                value: "port#1$".into(),
+            }],
+        },
+        FromAgent::PmiFinalized { job, rank: 1 },
+        FromAgent::PmiFailed {
+            job,
+            rank: 0,
+            exitcode: Some(3),
+            reason: "rank 0 called PMI_Abort(3)".into(),
+        },
+        FromAgent::PmiPuts { job, puts: vec![] },
     ]);
     check(&[
         ToAgent::Welcome { node_id: NodeId(2) },
@@ -539,6 +557,22 @@ fn every_message_type_has_a_sample_and_round_trips() {
         },
         ToAgent::Heartbeat { seq: 2 },
         ToAgent::Trace { id: 1, ms: 2000 },
+        ToAgent::PmiStart {
+            job,
+            kvsname: "kvs_7_0".into(),
+            size: 4,
+            ranks: vec![0, 1],
+            preset: vec![("PMI_process_mapping".into(), "(vector,(0,2,2))".into())],
+        },
+        ToAgent::PmiBarrierOut {
+            job,
+            epoch: 0,
+            entries: vec![("P1-businesscard".into(), "port#1$".into())],
+        },
+        ToAgent::PmiEntries {
+            job,
+            entries: vec![],
+        },
     ]);
     check(&[
         FromClient::Submit {

@@ -180,6 +180,23 @@ impl Handler {
                 self.tracer
                     .start(id, ms, &self.node, self.main.clone(), self.link.clone())
             }
+            ToAgent::PmiStart {
+                job,
+                kvsname,
+                size,
+                ranks,
+                preset,
+            } => {
+                if let Err(e) = self.ranks.pmi().start(job, kvsname, size, &ranks, preset) {
+                    self.error(e);
+                }
+            }
+            ToAgent::PmiBarrierOut {
+                job,
+                epoch,
+                entries,
+            } => self.ranks.pmi().barrier_out(job, epoch, entries),
+            ToAgent::PmiEntries { job, entries } => self.ranks.pmi().entries(job, entries),
             ToAgent::Welcome { .. } | ToAgent::Refused { .. } => {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }

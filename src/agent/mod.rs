@@ -10,6 +10,8 @@
 //! - link.rs: the sending half, shared by every thread; keeps rank output
 //!   and exits while gangd is away.
 //! - ranks.rs, cgroup.rs: the ranks and their job's cgroup.
+//! - pmi.rs: MPI bootstrap, each rank's PMI_FD served here and relayed to
+//!   gangd.
 //! - prepare.rs: may a job start here?
 //! - freeze.rs: who holds a gang frozen (switch or suspension), shared
 //!   with the scheduler.
@@ -23,6 +25,7 @@ pub mod freeze;
 mod handler;
 pub mod link;
 pub mod mainloop;
+pub mod pmi;
 pub mod prepare;
 pub mod ranks;
 #[cfg(test)]

@@ -31,6 +31,7 @@ use nix::unistd::Pid;
 use super::cgroup;
 use super::freeze::FreezeHolds;
 use super::link::Link;
+use super::pmi::{self, PmiRelays};
 use super::prepare;
 
 /// How long a reaper waits for a rank's output to end after the rank
@@ -70,6 +71,8 @@ struct Inner {
     gang_root: Option<PathBuf>,
     link: Arc<Link>,
     holds: FreezeHolds,
+    /// MPI bootstrap: each rank's PMI_FD.
+    pmi: Arc<PmiRelays>,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
     /// rank is retired or its cgroup removed, so none of these can catch
     /// another halfway (no leftover kill can hit a rank just started).
@@ -98,15 +101,24 @@ impl Ranks {
         link: Arc<Link>,
         holds: FreezeHolds,
     ) -> Self {
+        let to_gangd = link.clone();
         Self {
             inner: Arc::new(Inner {
                 node,
                 gang_root,
+                pmi: PmiRelays::new(Arc::new(move |m| {
+                    to_gangd.send(m);
+                })),
                 link,
                 holds,
                 jobs: Mutex::new(BTreeMap::new()),
             }),
         }
+    }
+
+    /// The jobs' PMI relays (PmiStart, PmiBarrierOut).
+    pub fn pmi(&self) -> &PmiRelays {
+        &self.inner.pmi
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
@@ -264,6 +276,13 @@ impl Ranks {
                 Ok(())
             });
         }
+        // MPI bootstrap over the rank's own socket (agent/pmi.rs).
+        let pmi_socket = self
+            .inner
+            .pmi
+            .socket(spec.job, spec.rank)
+            .map_err(|e| format!("making its PMI socket: {e}"))?;
+        pmi::prepare(&mut cmd, pmi_socket.as_ref());
         if let Some(procs) = &procs {
             let fd = procs.as_raw_fd();
             // SAFETY: only write(2), async-signal-safe, on an fd the parent
@@ -284,6 +303,9 @@ impl Ranks {
             .spawn()
             .map_err(|e| format!("starting {}: {e}", program.display()))?;
         drop(procs);
+        if let Some(socket) = pmi_socket {
+            socket.serve();
+        }
         jobs.entry(spec.job)
             .or_insert_with(|| Job {
                 name: spec.name.clone(),

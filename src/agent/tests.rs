@@ -23,6 +23,8 @@ use super::*;
 use crate::control::{self, FrozenReport, Inbox, RawTrace, Request, Response};
 use crate::knobs::NodeKnobs;
 
+mod pmi;
+
 // ---- a log that tests can read ----
 
 struct Capture(Mutex<Vec<String>>);

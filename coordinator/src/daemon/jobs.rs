@@ -52,9 +52,9 @@ pub struct Job {
     /// When the kill went out: ranks that never report are given up on.
     pub kill_sent: Option<Instant>,
     pub submitted: Instant,
-    /// The job's PMI server (MPI programs find each other through it);
-    /// dropped, and its port closed, with the job.
-    pub pmi: Option<crate::pmi::PmiServer>,
+    /// The job's PMI service across its nodes (MPI programs find each
+    /// other through it; the agents serve the ranks); set when it starts.
+    pub pmi: Option<crate::pmi::ClusterPmi>,
 }
 
 impl Job {

@@ -633,6 +633,28 @@ impl Coordinator {
             FromAgent::TraceChunk { id, data, last } => self.trace_chunk(id, node, data, last),
             FromAgent::Error { message } => warn!("node {name}: {message}"),
             FromAgent::Hello { .. } => warn!("node {name} sent a second hello; ignored"),
+            FromAgent::PmiBarrierIn { .. }
+            | FromAgent::PmiFinalized { .. }
+            | FromAgent::PmiFailed { .. }
+            | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
+        }
+    }
+
+    /// A node's PMI relay: answered to the job's nodes; a failure ends the
+    /// job like a rank failure (the other ranks would wait for it).
+    fn on_pmi(&mut self, node: NodeId, msg: FromAgent) {
+        let job = pmi_jobs::job_of(&msg);
+        let pmi = job
+            .and_then(|id| self.jobs.get_mut(&id))
+            .and_then(|j| j.pmi.as_mut());
+        let out = pmi_jobs::relay(pmi, node, msg);
+        for (n, m) in out.send {
+            if let Some(n) = self.nodes.get(&n) {
+                n.outlet.send(&m);
+            }
+        }
+        if let (Some(id), Some((rank, code, why))) = (job, out.failed) {
+            self.pmi_failed(id, rank, code, why);
         }
     }
 
@@ -994,12 +1016,15 @@ impl Coordinator {
             let port = node.next_port();
             peers.push(format!("{}:{}", node.addr, port));
         }
-        j.pmi = pmi_jobs::start(id, &j.rank_node);
-        for (rank, &n) in j.rank_node.iter().enumerate() {
-            let mut env = j.env.clone();
-            if let Some(server) = &j.pmi {
-                env.extend(server.rank_env(&self.nodes[&n].gangd_addr.to_string(), rank as u32));
+        let pmi = crate::pmi::ClusterPmi::new(id, j.rank_node.clone());
+        for a in pmi.start() {
+            if let crate::pmi::cluster::Action::ToNode(n, m) = a {
+                self.nodes[&n].outlet.send(&m);
             }
+        }
+        j.pmi = Some(pmi);
+        for (rank, &n) in j.rank_node.iter().enumerate() {
+            let env = j.env.clone();
             self.nodes[&n].outlet.send(&ToAgent::SpawnRank {
                 job: id,
                 name: j.name.clone(),
@@ -1161,29 +1186,23 @@ impl Coordinator {
 
     /// A PMI failure (an MPI rank aborted, or left before finalize) ends
     /// the job like a rank failure: the other ranks would wait for it.
-    fn check_pmi(&mut self) {
-        let failed: Vec<(JobId, (u32, i32, String))> = self
-            .jobs
-            .iter()
-            .filter_map(|(&id, j)| Some((id, pmi_jobs::failure(j.pmi.as_ref()?)?)))
-            .collect();
-        for (id, (rank, code, why)) in failed {
-            let node = self.jobs[&id]
-                .rank_node
-                .get(rank as usize)
-                .and_then(|&n| self.node_name(n))
-                .unwrap_or_default();
-            let j = self.jobs.get_mut(&id).expect("just seen");
-            if j.ending.is_none() {
-                info!("job {id}: {why}: ending it");
-                j.failure = Some(RankFailure {
-                    rank,
-                    node,
-                    status: ExitStatus::Exited(code),
-                });
-                j.ending = Some(Ending::Failed);
-                self.kill_job(id, libc::SIGKILL);
-            }
+    fn pmi_failed(&mut self, id: JobId, rank: u32, code: i32, why: String) {
+        let Some(j) = self.jobs.get(&id) else { return };
+        let node = j
+            .rank_node
+            .get(rank as usize)
+            .and_then(|&n| self.node_name(n))
+            .unwrap_or_default();
+        let j = self.jobs.get_mut(&id).expect("just seen");
+        if j.ending.is_none() {
+            info!("job {id}: {why}: ending it");
+            j.failure = Some(RankFailure {
+                rank,
+                node,
+                status: ExitStatus::Exited(code),
+            });
+            j.ending = Some(Ending::Failed);
+            self.kill_job(id, libc::SIGKILL);
         }
     }
 
@@ -1192,7 +1211,6 @@ impl Coordinator {
         if !self.pending_attach.is_empty() {
             self.serve_pending_attach();
         }
-        self.check_pmi();
         let overdue: Vec<JobId> = self
             .jobs
             .iter()

@@ -1,52 +1,90 @@
-//! Every job gets a PMI-1 server (crate::pmi), so that MPI programs built
-//! with MPICH's simple PMI find their peers with no mpiexec: each rank gets
-//! PMI_PORT (gangd's address as its node reaches it), PMI_ID, PMI_RANK and
-//! PMI_SIZE, and the job's process mapping (which ranks share a node) is in
-//! the KVS before the first rank asks. Programs that are not MPI never
-//! connect; the server costs a listening socket and one thread.
+//! Every job gets a PMI-1 service (crate::pmi), so that MPI programs built
+//! with MPICH's simple PMI find their peers with no mpiexec. gangd's part is
+//! the job's [`ClusterPmi`]: before the ranks start, each node of the job
+//! gets PmiStart (its ranks, the KVS name, the process mapping); the nodes'
+//! agents serve the ranks on their PMI_FD sockets and relay barriers,
+//! finalize and failures here, over the authenticated agent link. gangd
+//! listens on no PMI port. Programs that are not MPI never use it; it
+//! costs a few messages per job.
 
 use log::{debug, warn};
 
-use crate::pmi::{self, JobConfig, PmiEvent, PmiServer};
-use crate::proto::{JobId, NodeId};
+use crate::pmi::cluster::Action;
+use crate::pmi::{ClusterPmi, JobFailure};
+use crate::proto::{FromAgent, JobId, NodeId, ToAgent};
 
-/// The job's server, or None (logged) if no port could be bound: the job
-/// still runs, only MPI ranks would fail to start.
-pub fn start(job: JobId, rank_node: &[NodeId]) -> Option<PmiServer> {
-    let mut config = JobConfig::new(job.0, rank_node.len() as u32);
-    if let Some(mapping) = pmi::process_mapping(rank_node) {
-        config.preset.push(("PMI_process_mapping".into(), mapping));
-    }
-    match PmiServer::start(([0, 0, 0, 0], 0).into(), config) {
-        Ok(s) => {
-            debug!("job {job}: PMI server on port {}", s.local_addr().port());
-            Some(s)
-        }
-        Err(e) => {
-            warn!("job {job}: no PMI server ({e}): MPI ranks cannot start");
-            None
-        }
+/// What gangd does with a PMI message from an agent.
+#[derive(Debug, Default, PartialEq)]
+pub struct Outcome {
+    pub send: Vec<(NodeId, ToAgent)>,
+    /// The job's MPI side failed: (rank, exit code, why); end the job.
+    pub failed: Option<(u32, i32, String)>,
+}
+
+/// The PMI messages of FromAgent: their job, or None for other messages.
+pub fn job_of(msg: &FromAgent) -> Option<JobId> {
+    match msg {
+        FromAgent::PmiBarrierIn { job, .. }
+        | FromAgent::PmiFinalized { job, .. }
+        | FromAgent::PmiFailed { job, .. }
+        | FromAgent::PmiPuts { job, .. } => Some(*job),
+        _ => None,
     }
 }
 
-/// The rank whose MPI side failed since the last look, its exit code
-/// (MPI abort's, else 1) and why.
-pub fn failure(server: &PmiServer) -> Option<(u32, i32, String)> {
-    while let Some(ev) = server.try_event() {
-        match ev {
-            PmiEvent::Failed(f) => {
-                let code = f.exitcode.map_or(1, |c| c.clamp(1, 255) as i32);
-                let why = match f.exitcode {
-                    Some(c) => format!(
-                        "rank {} called MPI abort (exit code {c}): {}",
-                        f.rank, f.reason
-                    ),
-                    None => format!("PMI: rank {}: {}", f.rank, f.reason),
-                };
-                return Some((f.rank, code, why));
-            }
-            PmiEvent::AllFinalized => debug!("every rank called PMI finalize"),
+/// Feeds one of `node`'s PMI messages to the job's service. `pmi` is None
+/// when gangd runs no such job (or it has no PMI service): refused. A
+/// refused message is logged and changes nothing.
+pub fn relay(pmi: Option<&mut ClusterPmi>, node: NodeId, msg: FromAgent) -> Outcome {
+    let Some(job) = job_of(&msg) else {
+        return Outcome::default();
+    };
+    let Some(pmi) = pmi else {
+        warn!("node {node}: PMI message for job {job}, which gangd does not run: refused");
+        return Outcome::default();
+    };
+    let result = match msg {
+        FromAgent::PmiBarrierIn {
+            epoch, ranks, puts, ..
+        } => pmi.on_barrier_in(node, epoch, &ranks, puts),
+        FromAgent::PmiPuts { puts, .. } => pmi.on_puts(node, puts),
+        FromAgent::PmiFinalized { rank, .. } => pmi.on_finalized(node, rank),
+        FromAgent::PmiFailed {
+            rank,
+            exitcode,
+            reason,
+            ..
+        } => pmi.on_failed(node, rank, exitcode, &reason),
+        _ => unreachable!("job_of matched"),
+    };
+    let actions = match result {
+        Ok(a) => a,
+        Err(why) => {
+            warn!("job {job}: PMI message refused: {why}");
+            return Outcome::default();
+        }
+    };
+    let mut out = Outcome::default();
+    for a in actions {
+        match a {
+            Action::ToNode(n, m) => out.send.push((n, m)),
+            Action::Failed(f) => out.failed = Some(failure(&f)),
+            Action::AllFinalized => debug!("job {job}: every rank called PMI finalize"),
         }
     }
-    None
+    out
+}
+
+/// The rank whose MPI side failed, its exit code (MPI abort's, else 1)
+/// and why.
+fn failure(f: &JobFailure) -> (u32, i32, String) {
+    let code = f.exitcode.map_or(1, |c| c.clamp(1, 255) as i32);
+    let why = match f.exitcode {
+        Some(c) => format!(
+            "rank {} called MPI abort (exit code {c}): {}",
+            f.rank, f.reason
+        ),
+        None => format!("PMI: rank {}: {}", f.rank, f.reason),
+    };
+    (f.rank, code, why)
 }

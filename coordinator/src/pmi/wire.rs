@@ -333,6 +333,65 @@ pub fn initack_reply(rank: u32, size: u32, debug: bool) -> String {
     s
 }
 
+/// What [`LineSplitter`] cuts out of a byte stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// One complete line, its newline included.
+    Line(Vec<u8>),
+    /// MAX_LINE bytes without a newline: answered with an error; the rest
+    /// of the line is discarded, one more `TooLong` per MAX_LINE bytes, so
+    /// that a peer streaming garbage keeps adding errors.
+    TooLong,
+}
+
+/// Cuts a byte stream into lines of at most [`MAX_LINE`] bytes, holding at
+/// most MAX_LINE bytes of an unfinished line.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    /// Bytes of an over-long line dropped since its last `TooLong`.
+    discarding: Option<usize>,
+}
+
+impl LineSplitter {
+    pub fn new() -> LineSplitter {
+        LineSplitter::default()
+    }
+
+    pub fn feed(&mut self, mut data: &[u8]) -> Vec<Input> {
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            let end = data.iter().position(|&b| b == b'\n');
+            let take = end.map_or(data.len(), |i| i + 1);
+            let (piece, rest) = data.split_at(take);
+            data = rest;
+            if let Some(dropped) = self.discarding.as_mut() {
+                *dropped += piece.len();
+                if end.is_some() {
+                    self.discarding = None;
+                } else if *dropped >= MAX_LINE {
+                    *dropped = 0;
+                    out.push(Input::TooLong);
+                }
+                continue;
+            }
+            if self.buf.len() + piece.len() > MAX_LINE {
+                self.buf.clear();
+                out.push(Input::TooLong);
+                if end.is_none() {
+                    self.discarding = Some(0);
+                }
+                continue;
+            }
+            self.buf.extend_from_slice(piece);
+            if end.is_some() {
+                out.push(Input::Line(std::mem::take(&mut self.buf)));
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,5 +486,27 @@ mod tests {
             "cmd=get_result rc=-1 msg=key_x_not_found\n"
         );
         assert_eq!(Request::response_name("barrier_in"), "barrier_failed");
+    }
+
+    #[test]
+    fn splits_lines_and_bounds_what_it_holds() {
+        let mut s = LineSplitter::new();
+        assert_eq!(
+            s.feed(b"cmd=a\ncmd="),
+            vec![Input::Line(b"cmd=a\n".to_vec())]
+        );
+        assert_eq!(s.feed(b"b\n"), vec![Input::Line(b"cmd=b\n".to_vec())]);
+        // A line over the limit: one error, its rest dropped up to the newline.
+        let mut long = vec![b'x'; MAX_LINE + 1];
+        assert_eq!(s.feed(&long), vec![Input::TooLong]);
+        assert_eq!(
+            s.feed(b"tail\ncmd=c\n"),
+            vec![Input::Line(b"cmd=c\n".to_vec())]
+        );
+        // Garbage streamed without newlines keeps producing errors.
+        long.truncate(MAX_LINE);
+        let errors: usize = (0..10).map(|_| s.feed(&long).len()).sum();
+        assert!(errors >= 9, "{errors}");
+        assert!(s.buf.len() <= MAX_LINE);
     }
 }

@@ -224,6 +224,42 @@ pub enum FromAgent {
     Error {
         message: String,
     },
+    /// Every rank of `job` on this node entered PMI barrier `epoch`
+    /// (crate::pmi); `puts` are their keys since the previous barrier.
+    PmiBarrierIn {
+        job: JobId,
+        epoch: u64,
+        /// This node's ranks of the job, all of them.
+        ranks: Vec<u32>,
+        puts: Vec<PmiPut>,
+    },
+    /// A rank of `job` here called PMI finalize.
+    PmiFinalized {
+        job: JobId,
+        rank: u32,
+    },
+    /// The job's PMI cannot go on: the rank aborted (`exitcode` is Some),
+    /// left before finalize or broke the protocol.
+    PmiFailed {
+        job: JobId,
+        rank: u32,
+        exitcode: Option<i64>,
+        reason: String,
+    },
+    /// More of this node's puts for the coming PmiBarrierIn, when they do
+    /// not fit in one message (pmi::job::MAX_CHUNK).
+    PmiPuts {
+        job: JobId,
+        puts: Vec<PmiPut>,
+    },
+}
+
+/// One key a rank put, relayed by its node at a PMI barrier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmiPut {
+    pub rank: u32,
+    pub key: String,
+    pub value: String,
 }
 
 /// gangd → agent.
@@ -312,6 +348,31 @@ pub enum ToAgent {
     Trace {
         id: u64,
         ms: u64,
+    },
+    /// Serve PMI to `ranks` of `job` (this node's, all of them), sent
+    /// before their SpawnRanks: each rank gets PMI_FD, PMI_RANK and
+    /// PMI_SIZE, and `preset` (e.g. PMI_process_mapping) is in the KVS
+    /// before it starts.
+    PmiStart {
+        job: JobId,
+        kvsname: String,
+        size: u32,
+        ranks: Vec<u32>,
+        preset: Vec<(String, String)>,
+    },
+    /// PMI barrier `epoch` of `job` is complete on every node: release
+    /// the ranks; `entries` are the keys put everywhere since the previous
+    /// barrier.
+    PmiBarrierOut {
+        job: JobId,
+        epoch: u64,
+        entries: Vec<(String, String)>,
+    },
+    /// More keys for the coming PmiBarrierOut, when they do not fit in one
+    /// message (pmi::job::MAX_CHUNK).
+    PmiEntries {
+        job: JobId,
+        entries: Vec<(String, String)>,
     },
 }
 
@@ -473,6 +534,10 @@ impl Message for FromAgent {
         "heartbeat",
         "trace_chunk",
         "error",
+        "pmi_barrier_in",
+        "pmi_finalized",
+        "pmi_failed",
+        "pmi_puts",
     ];
 }
 
@@ -492,6 +557,9 @@ impl Message for ToAgent {
         "knobs",
         "heartbeat",
         "trace",
+        "pmi_start",
+        "pmi_barrier_out",
+        "pmi_entries",
     ];
 }
 

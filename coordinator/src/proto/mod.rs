@@ -52,5 +52,5 @@ pub use frame::{
 };
 pub use messages::{
     Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobState, LiveJob,
-    NodeId, Placement, RankFailure, Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
+    NodeId, Placement, PmiPut, RankFailure, Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
 };
