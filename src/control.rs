@@ -248,8 +248,8 @@ fn bind_private(path: &Path) -> Result<UnixListener> {
         .with_context(|| format!("creating {}", private.display()))?;
     let staged = private.join("sock");
     let bound = (|| -> Result<UnixListener> {
-        let listener = UnixListener::bind(&staged)
-            .with_context(|| format!("binding {}", path.display()))?;
+        let listener =
+            UnixListener::bind(&staged).with_context(|| format!("binding {}", path.display()))?;
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
         std::fs::rename(&staged, path)
@@ -266,11 +266,7 @@ fn check_peer(conn: &UnixStream) -> std::result::Result<(), String> {
     let cred = nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
         .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
     if cred.uid() != ALLOWED_UID {
-        return Err(format!(
-            "pid {} uid {} is not root",
-            cred.pid(),
-            cred.uid()
-        ));
+        return Err(format!("pid {} uid {} is not root", cred.pid(), cred.uid()));
     }
     Ok(())
 }
@@ -453,7 +449,10 @@ mod tests {
         let served = serve(&path);
         nix::sys::stat::umask(old);
         served.unwrap();
-        let mode = std::fs::symlink_metadata(&path).unwrap().permissions().mode();
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, SOCKET_MODE, "mode {:o}", mode & 0o777);
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "only the socket is left: {left:?}");
@@ -507,12 +506,19 @@ mod tests {
 
     #[test]
     fn a_client_that_is_not_root_is_refused_even_if_the_mode_let_it_in() {
-        assert!(nix::unistd::geteuid().is_root(), "this test forks a child that setuid's");
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test forks a child that setuid's"
+        );
         let dir = temp_dir("peer");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = dir.join("sock");
         let (_, rx) = serve(&path).unwrap();
-        assert_eq!(ask_as_nobody(&path), Seen::NoConnection, "mode 0600 keeps it out");
+        assert_eq!(
+            ask_as_nobody(&path),
+            Seen::NoConnection,
+            "mode 0600 keeps it out"
+        );
         // The attack: a socket mode gone wrong.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
         let answering = thread::spawn(move || {
@@ -520,9 +526,17 @@ mod tests {
                 p.reply.send(Response::ok()).unwrap();
             }
         });
-        assert_eq!(ask_as_nobody(&path), Seen::Dropped, "uid 65534 must get no answer");
+        assert_eq!(
+            ask_as_nobody(&path),
+            Seen::Dropped,
+            "uid 65534 must get no answer"
+        );
         // Root still gets one.
-        assert!(call(&path, &Request::Standalone, Duration::from_secs(5)).unwrap().ok);
+        assert!(
+            call(&path, &Request::Standalone, Duration::from_secs(5))
+                .unwrap()
+                .ok
+        );
         drop(answering);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -445,8 +445,11 @@ fn writes_by_others_than_root_are_refused_even_if_the_modes_allow_them() {
     });
     let m = KnobMount::mount_with(&dir, knobs.clone(), false)
         .unwrap_or_else(|e| panic!("mount failed: {e:#}"));
-    fs::set_permissions(dir.parent().unwrap(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    fs::set_permissions(
+        dir.parent().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let as_nobody = |script: &str| {
         Command::new("sh")
             .arg("-c")
@@ -474,7 +477,9 @@ fn writes_by_others_than_root_are_refused_even_if_the_modes_allow_them() {
         );
     }
     assert_eq!(knobs.slot_ms.load(Ordering::SeqCst), 50);
-    assert!(logged_contains("knob slot_ms: write refused: uid 65534 is not the owner"));
+    assert!(logged_contains(
+        "knob slot_ms: write refused: uid 65534 is not the owner"
+    ));
     // Root, the owner, still may.
     fs::write(&knob, "20").unwrap();
     assert_eq!(knobs.slot_ms.load(Ordering::SeqCst), 20);

@@ -147,6 +147,7 @@ impl Handler {
                 uid,
                 gid,
                 peers,
+                limits,
             } => self.ranks.spawn(RankSpec {
                 job,
                 name,
@@ -158,6 +159,7 @@ impl Handler {
                 uid,
                 gid,
                 peers,
+                limits,
             }),
             ToAgent::KillJob { job, signal } => {
                 if let Err(e) = self.ranks.kill(job, signal) {

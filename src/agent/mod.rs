@@ -27,6 +27,7 @@ pub mod prepare;
 pub mod ranks;
 #[cfg(test)]
 mod tests;
+pub mod user;
 
 use std::collections::VecDeque;
 use std::io;
@@ -50,6 +51,7 @@ pub use handler::monotonic_ns;
 use handler::Handler;
 use link::Link;
 use mainloop::MainLoop;
+pub use ranks::RankRules;
 use ranks::Ranks;
 
 /// First pause after a failed or lost connection; doubled up to MAX_BACKOFF.
@@ -81,6 +83,8 @@ pub struct AgentConfig {
     pub knobs: Arc<SharedKnobs>,
     /// Shared with the scheduler, which never thaws a suspended job.
     pub holds: FreezeHolds,
+    /// Who may run ranks here, and the jobs' default limits.
+    pub rules: RankRules,
 }
 
 /// What the scheduler calls when every rank of a gang on this node yielded
@@ -101,6 +105,7 @@ pub fn start(
         cfg.gang_root.clone(),
         link.clone(),
         cfg.holds.clone(),
+        cfg.rules,
     );
     let handler = Handler::new(
         cfg.node.clone(),

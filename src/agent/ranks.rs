@@ -8,6 +8,11 @@
 //! pipes (so the output arrives before the exit), reports RankExited, and
 //! removes the job's cgroup after its last rank here.
 //!
+//! A rank runs as its job's user, never root or a system account unless
+//! the operator allows it (`--min-rank-uid`), with the user's groups, sane
+//! resource limits and its working directory entered as the user
+//! (user.rs), in a cgroup bounding the job (cgroup.rs).
+//!
 //! Ranks never depend on gangd: a lost connection kills nothing, and what
 //! they print or how they end is kept for the next connection (link.rs).
 
@@ -23,7 +28,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::{ExitStatus, FromAgent, JobId, LiveJob, Stream, MAX_OUTPUT_CHUNK};
+use std::ffi::CString;
+
+use gang_coordinator::proto::{
+    ExitStatus, FromAgent, JobId, JobLimits, LiveJob, Stream, MAX_OUTPUT_CHUNK,
+};
 use log::{info, warn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -32,6 +41,7 @@ use super::cgroup;
 use super::freeze::FreezeHolds;
 use super::link::Link;
 use super::prepare;
+use super::user::RankUser;
 
 /// How long a reaper waits for a rank's output to end after the rank
 /// exited: a process it left behind may hold the pipes open.
@@ -52,6 +62,27 @@ pub struct RankSpec {
     pub uid: u32,
     pub gid: u32,
     pub peers: Vec<String>,
+    /// The job's own limits (None: the node's default).
+    pub limits: JobLimits,
+}
+
+/// What the node allows ranks: set by the operator on its command line.
+#[derive(Clone, Copy, Debug)]
+pub struct RankRules {
+    /// Ranks of users below this uid are refused; 0 allows root.
+    pub min_uid: u32,
+    /// A job's cgroup limits when the job sets none.
+    pub default_limits: JobLimits,
+}
+
+impl RankRules {
+    /// The job's limits, each falling back to the node's default.
+    pub fn limits_of(&self, job: &JobLimits) -> JobLimits {
+        JobLimits {
+            max_pids: job.max_pids.or(self.default_limits.max_pids),
+            max_memory: job.max_memory.or(self.default_limits.max_memory),
+        }
+    }
 }
 
 struct Job {
@@ -70,6 +101,7 @@ struct Inner {
     gang_root: Option<PathBuf>,
     link: Arc<Link>,
     holds: FreezeHolds,
+    rules: RankRules,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
     /// rank is retired or its cgroup removed, so none of these can catch
     /// another halfway (no leftover kill can hit a rank just started).
@@ -97,6 +129,7 @@ impl Ranks {
         gang_root: Option<PathBuf>,
         link: Arc<Link>,
         holds: FreezeHolds,
+        rules: RankRules,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -104,6 +137,7 @@ impl Ranks {
                 gang_root,
                 link,
                 holds,
+                rules,
                 jobs: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -217,12 +251,16 @@ impl Ranks {
                 spec.rank
             ));
         }
+        let user = RankUser::resolve(spec.uid, spec.gid, self.inner.rules.min_uid)?;
         let first = spec.argv.first().ok_or("empty command (no program)")?;
         let program =
             prepare::find_program(first, &spec.env, Path::new(&spec.cwd), spec.uid, spec.gid)?;
+        let cwd = CString::new(spec.cwd.as_bytes())
+            .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
+        let limits = self.inner.rules.limits_of(&spec.limits);
         let procs: Option<File> = match self.dir(spec.job) {
             Some(dir) => Some(
-                cgroup::create(&dir)
+                cgroup::create(&dir, &limits)
                     .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?,
             ),
             None => None,
@@ -246,11 +284,10 @@ impl Ranks {
         {
             cmd.env("GANG_PORT", port);
         }
-        // std drops the supplementary groups when it sets the uid.
-        cmd.current_dir(&spec.cwd)
-            .uid(spec.uid)
-            .gid(spec.gid)
-            .stdin(Stdio::null())
+        // The ids and the cwd are set by the last pre_exec step, not by std
+        // (which would drop the supplementary groups, and enter the cwd as
+        // root).
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: setsid(2) is async-signal-safe. A session of its own: a
@@ -280,9 +317,28 @@ impl Ranks {
                 });
             }
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", program.display()))?;
+        // SAFETY: become_user only makes system calls on memory prepared
+        // before the fork, and chdir(2) is async-signal-safe. After the
+        // cgroup write (done with root's rights), so the rank enters its
+        // cwd and executes its program with the user's rights only.
+        unsafe {
+            cmd.pre_exec(move || {
+                user.become_user()?;
+                if libc::chdir(cwd.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting {} as {}:{} in {}: {e}",
+                program.display(),
+                spec.uid,
+                spec.gid,
+                spec.cwd
+            )
+        })?;
         drop(procs);
         jobs.entry(spec.job)
             .or_insert_with(|| Job {

@@ -249,12 +249,33 @@ impl Drop for Running {
     }
 }
 
+/// Tests run ranks as themselves (root): allowed, with no cgroup limits
+/// (the host's cgroup2 may lack the controllers).
+const TEST_RULES: RankRules = RankRules {
+    min_uid: 0,
+    default_limits: gang_coordinator::proto::JobLimits {
+        max_pids: None,
+        max_memory: None,
+    },
+};
+
 fn start_agent(
     node: &str,
     addr: String,
     ca: &TestCa,
     gang_root: Option<PathBuf>,
     answer: Answer,
+) -> Running {
+    start_agent_with(node, addr, ca, gang_root, answer, TEST_RULES)
+}
+
+fn start_agent_with(
+    node: &str,
+    addr: String,
+    ca: &TestCa,
+    gang_root: Option<PathBuf>,
+    answer: Answer,
+    rules: RankRules,
 ) -> Running {
     capture_log();
     let (inbox, seen) = fake_main_loop(answer);
@@ -270,6 +291,7 @@ fn start_agent(
             gang_root,
             knobs: knobs.clone(),
             holds: holds.clone(),
+            rules,
         },
         inbox,
         shutdown.clone(),
@@ -306,6 +328,7 @@ fn spawn_rank(job: u64, rank: u32, argv: &[&str], env: &[(&str, &str)]) -> ToAge
         uid,
         gid,
         peers: vec!["h1:100".into(), "h2:200".into()],
+        limits: Default::default(),
     }
 }
 
@@ -423,6 +446,7 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
             gang_root: None,
             knobs: SharedKnobs::new(NodeKnobs::new(), 4),
             holds: FreezeHolds::new(),
+            rules: TEST_RULES,
         },
         inbox,
         shutdown.clone(),
@@ -981,4 +1005,182 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
         "the leftover sleep {leftover} was killed"
     );
     let _ = fs::remove_dir(&root);
+}
+
+/// SpawnRank as another user, in `cwd`.
+fn spawn_as(uid: u32, gid: u32, cwd: &str, job: u64, argv: &[&str]) -> ToAgent {
+    match spawn_rank(job, 0, argv, &[("PATH", "/usr/bin:/bin")]) {
+        ToAgent::SpawnRank {
+            job,
+            name,
+            rank,
+            size,
+            argv,
+            env,
+            peers,
+            limits,
+            ..
+        } => ToAgent::SpawnRank {
+            job,
+            name,
+            rank,
+            size,
+            argv,
+            env,
+            cwd: cwd.into(),
+            uid,
+            gid,
+            peers,
+            limits,
+        },
+        _ => unreachable!(),
+    }
+}
+
+/// A user of this host with a supplementary group: (uid, primary gid,
+/// the supplementary gid).
+fn user_with_a_supplementary_group() -> (u32, u32, u32) {
+    let groups = fs::read_to_string("/etc/group").unwrap();
+    for line in groups.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        let (Some(gid), Some(members)) = (f.get(2), f.get(3)) else {
+            continue;
+        };
+        for member in members.split(',').filter(|m| !m.is_empty()) {
+            if let Ok(Some(u)) = nix::unistd::User::from_name(member) {
+                if !u.uid.is_root() && u.gid.as_raw() != gid.parse::<u32>().unwrap() {
+                    return (u.uid.as_raw(), u.gid.as_raw(), gid.parse().unwrap());
+                }
+            }
+        }
+    }
+    panic!("no user with a supplementary group in /etc/group: initgroups cannot be tested here");
+}
+
+#[test]
+fn a_rank_runs_with_its_users_groups_and_sane_limits_not_roots() {
+    let (uid, gid, extra) = user_with_a_supplementary_group();
+    let ca = TestCa::new("agent13");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("user-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(spawn_as(
+        uid,
+        gid,
+        "/",
+        41,
+        &[
+            "/bin/sh",
+            "-c",
+            "id -u; id -g; id -G; cat /proc/self/limits",
+        ],
+    ));
+    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    let (out, err, status) = conn.rank_until_exit(JobId(41), 0);
+    assert_eq!(status, ExitStatus::Exited(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], uid.to_string());
+    assert_eq!(lines[1], gid.to_string());
+    let groups: Vec<u32> = lines[2].split(' ').map(|g| g.parse().unwrap()).collect();
+    assert!(
+        groups.contains(&extra),
+        "initgroups: {groups:?} lacks {extra}"
+    );
+    assert!(!groups.contains(&0), "root's group leaked: {groups:?}");
+    let limit = |name: &str| {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {out}"));
+        line[name.len()..]
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // Soft limits as in the table, whatever the test's (e.g. 20000 open
+    // files); hard ones at most the table's and the daemon's.
+    let ours = |r| nix::sys::resource::getrlimit(r).unwrap().1;
+    let show = |n: u64| {
+        if n == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            n.to_string()
+        }
+    };
+    use nix::sys::resource::Resource as R;
+    assert_eq!(
+        limit("Max open files"),
+        format!("1024 {}", show(ours(R::RLIMIT_NOFILE).min(524_288)))
+    );
+    assert_eq!(
+        limit("Max core file size"),
+        format!("0 {}", show(ours(R::RLIMIT_CORE)))
+    );
+    assert_eq!(
+        limit("Max locked memory"),
+        format!("{0} {0}", show(ours(R::RLIMIT_MEMLOCK).min(8 << 20)))
+    );
+    assert_eq!(limit("Max realtime priority"), "0 0");
+}
+
+#[test]
+fn ranks_of_root_and_system_accounts_are_refused() {
+    let ca = TestCa::new("agent14");
+    let gangd = Gangd::new(&ca);
+    let rules = RankRules {
+        min_uid: user::DEFAULT_MIN_RANK_UID,
+        ..TEST_RULES
+    };
+    let _agent = start_agent_with("strict-node", gangd.addr(), &ca, None, accept_all(), rules);
+    let mut conn = gangd.accept(1).unwrap();
+    for (job, uid) in [(51, 0), (52, 999)] {
+        conn.send(spawn_as(uid, uid, "/", job, &["/bin/true"]));
+        match conn.recv() {
+            FromAgent::Error { message } => assert_eq!(
+                message,
+                format!("strict-node: job {job} rank 0: uid {uid} may not run ranks here: ranks run as users from uid 1000 up (scx_gang --min-rank-uid)")
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            conn.recv(),
+            FromAgent::RankExited {
+                job: JobId(job),
+                rank: 0,
+                status: ExitStatus::Exited(127)
+            }
+        );
+    }
+}
+
+#[test]
+fn a_rank_enters_its_cwd_with_the_users_rights_only() {
+    let dir = std::env::temp_dir().join(format!("scx-gang-private-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ca = TestCa::new("agent15");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("cwd-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(spawn_as(
+        65534,
+        65534,
+        dir.to_str().unwrap(),
+        61,
+        &["/bin/pwd"],
+    ));
+    match conn.recv() {
+        FromAgent::Error { message } => assert!(message.contains("Permission denied"), "{message}"),
+        other => panic!("root's rights let the rank in: {other:?}"),
+    }
+    assert!(matches!(
+        conn.recv(),
+        FromAgent::RankExited {
+            status: ExitStatus::Exited(127),
+            ..
+        }
+    ));
+    fs::remove_dir_all(&dir).unwrap();
 }

@@ -68,7 +68,12 @@ mod tests {
     /// scheduler holds 64 gangs.
     #[test]
     fn a_node_never_gets_a_65th_gang() {
-        for policy in [Policy::FirstFit, Policy::BestFit, Policy::Buddy, Policy::Scs] {
+        for policy in [
+            Policy::FirstFit,
+            Policy::BestFit,
+            Policy::Buddy,
+            Policy::Scs,
+        ] {
             let cluster = Cluster::new(vec![node(0, 80)]).unwrap();
             let settings = Settings {
                 policy,
@@ -89,16 +94,23 @@ mod tests {
             }
             // One ends: the first queued takes its place, the next waits.
             a.finish(ids[0]).unwrap();
-            assert_eq!(state(&a, ids[NODE_MAX_GANGS]), JobState::Running, "{policy}");
-            assert_eq!(state(&a, ids[NODE_MAX_GANGS + 1]), JobState::Queued, "{policy}");
+            assert_eq!(
+                state(&a, ids[NODE_MAX_GANGS]),
+                JobState::Running,
+                "{policy}"
+            );
+            assert_eq!(
+                state(&a, ids[NODE_MAX_GANGS + 1]),
+                JobState::Queued,
+                "{policy}"
+            );
         }
     }
 
     /// With a second node the 65th job goes there instead of waiting.
     #[test]
     fn a_full_node_is_skipped_for_one_with_room() {
-        let cluster =
-            Cluster::new(vec![node(0, 80), node(1, 4)]).unwrap();
+        let cluster = Cluster::new(vec![node(0, 80), node(1, 4)]).unwrap();
         let mut a = Allocator::new(cluster, Settings::default()).unwrap();
         let ids: Vec<_> = (0..=NODE_MAX_GANGS)
             .map(|i| a.submit(one_rank(i)).unwrap())
