@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -169,6 +169,24 @@ impl Ranks {
             .collect()
     }
 
+    /// Prepare: None if the job may start here, else why not (prefixed
+    /// with the node's name). Checks the user, then the program and cwd as
+    /// the user; may take up to prepare::CHECK_TIMEOUT.
+    pub fn prepare(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Option<String> {
+        let node = &self.inner.node;
+        match RankUser::resolve(uid, gid, self.inner.rules.min_uid) {
+            Ok(user) => prepare::check(node, argv, env, cwd, &user),
+            Err(why) => Some(format!("{node}: {why}")),
+        }
+    }
+
     /// SpawnRank: answers RankStarted, or an Error and RankExited(127).
     pub fn spawn(&self, spec: RankSpec) {
         let (job, rank) = (spec.job, spec.rank);
@@ -244,6 +262,11 @@ impl Ranks {
 
     /// Starts the rank's process; the job's cgroup is made first.
     fn start(&self, spec: &RankSpec) -> Result<(Child, PathBuf), String> {
+        let user = RankUser::resolve(spec.uid, spec.gid, self.inner.rules.min_uid)?;
+        let first = spec.argv.first().ok_or("empty command (no program)")?;
+        // As the user, in a child, before the table is locked (prepare.rs).
+        let program =
+            prepare::find_program(first, &spec.env, &spec.cwd, &user, prepare::CHECK_TIMEOUT)?;
         let mut jobs = self.lock();
         if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&spec.rank)) {
             return Err(format!(
@@ -251,10 +274,6 @@ impl Ranks {
                 spec.rank
             ));
         }
-        let user = RankUser::resolve(spec.uid, spec.gid, self.inner.rules.min_uid)?;
-        let first = spec.argv.first().ok_or("empty command (no program)")?;
-        let program =
-            prepare::find_program(first, &spec.env, Path::new(&spec.cwd), spec.uid, spec.gid)?;
         let cwd = CString::new(spec.cwd.as_bytes())
             .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
         let limits = self.inner.rules.limits_of(&spec.limits);

@@ -960,22 +960,31 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
         &[
             "/bin/sh",
             "-c",
-            "trap 'exit 4' TERM; while :; do sleep 0.05; done",
+            "trap 'exit 4' TERM; echo trapped; while :; do sleep 0.05; done",
         ],
         &[],
     ));
     assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    // Its trap is set before it is suspended.
+    match conn.recv() {
+        FromAgent::RankOutput { data, .. } => assert_eq!(data.0, b"trapped\n"),
+        other => panic!("{other:?}"),
+    }
     let dir = root.join("job32");
     let freeze = || fs::read_to_string(dir.join("cgroup.freeze")).unwrap();
+    // Job actions run on the job worker, in order, after the reader.
+    let settles = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while freeze().trim() != want {
+            assert!(Instant::now() < deadline, "cgroup.freeze never {want}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
     conn.send(ToAgent::SuspendJob { job: JobId(32) });
-    conn.send(ToAgent::Heartbeat { seq: 1 });
-    assert!(matches!(conn.recv(), FromAgent::Heartbeat { .. }));
-    assert_eq!(freeze().trim(), "1");
+    settles("1");
     assert!(agent.holds.is_suspended(&dir));
     conn.send(ToAgent::ResumeJob { job: JobId(32) });
-    conn.send(ToAgent::Heartbeat { seq: 2 });
-    assert!(matches!(conn.recv(), FromAgent::Heartbeat { .. }));
-    assert_eq!(freeze().trim(), "0");
+    settles("0");
     conn.send(ToAgent::SuspendJob { job: JobId(32) });
     conn.send(ToAgent::KillJob {
         job: JobId(32),
@@ -1172,7 +1181,10 @@ fn a_rank_enters_its_cwd_with_the_users_rights_only() {
         &["/bin/pwd"],
     ));
     match conn.recv() {
-        FromAgent::Error { message } => assert!(message.contains("Permission denied"), "{message}"),
+        FromAgent::Error { message } => assert!(
+            message.ends_with(": permission denied for uid 65534"),
+            "{message}"
+        ),
         other => panic!("root's rights let the rank in: {other:?}"),
     }
     assert!(matches!(
@@ -1183,4 +1195,69 @@ fn a_rank_enters_its_cwd_with_the_users_rights_only() {
         }
     ));
     fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A Prepare whose path check hangs (a dead NFS mount; here the stand-in
+/// cwd whose checking child sleeps 3 s) does not hold up the heartbeats:
+/// they are answered at once, the Prepared comes when the check ends.
+#[test]
+fn a_slow_path_check_does_not_delay_heartbeats() {
+    let ca = TestCa::new("agent16");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("nfs-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let sent = Instant::now();
+    conn.send(ToAgent::Prepare {
+        job: JobId(71),
+        argv: vec!["/bin/sh".into()],
+        env: vec![],
+        cwd: prepare::SLOW_STAND_IN.into(),
+        uid: 0,
+        gid: 0,
+    });
+    conn.send(ToAgent::Heartbeat { seq: 9 });
+    assert!(matches!(conn.recv(), FromAgent::Heartbeat { seq: 9, .. }));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "heartbeat answered after {:?}",
+        sent.elapsed()
+    );
+    match conn.recv() {
+        FromAgent::Prepared { job, error } => {
+            assert_eq!(job, JobId(71));
+            assert_eq!(
+                error.as_deref(),
+                Some("nfs-node: cwd /scx-gang-test-slow-file-system: no such directory")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(sent.elapsed() >= Duration::from_secs(3));
+}
+
+#[test]
+fn prepare_refuses_root_and_system_accounts_too() {
+    let ca = TestCa::new("agent17");
+    let gangd = Gangd::new(&ca);
+    let rules = RankRules {
+        min_uid: user::DEFAULT_MIN_RANK_UID,
+        ..TEST_RULES
+    };
+    let _agent = start_agent_with("prep-strict", gangd.addr(), &ca, None, accept_all(), rules);
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(ToAgent::Prepare {
+        job: JobId(72),
+        argv: vec!["/bin/sh".into()],
+        env: vec![],
+        cwd: "/".into(),
+        uid: 0,
+        gid: 0,
+    });
+    match conn.recv() {
+        FromAgent::Prepared { error, .. } => assert_eq!(
+            error.as_deref(),
+            Some("prep-strict: uid 0 may not run ranks here: ranks run as users from uid 1000 up (scx_gang --min-rank-uid)")
+        ),
+        other => panic!("{other:?}"),
+    }
 }
