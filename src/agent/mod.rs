@@ -18,6 +18,7 @@
 //! and never kills a rank for it; Hello tells the next gangd which jobs
 //! still live here.
 
+pub mod adopt;
 pub mod cgroup;
 pub mod freeze;
 mod handler;
@@ -107,6 +108,12 @@ pub fn start(
         cfg.holds.clone(),
         cfg.rules,
     );
+    // Ranks a previous daemon started, still running (adopt.rs).
+    if let Some(root) = &cfg.gang_root {
+        for found in adopt::scan(root) {
+            ranks.adopt(found);
+        }
+    }
     let handler = Handler::new(
         cfg.node.clone(),
         cfg.knobs.clone(),

@@ -37,6 +37,7 @@ use log::{info, warn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::adopt::{self, Found, JobRecord};
 use super::cgroup;
 use super::freeze::FreezeHolds;
 use super::link::Link;
@@ -277,11 +278,22 @@ impl Ranks {
         let cwd = CString::new(spec.cwd.as_bytes())
             .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
         let limits = self.inner.rules.limits_of(&spec.limits);
-        let procs: Option<File> = match self.dir(spec.job) {
-            Some(dir) => Some(
-                cgroup::create(&dir, &limits)
-                    .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?,
-            ),
+        let dir = self.dir(spec.job);
+        let procs: Option<File> = match &dir {
+            Some(dir) => {
+                let procs = cgroup::create(dir, &limits)
+                    .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+                let record = JobRecord {
+                    job: spec.job,
+                    name: spec.name.clone(),
+                    size: spec.size,
+                    uid: spec.uid,
+                    gid: spec.gid,
+                };
+                adopt::record_job(dir, &record)
+                    .map_err(|e| format!("recording the job on {}: {e}", dir.display()))?;
+                Some(procs)
+            }
             None => None,
         };
 
@@ -359,6 +371,16 @@ impl Ranks {
             )
         })?;
         drop(procs);
+        if let Some(dir) = &dir {
+            if let Err(e) = adopt::record_rank(dir, spec.rank, child.id()) {
+                warn!(
+                    "job {} rank {}: recording its pid on {}: {e}; a restarted daemon will not adopt it",
+                    spec.job,
+                    spec.rank,
+                    dir.display()
+                );
+            }
+        }
         jobs.entry(spec.job)
             .or_insert_with(|| Job {
                 name: spec.name.clone(),
@@ -385,10 +407,23 @@ impl Ranks {
                 ExitStatus::Exited(-1)
             }
         };
+        self.ended(job, rank, pid, status, Some(pumps_done));
+    }
+
+    /// A rank ended: retired, its output awaited (if it is relayed), its
+    /// exit reported, and its job's cgroup removed after the last rank.
+    fn ended(
+        &self,
+        job: JobId,
+        rank: u32,
+        pid: u32,
+        status: ExitStatus,
+        pumps_done: Option<Receiver<()>>,
+    ) {
         let last = self.retire(job, rank);
         let deadline = Instant::now() + OUTPUT_GRACE;
-        loop {
-            match pumps_done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        while let Some(pumps) = &pumps_done {
+            match pumps.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(()) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {
@@ -404,6 +439,52 @@ impl Ranks {
         if last {
             self.remove_cgroup_if_idle(job);
         }
+    }
+
+    /// Takes over a job found in its cgroup at start (adopt.rs): its live
+    /// ranks are watched until they end, a suspension is kept, and a cgroup
+    /// with no live rank is emptied and removed.
+    pub fn adopt(&self, found: Found) {
+        let job = found.record.job;
+        let Some(dir) = self.dir(job) else { return };
+        if found.ranks.is_empty() {
+            info!("job {job}: no rank of it is left: removing its cgroup");
+            if let Err(e) = cgroup::signal_all(&dir, Signal::SIGKILL) {
+                warn!("job {job}: killing its leftovers: {e}");
+            }
+            self.remove_cgroup_if_idle(job);
+            return;
+        }
+        if found.suspended {
+            if let Err(e) = self.inner.holds.suspend(&dir) {
+                warn!("job {job}: keeping its suspension: {e}");
+            }
+        }
+        let r = &found.record;
+        self.lock().insert(
+            job,
+            Job {
+                name: r.name.clone(),
+                size: r.size,
+                uid: r.uid,
+                gid: r.gid,
+                live: found.ranks.iter().copied().collect(),
+            },
+        );
+        for (rank, pid) in found.ranks {
+            let ranks = self.clone();
+            let watched = thread::Builder::new()
+                .name(format!("job{job}-r{rank}-adopted"))
+                .spawn(move || {
+                    adopt::wait_exit(pid);
+                    info!("job {job} rank {rank} (pid {pid}, adopted) ended: its exit status went to its new parent");
+                    ranks.ended(job, rank, pid, adopt::ADOPTED_EXIT, None);
+                });
+            if let Err(e) = watched {
+                warn!("job {job} rank {rank}: no thread to watch it: {e}");
+            }
+        }
+        info!("job {job} ({}) adopted", r.name);
     }
 
     /// A rank is gone; after the job's last rank here, what its ranks left

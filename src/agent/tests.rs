@@ -1261,3 +1261,89 @@ fn prepare_refuses_root_and_system_accounts_too() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The daemon restarts while a job runs, suspended: the new agent finds
+/// the rank in the job's cgroup, reports it to gangd in Hello, keeps it
+/// suspended, and reports its end although it is not its child.
+#[test]
+fn a_restarted_agent_adopts_the_ranks_of_its_job_cgroups() {
+    let Some(mount) = cgroup2_mount() else {
+        eprintln!("no writable cgroup2 here: adoption not tested");
+        return;
+    };
+    let root = mount.join(format!("scx-gang-adopt-test-{}", std::process::id()));
+    let dir = root.join("job81");
+    let ca = TestCa::new("agent18");
+    let gangd = Gangd::new(&ca);
+    let first = start_agent(
+        "phoenix",
+        gangd.addr(),
+        &ca,
+        Some(root.clone()),
+        accept_all(),
+    );
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(spawn_rank(
+        81,
+        1,
+        &["/bin/sh", "-c", "echo up; while :; do sleep 0.05; done"],
+        &[],
+    ));
+    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    assert!(matches!(conn.recv(), FromAgent::RankOutput { .. }));
+    conn.send(ToAgent::SuspendJob { job: JobId(81) });
+    let frozen = || {
+        fs::read_to_string(dir.join("cgroup.freeze"))
+            .unwrap()
+            .trim()
+            == "1"
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !frozen() {
+        assert!(Instant::now() < deadline, "never suspended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The daemon goes away; its rank stays.
+    drop(first);
+    drop(conn);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let second = start_agent(
+        "phoenix",
+        gangd.addr(),
+        &ca,
+        Some(root.clone()),
+        accept_all(),
+    );
+    let mut conn = gangd.accept(1).unwrap();
+    match &conn.hello {
+        FromAgent::Hello { jobs, .. } => assert_eq!(
+            *jobs,
+            vec![LiveJob {
+                job: JobId(81),
+                name: "test81".into(),
+                size: 2,
+                uid: ids().0,
+                gid: ids().1,
+                ranks: vec![1],
+            }]
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(frozen(), "still suspended");
+    assert!(second.holds.is_suspended(&dir));
+    conn.send(ToAgent::KillJob {
+        job: JobId(81),
+        signal: libc::SIGKILL,
+    });
+    assert_eq!(
+        conn.recv(),
+        FromAgent::RankExited {
+            job: JobId(81),
+            rank: 1,
+            status: adopt::ADOPTED_EXIT,
+        }
+    );
+    wait_gone(&dir);
+    let _ = fs::remove_dir(&root);
+}
