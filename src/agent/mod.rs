@@ -20,6 +20,7 @@
 
 pub mod adopt;
 pub mod cgroup;
+mod ends;
 pub mod freeze;
 mod handler;
 pub mod link;

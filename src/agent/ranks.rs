@@ -2,11 +2,10 @@
 //! under the user's ids, relaying their output, reaping them, and acting on
 //! a whole job (signal, suspend, resume).
 //!
-//! Per rank: the reader thread starts it (SpawnRank), two pump threads
+//! Per rank: the job worker starts it (SpawnRank), two pump threads
 //! forward stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes,
-//! and a reaper thread waits for it, lets the pumps reach the end of the
-//! pipes (so the output arrives before the exit), reports RankExited, and
-//! removes the job's cgroup after its last rank here.
+//! and a reaper thread waits for it (ends.rs, which also takes over the
+//! ranks a previous daemon left, adopt.rs).
 //!
 //! A rank runs as its job's user, never root or a system account unless
 //! the operator allows it (`--min-rank-uid`), with the user's groups, sane
@@ -20,13 +19,12 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use std::ffi::CString;
 
@@ -37,18 +35,12 @@ use log::{info, warn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::adopt::{self, Found, JobRecord};
+use super::adopt::{self, JobRecord};
 use super::cgroup;
 use super::freeze::FreezeHolds;
 use super::link::Link;
 use super::prepare;
 use super::user::RankUser;
-
-/// How long a reaper waits for a rank's output to end after the rank
-/// exited: a process it left behind may hold the pipes open.
-const OUTPUT_GRACE: Duration = Duration::from_secs(2);
-/// How long removing a job's cgroup waits for its killed leftovers to go.
-const REMOVE_PATIENCE: Duration = Duration::from_secs(2);
 
 /// What SpawnRank asks for.
 #[derive(Clone, Debug)]
@@ -86,22 +78,22 @@ impl RankRules {
     }
 }
 
-struct Job {
-    name: String,
-    size: u32,
-    uid: u32,
-    gid: u32,
+pub(super) struct Job {
+    pub(super) name: String,
+    pub(super) size: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
     /// Live ranks here: rank → pid.
-    live: BTreeMap<u32, u32>,
+    pub(super) live: BTreeMap<u32, u32>,
 }
 
-struct Inner {
-    node: String,
+pub(super) struct Inner {
+    pub(super) node: String,
     /// None: ranks are not placed in cgroups (tests on hosts without a
     /// writable cgroup2); whole-job actions then use the ranks' pids.
     gang_root: Option<PathBuf>,
-    link: Arc<Link>,
-    holds: FreezeHolds,
+    pub(super) link: Arc<Link>,
+    pub(super) holds: FreezeHolds,
     rules: RankRules,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
     /// rank is retired or its cgroup removed, so none of these can catch
@@ -111,7 +103,7 @@ struct Inner {
 
 #[derive(Clone)]
 pub struct Ranks {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 pub fn describe(status: ExitStatus) -> String {
@@ -144,11 +136,11 @@ impl Ranks {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
         self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn dir(&self, job: JobId) -> Option<PathBuf> {
+    pub(super) fn dir(&self, job: JobId) -> Option<PathBuf> {
         self.inner
             .gang_root
             .as_deref()
@@ -392,156 +384,6 @@ impl Ranks {
             .live
             .insert(spec.rank, child.id());
         Ok((child, program))
-    }
-
-    fn reap(&self, job: JobId, rank: u32, child: &mut Child, pumps_done: Receiver<()>) {
-        let pid = child.id();
-        let status = match child.wait() {
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => ExitStatus::Exited(code),
-                (None, Some(sig)) => ExitStatus::Signaled(sig),
-                (None, None) => ExitStatus::Exited(-1),
-            },
-            Err(e) => {
-                warn!("job {job} rank {rank}: waiting for pid {pid}: {e}");
-                ExitStatus::Exited(-1)
-            }
-        };
-        self.ended(job, rank, pid, status, Some(pumps_done));
-    }
-
-    /// A rank ended: retired, its output awaited (if it is relayed), its
-    /// exit reported, and its job's cgroup removed after the last rank.
-    fn ended(
-        &self,
-        job: JobId,
-        rank: u32,
-        pid: u32,
-        status: ExitStatus,
-        pumps_done: Option<Receiver<()>>,
-    ) {
-        let last = self.retire(job, rank);
-        let deadline = Instant::now() + OUTPUT_GRACE;
-        while let Some(pumps) = &pumps_done {
-            match pumps.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(()) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    info!("job {job} rank {rank}: its output is still open {} s after it ended (a process left behind?): reporting the exit", OUTPUT_GRACE.as_secs());
-                    break;
-                }
-            }
-        }
-        info!("job {job} rank {rank} (pid {pid}) {}", describe(status));
-        self.inner
-            .link
-            .send(FromAgent::RankExited { job, rank, status });
-        if last {
-            self.remove_cgroup_if_idle(job);
-        }
-    }
-
-    /// Takes over a job found in its cgroup at start (adopt.rs): its live
-    /// ranks are watched until they end, a suspension is kept, and a cgroup
-    /// with no live rank is emptied and removed.
-    pub fn adopt(&self, found: Found) {
-        let job = found.record.job;
-        let Some(dir) = self.dir(job) else { return };
-        if found.ranks.is_empty() {
-            info!("job {job}: no rank of it is left: removing its cgroup");
-            if let Err(e) = cgroup::signal_all(&dir, Signal::SIGKILL) {
-                warn!("job {job}: killing its leftovers: {e}");
-            }
-            self.remove_cgroup_if_idle(job);
-            return;
-        }
-        if found.suspended {
-            if let Err(e) = self.inner.holds.suspend(&dir) {
-                warn!("job {job}: keeping its suspension: {e}");
-            }
-        }
-        let r = &found.record;
-        self.lock().insert(
-            job,
-            Job {
-                name: r.name.clone(),
-                size: r.size,
-                uid: r.uid,
-                gid: r.gid,
-                live: found.ranks.iter().copied().collect(),
-            },
-        );
-        for (rank, pid) in found.ranks {
-            let ranks = self.clone();
-            let watched = thread::Builder::new()
-                .name(format!("job{job}-r{rank}-adopted"))
-                .spawn(move || {
-                    adopt::wait_exit(pid);
-                    info!("job {job} rank {rank} (pid {pid}, adopted) ended: its exit status went to its new parent");
-                    ranks.ended(job, rank, pid, adopt::ADOPTED_EXIT, None);
-                });
-            if let Err(e) = watched {
-                warn!("job {job} rank {rank}: no thread to watch it: {e}");
-            }
-        }
-        info!("job {job} ({}) adopted", r.name);
-    }
-
-    /// A rank is gone; after the job's last rank here, what its ranks left
-    /// behind in the cgroup is killed. Returns whether it was the last.
-    fn retire(&self, job: JobId, rank: u32) -> bool {
-        let mut jobs = self.lock();
-        let Some(j) = jobs.get_mut(&job) else {
-            return false;
-        };
-        j.live.remove(&rank);
-        if !j.live.is_empty() {
-            return false;
-        }
-        jobs.remove(&job);
-        if let Some(dir) = self.dir(job) {
-            match cgroup::signal_all(&dir, Signal::SIGKILL) {
-                Ok(0) => {}
-                Ok(n) => info!("job {job}: killed {n} processes its ranks left behind"),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => warn!("job {job}: killing what its ranks left behind: {e}"),
-            }
-        }
-        true
-    }
-
-    /// Removes the job's cgroup unless a rank of it runs here (again).
-    fn remove_cgroup_if_idle(&self, job: JobId) {
-        let Some(dir) = self.dir(job) else { return };
-        let deadline = Instant::now() + REMOVE_PATIENCE;
-        loop {
-            {
-                let jobs = self.lock();
-                if jobs.contains_key(&job) {
-                    return;
-                }
-                match cgroup::try_remove(&dir) {
-                    Ok(true) => {
-                        self.inner.holds.forget(&dir);
-                        return;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        warn!("job {job}: removing cgroup {}: {e}", dir.display());
-                        return;
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                warn!(
-                    "job {job}: cgroup {} still has processes {} s after its last rank: left in place",
-                    dir.display(),
-                    REMOVE_PATIENCE.as_secs()
-                );
-                return;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
     }
 
     /// KillJob: `signal` to every process of the job here. A suspended job
