@@ -5,8 +5,16 @@
 //!
 //! The socket thread only parses and forwards: every request is handled by
 //! the scheduler's main loop, which owns the BPF state.
+//!
+//! Only root may use it (a client can reschedule the node and freeze
+//! jobs). Two guards, either one enough: the socket is mode 0600 whatever
+//! the daemon's umask (bound in a private 0700 directory, chmod'ed there,
+//! then renamed into place, so it is never reachable with a wider mode),
+//! and every connection's SO_PEERCRED must say uid 0 (others are logged
+//! and dropped before a byte is read).
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -20,6 +28,10 @@ use crate::trace::{TraceEvent, TraceMeta};
 
 /// Longest request line accepted; anything longer drops the connection.
 const MAX_REQUEST: usize = 1 << 20;
+/// The socket's mode: root only.
+pub const SOCKET_MODE: u32 = 0o600;
+/// The only uid served.
+const ALLOWED_UID: u32 = 0;
 
 /// One gang's CPUs in one slot of an explicit schedule.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -188,14 +200,17 @@ pub fn serve(path: &Path) -> Result<(Sender<Inbox>, Receiver<Inbox>)> {
         }
         std::fs::remove_file(path).with_context(|| format!("removing stale {}", path.display()))?;
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    let listener = bind_private(path)?;
     let (tx, rx) = mpsc::channel();
     let inbox = tx.clone();
     thread::Builder::new()
         .name("control".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
+                if let Err(why) = check_peer(&conn) {
+                    log::warn!("control connection refused: {why}");
+                    continue;
+                }
                 let tx = tx.clone();
                 let _ = thread::Builder::new()
                     .name("control-conn".into())
@@ -207,6 +222,53 @@ pub fn serve(path: &Path) -> Result<(Sender<Inbox>, Receiver<Inbox>)> {
             }
         })?;
     Ok((inbox, rx))
+}
+
+/// Binds `path` with mode SOCKET_MODE whatever the umask: bound in a fresh
+/// 0700 directory next to it (nobody else can reach it there), chmod'ed,
+/// then renamed into place.
+fn bind_private(path: &Path) -> Result<UnixListener> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{}: not a file path", path.display()))?;
+    let private = parent.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    // A leftover of a crashed start with our pid: ours to remove.
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .with_context(|| format!("creating {}", private.display()))?;
+    let staged = private.join("sock");
+    let bound = (|| -> Result<UnixListener> {
+        let listener =
+            UnixListener::bind(&staged).with_context(|| format!("binding {}", path.display()))?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(SOCKET_MODE))
+            .with_context(|| format!("setting the mode of {}", path.display()))?;
+        std::fs::rename(&staged, path)
+            .with_context(|| format!("moving the socket to {}", path.display()))?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound
+}
+
+/// The client's uid, from SO_PEERCRED (what it was when it connected,
+/// not what it claims).
+fn check_peer(conn: &UnixStream) -> std::result::Result<(), String> {
+    let cred = nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+    if cred.uid() != ALLOWED_UID {
+        return Err(format!("pid {} uid {} is not root", cred.pid(), cred.uid()));
+    }
+    Ok(())
 }
 
 fn handle(conn: UnixStream, tx: Sender<Inbox>) -> Result<()> {
@@ -369,6 +431,113 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("slot 9"));
         server.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("scx-gang-ctl-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_socket_is_root_only_even_under_umask_0() {
+        let dir = temp_dir("mode");
+        let path = dir.join("sock");
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        let served = serve(&path);
+        nix::sys::stat::umask(old);
+        served.unwrap();
+        let mode = std::fs::symlink_metadata(&path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, SOCKET_MODE, "mode {:o}", mode & 0o777);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "only the socket is left: {left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What a child of uid 65534 saw when it connected and sent a request.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Answer,
+        Dropped,
+        NoConnection,
+    }
+
+    /// Forks a child that becomes uid 65534, connects to `path` and sends a
+    /// request; only async-signal-safe calls after the fork.
+    fn ask_as_nobody(path: &Path) -> Seen {
+        use std::os::unix::ffi::OsStrExt;
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        let request = b"{\"op\":\"standalone\"}\n";
+        // SAFETY: the child only makes raw system calls and _exits.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => unsafe {
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    libc::_exit(10);
+                }
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                if libc::connect(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0 {
+                    libc::_exit(2);
+                }
+                libc::write(fd, request.as_ptr().cast(), request.len());
+                let mut buf = [0u8; 64];
+                let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+                libc::_exit(if n > 0 { 0 } else { 1 });
+            },
+            nix::unistd::ForkResult::Parent { child } => {
+                match nix::sys::wait::waitpid(child, None).unwrap() {
+                    nix::sys::wait::WaitStatus::Exited(_, 0) => Seen::Answer,
+                    nix::sys::wait::WaitStatus::Exited(_, 1) => Seen::Dropped,
+                    nix::sys::wait::WaitStatus::Exited(_, 2) => Seen::NoConnection,
+                    other => panic!("child: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_that_is_not_root_is_refused_even_if_the_mode_let_it_in() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test forks a child that setuid's"
+        );
+        let dir = temp_dir("peer");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("sock");
+        let (_, rx) = serve(&path).unwrap();
+        assert_eq!(
+            ask_as_nobody(&path),
+            Seen::NoConnection,
+            "mode 0600 keeps it out"
+        );
+        // The attack: a socket mode gone wrong.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let answering = thread::spawn(move || {
+            while let Ok(Inbox::Request(p)) = rx.recv() {
+                p.reply.send(Response::ok()).unwrap();
+            }
+        });
+        assert_eq!(
+            ask_as_nobody(&path),
+            Seen::Dropped,
+            "uid 65534 must get no answer"
+        );
+        // Root still gets one.
+        assert!(
+            call(&path, &Request::Standalone, Duration::from_secs(5))
+                .unwrap()
+                .ok
+        );
+        drop(answering);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -111,6 +111,24 @@ struct Opts {
     #[arg(long)]
     node_name: Option<String>,
 
+    /// Ranks of users with a smaller uid (root, system accounts) are
+    /// refused (with --coordinator); 0 allows every user, root included.
+    /// The same as gangd's flag.
+    #[arg(long, default_value_t = agent::user::DEFAULT_MIN_RANK_UID)]
+    min_rank_uid: u32,
+
+    /// The most processes and threads of one job here (its cgroup's
+    /// pids.max) unless the job asks for its own (`gang run --max-pids`);
+    /// 0: no limit.
+    #[arg(long, default_value = "8192")]
+    job_max_pids: u64,
+
+    /// The most memory of one job here (its cgroup's memory.max) unless
+    /// the job asks for its own (`gang run --max-memory`): bytes, or with
+    /// K, M, G or T; default: no limit.
+    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    job_max_memory: Option<u64>,
+
     /// Exit debug dump buffer length (0: default).
     #[arg(long, default_value = "0")]
     exit_dump_len: u32,
@@ -285,6 +303,13 @@ fn run(opts: Opts) -> Result<()> {
                 gang_root: Some(opts.gang_root.clone()),
                 knobs: shared.clone(),
                 holds: holds.clone(),
+                rules: agent::RankRules {
+                    min_uid: opts.min_rank_uid,
+                    default_limits: gang_coordinator::proto::JobLimits {
+                        max_pids: (opts.job_max_pids > 0).then_some(opts.job_max_pids),
+                        max_memory: opts.job_max_memory,
+                    },
+                },
             },
             inbox.clone(),
             shutdown.clone(),

@@ -430,3 +430,59 @@ fn busy_mount_is_detached_on_drop() {
     assert!(logged("WARN unmounting") && logged_contains("detaching lazily"));
     cleanup(&dir);
 }
+
+/// The attack: the mode bits let everyone write (here: no kernel mode
+/// checks at all). The file system's own uid check still refuses any
+/// writer but its owner, root, and says so in the log.
+#[test]
+fn writes_by_others_than_root_are_refused_even_if_the_modes_allow_them() {
+    use std::os::unix::process::CommandExt;
+    let dir = fresh_dir("uid");
+    let knobs = Arc::new(TestKnobs {
+        slot_ms: AtomicU64::new(50),
+        fill: AtomicU64::new(1),
+        switches: AtomicU64::new(0),
+    });
+    let m = KnobMount::mount_with(&dir, knobs.clone(), false)
+        .unwrap_or_else(|e| panic!("mount failed: {e:#}"));
+    fs::set_permissions(
+        dir.parent().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let as_nobody = |script: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    let knob = dir.join("slot_ms");
+    let read = as_nobody(&format!("cat {}", knob.display()));
+    assert!(read.status.success(), "anyone may read: {read:?}");
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "50\n");
+    for write in [
+        format!("echo 20 > {}", knob.display()),
+        format!("echo 20 >> {}", knob.display()),
+        format!("truncate -s 0 {}", knob.display()),
+    ] {
+        let out = as_nobody(&write);
+        assert!(!out.status.success(), "{write}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+            "{write}: {out:?}"
+        );
+    }
+    assert_eq!(knobs.slot_ms.load(Ordering::SeqCst), 50);
+    assert!(logged_contains(
+        "knob slot_ms: write refused: uid 65534 is not the owner"
+    ));
+    // Root, the owner, still may.
+    fs::write(&knob, "20").unwrap();
+    assert_eq!(knobs.slot_ms.load(Ordering::SeqCst), 20);
+    drop(m);
+    cleanup(&dir);
+}

@@ -21,6 +21,7 @@
 
 mod admit;
 mod error;
+mod gangcap;
 mod membership;
 mod policy;
 mod scs;
@@ -387,7 +388,7 @@ impl Allocator {
             if self.matrix.nr_slots() == 0 {
                 self.matrix.add_slot();
             }
-            let mut cols = self.choose(&self.matrix.free(0), ranks, need);
+            let mut cols = self.choose(&self.free_for(id, 0), ranks, need);
             if cols.is_none() && may_shrink {
                 let placed: Vec<JobId> = self
                     .jobs
@@ -398,25 +399,33 @@ impl Allocator {
                 for j in placed {
                     self.shrink(j);
                 }
-                cols = self.choose(&self.matrix.free(0), ranks, need);
+                cols = self.choose(&self.free_for(id, 0), ranks, need);
             }
             return cols.map(|cols| self.put(id, 0, cols)).is_some();
         }
         for slot in 0..self.matrix.nr_slots() {
-            if let Some(cols) = self.choose(&self.matrix.free(slot), ranks, need) {
+            if let Some(cols) = self.choose(&self.free_for(id, slot), ranks, need) {
                 self.put(id, slot, cols);
                 return true;
             }
         }
         if self.matrix.nr_slots() < self.settings.mpl_max {
+            // A new slot is all free, but for the nodes at their gang limit.
+            let empty = vec![true; self.matrix.cluster().nr_columns()];
+            let Some(cols) = self.choose(&self.within_gang_limit(id, empty), ranks, need) else {
+                return false;
+            };
             let slot = self.matrix.add_slot();
-            let cols = self
-                .choose(&self.matrix.free(slot), ranks, need)
-                .expect("checked at submission to fit an empty slot");
             self.put(id, slot, cols);
             return true;
         }
         false
+    }
+
+    /// The cells of `slot` job `id` may take: free, on nodes where it is
+    /// not a gang too many.
+    fn free_for(&self, id: JobId, slot: usize) -> Vec<bool> {
+        self.within_gang_limit(id, self.matrix.free(slot))
     }
 
     fn choose(&self, free: &[bool], ranks: usize, need: Need) -> Option<Vec<usize>> {
@@ -482,8 +491,9 @@ impl Allocator {
             let mut grew = false;
             for &id in &running {
                 let job = &self.jobs[&id];
+                let mine = self.within_gang_limit(id, free.clone());
                 let Some(col) =
-                    scs::growth_cell(self.matrix.cluster(), &free, &job.shares, &job.cells)
+                    scs::growth_cell(self.matrix.cluster(), &mine, &job.shares, &job.cells)
                 else {
                     continue;
                 };

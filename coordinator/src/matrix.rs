@@ -21,6 +21,11 @@ pub const NODE_MAX_CPUS: u32 = 256;
 /// Every node holds every slot of the matrix, so the matrix never has more.
 pub const NODE_MAX_SLOTS: usize = 16;
 
+/// The most gangs a node's scheduler holds (GANG_MAX_GANGS in
+/// bpf/intf.h): each job with a cell on a node, in any slot, is one of its
+/// gangs, so no node ever gets more jobs than this (alloc/gangcap.rs).
+pub const NODE_MAX_GANGS: usize = 64;
+
 /// A node's identifier, chosen by whoever describes the cluster. Columns are
 /// ordered by it.
 pub type NodeId = u32;

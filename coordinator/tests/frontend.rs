@@ -408,7 +408,20 @@ fn accept_job(s: &mut UnixStream) -> FromClient {
 fn run_relays_output_and_exits_with_the_job_code() {
     let fake = Fake::new("run");
     let child = fake.gang(
-        &["run", "-n", "2", "--label", "--", "/bin/prog", "-x", "a b"],
+        &[
+            "run",
+            "-n",
+            "2",
+            "--label",
+            "--max-pids",
+            "300",
+            "--max-memory",
+            "2G",
+            "--",
+            "/bin/prog",
+            "-x",
+            "a b",
+        ],
         &[("GANG_TEST_VAR", "v=1")],
     );
     let mut s = fake.accept();
@@ -422,6 +435,7 @@ fn run_relays_output_and_exits_with_the_job_code() {
         cwd,
         label_output,
         ship_executable,
+        limits,
     } = submit
     else {
         unreachable!()
@@ -435,6 +449,13 @@ fn run_relays_output_and_exits_with_the_job_code() {
         fake.dir.canonicalize().unwrap()
     );
     assert!(label_output && !ship_executable);
+    assert_eq!(
+        limits,
+        JobLimits {
+            max_pids: Some(300),
+            max_memory: Some(2 << 30)
+        }
+    );
     send(&mut s, output(0, Stream::Stdout, b"hello fr"));
     send(
         &mut s,

@@ -304,6 +304,16 @@ impl FrontEnd {
     }
 
     fn submit(&mut self, name: &str, ranks: u32, argv: &[&str]) -> ToClient {
+        self.submit_with(name, ranks, argv, JobLimits::default())
+    }
+
+    fn submit_with(
+        &mut self,
+        name: &str,
+        ranks: u32,
+        argv: &[&str],
+        limits: JobLimits,
+    ) -> ToClient {
         self.send(FromClient::Submit {
             name: name.into(),
             ranks,
@@ -313,6 +323,7 @@ impl FrontEnd {
             cwd: "/".into(),
             label_output: false,
             ship_executable: false,
+            limits,
         });
         self.recv()
     }
@@ -1159,4 +1170,44 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
     assert_eq!(code, 7, "MPI abort's exit code: {summary}");
     assert_eq!(failure.map(|f| f.rank), Some(0), "{summary}");
     assert!(g.log().contains("called MPI abort"), "{}", g.log());
+}
+
+#[test]
+fn job_limits_beyond_gangds_maximum_are_refused_and_the_others_reach_the_node() {
+    let g = Gangd::start(
+        "limits",
+        1,
+        &["--max-job-pids", "100", "--max-job-memory", "1G"],
+    );
+    let agent = FakeAgent::join(&g, "n0", 1);
+    let mut fe = FrontEnd::connect(&g);
+    let ask = |p, m| JobLimits {
+        max_pids: p,
+        max_memory: m,
+    };
+    match fe.submit_with("greedy", 1, &["/bin/true"], ask(Some(101), None)) {
+        ToClient::Refused { reason } => assert_eq!(
+            reason,
+            "--max-pids 101 is more than the cluster allows (100)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let mut fe = FrontEnd::connect(&g);
+    match fe.submit_with("greedy2", 1, &["/bin/true"], ask(None, Some(2 << 30))) {
+        ToClient::Refused { reason } => assert!(reason.contains("--max-memory"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let mut fe = FrontEnd::connect(&g);
+    let within = ask(Some(64), Some(512 << 20));
+    let job = accepted(fe.submit_with("modest", 1, &["/bin/true"], within));
+    wait_until("the spawn", || agent.spawned(job).len() == 1);
+    let limits = agent
+        .got()
+        .iter()
+        .find_map(|m| match m {
+            ToAgent::SpawnRank { job: j, limits, .. } if *j == job => Some(*limits),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(limits, within);
 }

@@ -149,6 +149,10 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
                 uid,
                 gid,
                 peers,
+                limits: JobLimits {
+                    max_pids: Some(size as u64),
+                    max_memory: None,
+                },
             }
         });
     let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
@@ -243,6 +247,7 @@ fn from_client() -> impl Strategy<Value = FromClient> {
                         cwd,
                         label_output,
                         ship_executable,
+                        limits: JobLimits::default(),
                     }
                 }
             ),
@@ -545,6 +550,10 @@ fn every_message_type_has_a_sample_and_round_trips() {
             uid: 1000,
             gid: 1000,
             peers: vec!["n1:7000".into(), "n2:7000".into()],
+            limits: JobLimits {
+                max_pids: Some(512),
+                max_memory: None,
+            },
         },
         ToAgent::KillJob { job, signal: 9 },
         ToAgent::SuspendJob { job },
@@ -584,6 +593,10 @@ fn every_message_type_has_a_sample_and_round_trips() {
             cwd: "/".into(),
             label_output: true,
             ship_executable: false,
+            limits: JobLimits {
+                max_pids: None,
+                max_memory: Some(1 << 30),
+            },
         },
         FromClient::Signal { job, signal: 2 },
         FromClient::Kill { job },
@@ -909,4 +922,39 @@ fn only_the_frame_in_progress_is_held() {
             got: HEADER_LEN + 500_000
         }
     );
+}
+
+#[test]
+fn sizes_take_binary_suffixes_and_refuse_nonsense() {
+    assert_eq!(parse_size("4096"), Ok(4096));
+    assert_eq!(parse_size("2K"), Ok(2048));
+    assert_eq!(parse_size("3m"), Ok(3 << 20));
+    assert_eq!(parse_size(" 1G "), Ok(1 << 30));
+    assert_eq!(parse_size("2T"), Ok(2 << 40));
+    for bad in ["", "G", "1X", "-1", "1.5G", "0", "99999999999T"] {
+        assert!(parse_size(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn job_limits_beyond_the_clusters_maximum_are_named() {
+    let max = JobLimits {
+        max_pids: Some(100),
+        max_memory: Some(1 << 30),
+    };
+    let ask = |p, m| JobLimits {
+        max_pids: p,
+        max_memory: m,
+    };
+    assert_eq!(ask(None, None).beyond(&max), None);
+    assert_eq!(ask(Some(100), Some(1 << 30)).beyond(&max), None);
+    assert_eq!(
+        ask(Some(101), None).beyond(&max).unwrap(),
+        "--max-pids 101 is more than the cluster allows (100)"
+    );
+    assert!(ask(None, Some(2 << 30))
+        .beyond(&max)
+        .unwrap()
+        .starts_with("--max-memory 2147483648 bytes is more"));
+    assert_eq!(ask(Some(1 << 40), None).beyond(&JobLimits::default()), None);
 }

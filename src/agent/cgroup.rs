@@ -1,12 +1,18 @@
 //! A job's cgroup, `<gang_root>/job<ID>`: the job's gang for the scheduler,
 //! and the agent's handle on every process of the job (ranks and whatever
 //! they fork): signals, kill, removal.
+//!
+//! The cgroup also bounds the job on this node: pids.max and memory.max
+//! (the job's JobLimits, else the node's defaults) are written when it is
+//! made, before any rank joins it. A limit that cannot be set (its
+//! controller is not enabled for the gang root) refuses the rank rather
+//! than running it unbounded.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use gang_coordinator::proto::JobId;
+use gang_coordinator::proto::{JobId, JobLimits};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -28,15 +34,59 @@ pub fn job_dir(gang_root: &Path, job: JobId) -> PathBuf {
     gang_root.join(gang_name(job))
 }
 
-/// Creates the job's cgroup (and the gang root if missing) and opens its
-/// cgroup.procs for a child to join with: the write permission is checked
-/// against the opener (the daemon), so the child may write to it after it
-/// dropped its privileges.
-pub fn create(dir: &Path) -> io::Result<File> {
+/// Creates the job's cgroup (and the gang root if missing), sets its
+/// limits, and opens its cgroup.procs for a child to join with: the write
+/// permission is checked against the opener (the daemon), so the child may
+/// write to it after it dropped its privileges.
+pub fn create(dir: &Path, limits: &JobLimits) -> io::Result<File> {
     fs::create_dir_all(dir)?;
+    set_limits(dir, limits)?;
     OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.procs"))
+}
+
+/// Writes pids.max and memory.max (only those given). The controllers are
+/// enabled for the gang root first if they are not (best effort: the
+/// missing file then says what is wrong).
+pub fn set_limits(dir: &Path, limits: &JobLimits) -> io::Result<()> {
+    let wanted = [
+        ("pids", "pids.max", limits.max_pids),
+        ("memory", "memory.max", limits.max_memory),
+    ];
+    for (controller, file, value) in wanted {
+        let Some(value) = value else { continue };
+        let path = dir.join(file);
+        if !path.exists() {
+            if let Some(parent) = dir.parent() {
+                let _ = write_existing(
+                    &parent.join("cgroup.subtree_control"),
+                    &format!("+{controller}"),
+                );
+            }
+        }
+        write_existing(&path, &value.to_string()).map_err(|e| {
+            let hint = if e.kind() == io::ErrorKind::NotFound {
+                format!(
+                    "the {controller} controller is not enabled for {} (cgroup.subtree_control)",
+                    dir.parent().unwrap_or(dir).display()
+                )
+            } else {
+                e.to_string()
+            };
+            io::Error::new(e.kind(), format!("setting {}: {hint}", path.display()))
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes a file that must exist (cgroup files are never created).
+fn write_existing(path: &Path, value: &str) -> io::Result<()> {
+    use std::io::Write;
+    OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(value.as_bytes())
 }
 
 /// The processes of the cgroup (and not of its children: a job makes none).
@@ -78,6 +128,77 @@ pub fn try_remove(dir: &Path) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A temporary directory standing in for the gang root (cgroup2 with
+    /// the pids and memory controllers is not writable on every test host).
+    fn fake_gang_root(tag: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("scx-gang-cg-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).unwrap();
+        root
+    }
+
+    #[test]
+    fn a_job_cgroup_gets_its_limits_before_any_rank_joins() {
+        let root = fake_gang_root("limits");
+        let dir = job_dir(&root, JobId(5));
+        fs::create_dir_all(&dir).unwrap();
+        for f in ["pids.max", "memory.max", "cgroup.procs"] {
+            fs::write(dir.join(f), "").unwrap();
+        }
+        let limits = JobLimits {
+            max_pids: Some(300),
+            max_memory: Some(1 << 30),
+        };
+        create(&dir, &limits).unwrap();
+        assert_eq!(fs::read_to_string(dir.join("pids.max")).unwrap(), "300");
+        assert_eq!(
+            fs::read_to_string(dir.join("memory.max")).unwrap(),
+            "1073741824"
+        );
+        // Only what is given is written.
+        fs::write(dir.join("memory.max"), "max\n").unwrap();
+        set_limits(
+            &dir,
+            &JobLimits {
+                max_pids: Some(7),
+                max_memory: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(fs::read_to_string(dir.join("memory.max")).unwrap(), "max\n");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_limit_that_cannot_be_set_refuses_the_job_and_says_why() {
+        let root = fake_gang_root("nolimit");
+        let dir = job_dir(&root, JobId(6));
+        let err = create(
+            &dir,
+            &JobLimits {
+                max_pids: Some(10),
+                max_memory: None,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().ends_with(&format!(
+                "pids.max: the pids controller is not enabled for {} (cgroup.subtree_control)",
+                root.display()
+            )),
+            "{err}"
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_clusters_gang_limit_is_the_schedulers() {
+        assert_eq!(
+            gang_coordinator::matrix::NODE_MAX_GANGS,
+            crate::slots::MAX_GANGS
+        );
+    }
 
     #[test]
     fn a_job_gang_name_maps_back_to_its_job_and_nothing_else_does() {

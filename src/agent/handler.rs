@@ -1,7 +1,10 @@
 //! What the agent does with each message of gangd once the node is in the
 //! cluster. Runs on the agent's reader thread, which must stay responsive
 //! (gangd drops a node that does not answer its heartbeats): nothing here
-//! waits long. Freeze is answered by the freeze waiter when the drain is
+//! waits long. What touches users' files or processes (Prepare, SpawnRank,
+//! KillJob, SuspendJob, ResumeJob) goes to the job worker thread, in the
+//! order received, so a path check hung on a dead file system (up to
+//! prepare::CHECK_TIMEOUT) delays the next job action, never a heartbeat. Freeze is answered by the freeze waiter when the drain is
 //! over, a trace by a thread of its own (trace.rs); the slot switch itself (Switch →
 //! Running) is one round trip to the main loop.
 
@@ -20,7 +23,6 @@ use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
 use super::cgroup::gang_name;
 use super::link::Link;
 use super::mainloop::{self, MainLoop};
-use super::prepare;
 use super::ranks::{RankSpec, Ranks};
 use super::trace::Tracer;
 
@@ -60,6 +62,26 @@ pub struct Handler {
     barrier: Option<Barrier>,
     freeze_waiter: Sender<Job>,
     tracer: Tracer,
+    job_worker: Sender<Job>,
+}
+
+/// Logs a failure and tells gangd, naming the node.
+fn report(link: &Link, node: &str, message: String) {
+    warn!("{message}");
+    link.send(FromAgent::Error {
+        message: format!("{node}: {message}"),
+    });
+}
+
+/// A thread running the jobs sent to it, in order.
+fn worker(name: &str) -> std::io::Result<Sender<Job>> {
+    let (tx, jobs) = std::sync::mpsc::channel::<Job>();
+    thread::Builder::new().name(name.into()).spawn(move || {
+        for job in jobs {
+            job();
+        }
+    })?;
+    Ok(tx)
 }
 
 impl Handler {
@@ -70,14 +92,8 @@ impl Handler {
         link: Arc<Link>,
         ranks: Ranks,
     ) -> std::io::Result<Self> {
-        let (freeze_waiter, jobs) = std::sync::mpsc::channel::<Job>();
-        thread::Builder::new()
-            .name("agent-freeze".into())
-            .spawn(move || {
-                for job in jobs {
-                    job();
-                }
-            })?;
+        let freeze_waiter = worker("agent-freeze")?;
+        let job_worker = worker("agent-jobs")?;
         Ok(Self {
             node,
             knobs,
@@ -91,14 +107,12 @@ impl Handler {
             barrier: None,
             freeze_waiter,
             tracer: Tracer::default(),
+            job_worker,
         })
     }
 
     fn error(&self, message: String) {
-        warn!("{message}");
-        self.link.send(FromAgent::Error {
-            message: format!("{}: {message}", self.node),
-        });
+        report(&self.link, &self.node, message);
     }
 
     pub fn handle(&mut self, msg: ToAgent) {
@@ -131,12 +145,15 @@ impl Handler {
                 uid,
                 gid,
             } => {
-                let error = prepare::check(&self.node, &argv, &env, &cwd, uid, gid);
-                match &error {
-                    None => info!("job {job}: ready to start {argv:?} in {cwd} as {uid}:{gid}"),
-                    Some(why) => warn!("job {job} cannot start here: {why}"),
-                }
-                self.link.send(FromAgent::Prepared { job, error });
+                let (ranks, link) = (self.ranks.clone(), self.link.clone());
+                self.on_job_worker(move || {
+                    let error = ranks.prepare(&argv, &env, &cwd, uid, gid);
+                    match &error {
+                        None => info!("job {job}: ready to start {argv:?} in {cwd} as {uid}:{gid}"),
+                        Some(why) => warn!("job {job} cannot start here: {why}"),
+                    }
+                    link.send(FromAgent::Prepared { job, error });
+                });
             }
             ToAgent::SpawnRank {
                 job,
@@ -149,33 +166,31 @@ impl Handler {
                 uid,
                 gid,
                 peers,
-            } => self.ranks.spawn(RankSpec {
-                job,
-                name,
-                rank,
-                size,
-                argv,
-                env,
-                cwd,
-                uid,
-                gid,
-                peers,
+                limits,
+            } => {
+                let ranks = self.ranks.clone();
+                let spec = RankSpec {
+                    job,
+                    name,
+                    rank,
+                    size,
+                    argv,
+                    env,
+                    cwd,
+                    uid,
+                    gid,
+                    peers,
+                    limits,
+                };
+                self.on_job_worker(move || ranks.spawn(spec));
+            }
+            ToAgent::KillJob { job, signal } => self.job_action(move |ranks| {
+                ranks
+                    .kill(job, signal)
+                    .map_err(|e| format!("kill job {job}: {e}"))
             }),
-            ToAgent::KillJob { job, signal } => {
-                if let Err(e) = self.ranks.kill(job, signal) {
-                    self.error(format!("kill job {job}: {e}"));
-                }
-            }
-            ToAgent::SuspendJob { job } => {
-                if let Err(e) = self.ranks.suspend(job, true) {
-                    self.error(e);
-                }
-            }
-            ToAgent::ResumeJob { job } => {
-                if let Err(e) = self.ranks.suspend(job, false) {
-                    self.error(e);
-                }
-            }
+            ToAgent::SuspendJob { job } => self.job_action(move |ranks| ranks.suspend(job, true)),
+            ToAgent::ResumeJob { job } => self.job_action(move |ranks| ranks.suspend(job, false)),
             ToAgent::Trace { id, ms } => {
                 self.tracer
                     .start(id, ms, &self.node, self.main.clone(), self.link.clone())
@@ -201,6 +216,23 @@ impl Handler {
                 warn!("gangd sent a handshake message in the middle of the session: ignored")
             }
         }
+    }
+
+    /// Runs `work` on the job worker (at once if that thread is gone).
+    fn on_job_worker(&self, work: impl FnOnce() + Send + 'static) {
+        if let Err(e) = self.job_worker.send(Box::new(work)) {
+            (e.0)();
+        }
+    }
+
+    /// A whole-job action on the job worker; a failure is reported to gangd.
+    fn job_action(&self, act: impl FnOnce(&Ranks) -> Result<(), String> + Send + 'static) {
+        let (ranks, link, node) = (self.ranks.clone(), self.link.clone(), self.node.clone());
+        self.on_job_worker(move || {
+            if let Err(message) = act(&ranks) {
+                report(&link, &node, message);
+            }
+        });
     }
 
     /// Schedule: the node's column, by job, installed as gangs by name.

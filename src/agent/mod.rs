@@ -20,7 +20,9 @@
 //! and never kills a rank for it; Hello tells the next gangd which jobs
 //! still live here.
 
+pub mod adopt;
 pub mod cgroup;
+mod ends;
 pub mod freeze;
 mod handler;
 pub mod link;
@@ -31,6 +33,7 @@ pub mod ranks;
 #[cfg(test)]
 mod tests;
 mod trace;
+pub mod user;
 
 use std::collections::VecDeque;
 use std::io;
@@ -54,6 +57,7 @@ pub use handler::monotonic_ns;
 use handler::Handler;
 use link::Link;
 use mainloop::MainLoop;
+pub use ranks::RankRules;
 use ranks::Ranks;
 
 /// First pause after a failed or lost connection; doubled up to MAX_BACKOFF.
@@ -85,6 +89,8 @@ pub struct AgentConfig {
     pub knobs: Arc<SharedKnobs>,
     /// Shared with the scheduler, which never thaws a suspended job.
     pub holds: FreezeHolds,
+    /// Who may run ranks here, and the jobs' default limits.
+    pub rules: RankRules,
 }
 
 /// What the scheduler calls when every rank of a gang on this node yielded
@@ -105,7 +111,14 @@ pub fn start(
         cfg.gang_root.clone(),
         link.clone(),
         cfg.holds.clone(),
+        cfg.rules,
     );
+    // Ranks a previous daemon started, still running (adopt.rs).
+    if let Some(root) = &cfg.gang_root {
+        for found in adopt::scan(root) {
+            ranks.adopt(found);
+        }
+    }
     let handler = Handler::new(
         cfg.node.clone(),
         cfg.knobs.clone(),

@@ -2,11 +2,15 @@
 //! under the user's ids, relaying their output, reaping them, and acting on
 //! a whole job (signal, suspend, resume).
 //!
-//! Per rank: the reader thread starts it (SpawnRank), two pump threads
+//! Per rank: the job worker starts it (SpawnRank), two pump threads
 //! forward stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes,
-//! and a reaper thread waits for it, lets the pumps reach the end of the
-//! pipes (so the output arrives before the exit), reports RankExited, and
-//! removes the job's cgroup after its last rank here.
+//! and a reaper thread waits for it (ends.rs, which also takes over the
+//! ranks a previous daemon left, adopt.rs).
+//!
+//! A rank runs as its job's user, never root or a system account unless
+//! the operator allows it (`--min-rank-uid`), with the user's groups, sane
+//! resource limits and its working directory entered as the user
+//! (user.rs), in a cgroup bounding the job (cgroup.rs).
 //!
 //! Ranks never depend on gangd: a lost connection kills nothing, and what
 //! they print or how they end is kept for the next connection (link.rs).
@@ -15,30 +19,29 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
-use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::{ExitStatus, FromAgent, JobId, LiveJob, Stream, MAX_OUTPUT_CHUNK};
+use std::ffi::CString;
+
+use gang_coordinator::proto::{
+    ExitStatus, FromAgent, JobId, JobLimits, LiveJob, Stream, MAX_OUTPUT_CHUNK,
+};
 use log::{info, warn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use super::adopt::{self, JobRecord};
 use super::cgroup;
 use super::freeze::FreezeHolds;
 use super::link::Link;
 use super::pmi::{self, PmiRelays};
 use super::prepare;
-
-/// How long a reaper waits for a rank's output to end after the rank
-/// exited: a process it left behind may hold the pipes open.
-const OUTPUT_GRACE: Duration = Duration::from_secs(2);
-/// How long removing a job's cgroup waits for its killed leftovers to go.
-const REMOVE_PATIENCE: Duration = Duration::from_secs(2);
+use super::user::RankUser;
 
 /// What SpawnRank asks for.
 #[derive(Clone, Debug)]
@@ -53,24 +56,46 @@ pub struct RankSpec {
     pub uid: u32,
     pub gid: u32,
     pub peers: Vec<String>,
+    /// The job's own limits (None: the node's default).
+    pub limits: JobLimits,
 }
 
-struct Job {
-    name: String,
-    size: u32,
-    uid: u32,
-    gid: u32,
+/// What the node allows ranks: set by the operator on its command line.
+#[derive(Clone, Copy, Debug)]
+pub struct RankRules {
+    /// Ranks of users below this uid are refused; 0 allows root.
+    pub min_uid: u32,
+    /// A job's cgroup limits when the job sets none.
+    pub default_limits: JobLimits,
+}
+
+impl RankRules {
+    /// The job's limits, each falling back to the node's default.
+    pub fn limits_of(&self, job: &JobLimits) -> JobLimits {
+        JobLimits {
+            max_pids: job.max_pids.or(self.default_limits.max_pids),
+            max_memory: job.max_memory.or(self.default_limits.max_memory),
+        }
+    }
+}
+
+pub(super) struct Job {
+    pub(super) name: String,
+    pub(super) size: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
     /// Live ranks here: rank → pid.
-    live: BTreeMap<u32, u32>,
+    pub(super) live: BTreeMap<u32, u32>,
 }
 
-struct Inner {
-    node: String,
+pub(super) struct Inner {
+    pub(super) node: String,
     /// None: ranks are not placed in cgroups (tests on hosts without a
     /// writable cgroup2); whole-job actions then use the ranks' pids.
     gang_root: Option<PathBuf>,
-    link: Arc<Link>,
-    holds: FreezeHolds,
+    pub(super) link: Arc<Link>,
+    pub(super) holds: FreezeHolds,
+    rules: RankRules,
     /// MPI bootstrap: each rank's PMI_FD.
     pmi: Arc<PmiRelays>,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
@@ -81,7 +106,7 @@ struct Inner {
 
 #[derive(Clone)]
 pub struct Ranks {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 pub fn describe(status: ExitStatus) -> String {
@@ -100,6 +125,7 @@ impl Ranks {
         gang_root: Option<PathBuf>,
         link: Arc<Link>,
         holds: FreezeHolds,
+        rules: RankRules,
     ) -> Self {
         let to_gangd = link.clone();
         Self {
@@ -111,6 +137,7 @@ impl Ranks {
                 })),
                 link,
                 holds,
+                rules,
                 jobs: Mutex::new(BTreeMap::new()),
             }),
         }
@@ -121,11 +148,11 @@ impl Ranks {
         &self.inner.pmi
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
         self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn dir(&self, job: JobId) -> Option<PathBuf> {
+    pub(super) fn dir(&self, job: JobId) -> Option<PathBuf> {
         self.inner
             .gang_root
             .as_deref()
@@ -145,6 +172,24 @@ impl Ranks {
                 ranks: j.live.keys().copied().collect(),
             })
             .collect()
+    }
+
+    /// Prepare: None if the job may start here, else why not (prefixed
+    /// with the node's name). Checks the user, then the program and cwd as
+    /// the user; may take up to prepare::CHECK_TIMEOUT.
+    pub fn prepare(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &str,
+        uid: u32,
+        gid: u32,
+    ) -> Option<String> {
+        let node = &self.inner.node;
+        match RankUser::resolve(uid, gid, self.inner.rules.min_uid) {
+            Ok(user) => prepare::check(node, argv, env, cwd, &user),
+            Err(why) => Some(format!("{node}: {why}")),
+        }
     }
 
     /// SpawnRank: answers RankStarted, or an Error and RankExited(127).
@@ -222,6 +267,11 @@ impl Ranks {
 
     /// Starts the rank's process; the job's cgroup is made first.
     fn start(&self, spec: &RankSpec) -> Result<(Child, PathBuf), String> {
+        let user = RankUser::resolve(spec.uid, spec.gid, self.inner.rules.min_uid)?;
+        let first = spec.argv.first().ok_or("empty command (no program)")?;
+        // As the user, in a child, before the table is locked (prepare.rs).
+        let program =
+            prepare::find_program(first, &spec.env, &spec.cwd, &user, prepare::CHECK_TIMEOUT)?;
         let mut jobs = self.lock();
         if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&spec.rank)) {
             return Err(format!(
@@ -229,14 +279,25 @@ impl Ranks {
                 spec.rank
             ));
         }
-        let first = spec.argv.first().ok_or("empty command (no program)")?;
-        let program =
-            prepare::find_program(first, &spec.env, Path::new(&spec.cwd), spec.uid, spec.gid)?;
-        let procs: Option<File> = match self.dir(spec.job) {
-            Some(dir) => Some(
-                cgroup::create(&dir)
-                    .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?,
-            ),
+        let cwd = CString::new(spec.cwd.as_bytes())
+            .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
+        let limits = self.inner.rules.limits_of(&spec.limits);
+        let dir = self.dir(spec.job);
+        let procs: Option<File> = match &dir {
+            Some(dir) => {
+                let procs = cgroup::create(dir, &limits)
+                    .map_err(|e| format!("creating cgroup {}: {e}", dir.display()))?;
+                let record = JobRecord {
+                    job: spec.job,
+                    name: spec.name.clone(),
+                    size: spec.size,
+                    uid: spec.uid,
+                    gid: spec.gid,
+                };
+                adopt::record_job(dir, &record)
+                    .map_err(|e| format!("recording the job on {}: {e}", dir.display()))?;
+                Some(procs)
+            }
             None => None,
         };
 
@@ -258,11 +319,10 @@ impl Ranks {
         {
             cmd.env("GANG_PORT", port);
         }
-        // std drops the supplementary groups when it sets the uid.
-        cmd.current_dir(&spec.cwd)
-            .uid(spec.uid)
-            .gid(spec.gid)
-            .stdin(Stdio::null())
+        // The ids and the cwd are set by the last pre_exec step, not by std
+        // (which would drop the supplementary groups, and enter the cwd as
+        // root).
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: setsid(2) is async-signal-safe. A session of its own: a
@@ -299,12 +359,41 @@ impl Ranks {
                 });
             }
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", program.display()))?;
+        // SAFETY: become_user only makes system calls on memory prepared
+        // before the fork, and chdir(2) is async-signal-safe. After the
+        // cgroup write (done with root's rights), so the rank enters its
+        // cwd and executes its program with the user's rights only.
+        unsafe {
+            cmd.pre_exec(move || {
+                user.become_user()?;
+                if libc::chdir(cwd.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting {} as {}:{} in {}: {e}",
+                program.display(),
+                spec.uid,
+                spec.gid,
+                spec.cwd
+            )
+        })?;
         drop(procs);
         if let Some(socket) = pmi_socket {
             socket.serve();
+        }
+        if let Some(dir) = &dir {
+            if let Err(e) = adopt::record_rank(dir, spec.rank, child.id()) {
+                warn!(
+                    "job {} rank {}: recording its pid on {}: {e}; a restarted daemon will not adopt it",
+                    spec.job,
+                    spec.rank,
+                    dir.display()
+                );
+            }
         }
         jobs.entry(spec.job)
             .or_insert_with(|| Job {
@@ -317,97 +406,6 @@ impl Ranks {
             .live
             .insert(spec.rank, child.id());
         Ok((child, program))
-    }
-
-    fn reap(&self, job: JobId, rank: u32, child: &mut Child, pumps_done: Receiver<()>) {
-        let pid = child.id();
-        let status = match child.wait() {
-            Ok(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => ExitStatus::Exited(code),
-                (None, Some(sig)) => ExitStatus::Signaled(sig),
-                (None, None) => ExitStatus::Exited(-1),
-            },
-            Err(e) => {
-                warn!("job {job} rank {rank}: waiting for pid {pid}: {e}");
-                ExitStatus::Exited(-1)
-            }
-        };
-        let last = self.retire(job, rank);
-        let deadline = Instant::now() + OUTPUT_GRACE;
-        loop {
-            match pumps_done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(()) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    info!("job {job} rank {rank}: its output is still open {} s after it ended (a process left behind?): reporting the exit", OUTPUT_GRACE.as_secs());
-                    break;
-                }
-            }
-        }
-        info!("job {job} rank {rank} (pid {pid}) {}", describe(status));
-        self.inner
-            .link
-            .send(FromAgent::RankExited { job, rank, status });
-        if last {
-            self.remove_cgroup_if_idle(job);
-        }
-    }
-
-    /// A rank is gone; after the job's last rank here, what its ranks left
-    /// behind in the cgroup is killed. Returns whether it was the last.
-    fn retire(&self, job: JobId, rank: u32) -> bool {
-        let mut jobs = self.lock();
-        let Some(j) = jobs.get_mut(&job) else {
-            return false;
-        };
-        j.live.remove(&rank);
-        if !j.live.is_empty() {
-            return false;
-        }
-        jobs.remove(&job);
-        if let Some(dir) = self.dir(job) {
-            match cgroup::signal_all(&dir, Signal::SIGKILL) {
-                Ok(0) => {}
-                Ok(n) => info!("job {job}: killed {n} processes its ranks left behind"),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => warn!("job {job}: killing what its ranks left behind: {e}"),
-            }
-        }
-        true
-    }
-
-    /// Removes the job's cgroup unless a rank of it runs here (again).
-    fn remove_cgroup_if_idle(&self, job: JobId) {
-        let Some(dir) = self.dir(job) else { return };
-        let deadline = Instant::now() + REMOVE_PATIENCE;
-        loop {
-            {
-                let jobs = self.lock();
-                if jobs.contains_key(&job) {
-                    return;
-                }
-                match cgroup::try_remove(&dir) {
-                    Ok(true) => {
-                        self.inner.holds.forget(&dir);
-                        return;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        warn!("job {job}: removing cgroup {}: {e}", dir.display());
-                        return;
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                warn!(
-                    "job {job}: cgroup {} still has processes {} s after its last rank: left in place",
-                    dir.display(),
-                    REMOVE_PATIENCE.as_secs()
-                );
-                return;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
     }
 
     /// KillJob: `signal` to every process of the job here. A suspended job

@@ -21,6 +21,9 @@ use gang_coordinator::trace::{EventKind, TraceEvent, TraceMeta};
 
 use super::*;
 use crate::control::{self, FrozenReport, Inbox, RawTrace, Request, Response};
+
+/// The node hardening's attacks: users, limits, paths, restarts.
+mod hardening;
 use crate::knobs::NodeKnobs;
 
 mod pmi;
@@ -252,12 +255,33 @@ impl Drop for Running {
     }
 }
 
+/// Tests run ranks as themselves (root): allowed, with no cgroup limits
+/// (the host's cgroup2 may lack the controllers).
+const TEST_RULES: RankRules = RankRules {
+    min_uid: 0,
+    default_limits: gang_coordinator::proto::JobLimits {
+        max_pids: None,
+        max_memory: None,
+    },
+};
+
 fn start_agent(
     node: &str,
     addr: String,
     ca: &TestCa,
     gang_root: Option<PathBuf>,
     answer: Answer,
+) -> Running {
+    start_agent_with(node, addr, ca, gang_root, answer, TEST_RULES)
+}
+
+fn start_agent_with(
+    node: &str,
+    addr: String,
+    ca: &TestCa,
+    gang_root: Option<PathBuf>,
+    answer: Answer,
+    rules: RankRules,
 ) -> Running {
     capture_log();
     let (inbox, seen) = fake_main_loop(answer);
@@ -273,6 +297,7 @@ fn start_agent(
             gang_root,
             knobs: knobs.clone(),
             holds: holds.clone(),
+            rules,
         },
         inbox,
         shutdown.clone(),
@@ -309,6 +334,7 @@ fn spawn_rank(job: u64, rank: u32, argv: &[&str], env: &[(&str, &str)]) -> ToAge
         uid,
         gid,
         peers: vec!["h1:100".into(), "h2:200".into()],
+        limits: Default::default(),
     }
 }
 
@@ -430,6 +456,7 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
             gang_root: None,
             knobs: SharedKnobs::new(NodeKnobs::new(), 4),
             holds: FreezeHolds::new(),
+            rules: TEST_RULES,
         },
         inbox,
         shutdown.clone(),
@@ -1003,22 +1030,31 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
         &[
             "/bin/sh",
             "-c",
-            "trap 'exit 4' TERM; while :; do sleep 0.05; done",
+            "trap 'exit 4' TERM; echo trapped; while :; do sleep 0.05; done",
         ],
         &[],
     ));
     assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    // Its trap is set before it is suspended.
+    match conn.recv() {
+        FromAgent::RankOutput { data, .. } => assert_eq!(data.0, b"trapped\n"),
+        other => panic!("{other:?}"),
+    }
     let dir = root.join("job32");
     let freeze = || fs::read_to_string(dir.join("cgroup.freeze")).unwrap();
+    // Job actions run on the job worker, in order, after the reader.
+    let settles = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while freeze().trim() != want {
+            assert!(Instant::now() < deadline, "cgroup.freeze never {want}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
     conn.send(ToAgent::SuspendJob { job: JobId(32) });
-    conn.send(ToAgent::Heartbeat { seq: 1 });
-    assert!(matches!(conn.recv(), FromAgent::Heartbeat { .. }));
-    assert_eq!(freeze().trim(), "1");
+    settles("1");
     assert!(agent.holds.is_suspended(&dir));
     conn.send(ToAgent::ResumeJob { job: JobId(32) });
-    conn.send(ToAgent::Heartbeat { seq: 2 });
-    assert!(matches!(conn.recv(), FromAgent::Heartbeat { .. }));
-    assert_eq!(freeze().trim(), "0");
+    settles("0");
     conn.send(ToAgent::SuspendJob { job: JobId(32) });
     conn.send(ToAgent::KillJob {
         job: JobId(32),

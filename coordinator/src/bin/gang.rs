@@ -41,6 +41,14 @@ struct RunArgs {
     /// Prefix every output line with "<rank>: ".
     #[arg(long)]
     label: bool,
+    /// The most processes and threads of the job on one node (its cgroup's
+    /// pids.max; default: the node's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_pids: Option<u64>,
+    /// The most memory of the job on one node (its cgroup's memory.max):
+    /// bytes, or with K, M, G or T (default: the node's).
+    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    max_memory: Option<u64>,
     /// Seconds to keep trying to reach gangd again when the connection is
     /// lost while the job runs.
     #[arg(long, hide = true, env = "GANG_RECONNECT_SECS", default_value_t = 30.0)]
@@ -101,6 +109,8 @@ fn run_options(socket: &Path, verbose: bool, a: RunArgs) -> Result<RunOptions, S
         per_node,
         name,
         label,
+        max_pids,
+        max_memory,
         reconnect_secs,
         argv,
     } = a;
@@ -145,6 +155,10 @@ fn run_options(socket: &Path, verbose: bool, a: RunArgs) -> Result<RunOptions, S
         env,
         cwd,
         label,
+        limits: gang_coordinator::proto::JobLimits {
+            max_pids,
+            max_memory,
+        },
         verbose,
         reconnect_timeout,
     })

@@ -54,6 +54,16 @@ struct Opts {
     #[arg(long, default_value = "/var/lib/gangd")]
     state_dir: PathBuf,
 
+    /// The most processes and threads a job may ask for on a node
+    /// (`gang run --max-pids`); default: no maximum.
+    #[arg(long)]
+    max_job_pids: Option<u64>,
+
+    /// The most memory a job may ask for on a node (`gang run
+    /// --max-memory`): bytes, or with K, M, G or T; default: no maximum.
+    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    max_job_memory: Option<u64>,
+
     /// Refuse jobs until this many nodes have joined.
     #[arg(long, default_value = "1")]
     nodes: usize,
@@ -218,6 +228,10 @@ fn run(opts: Opts) -> Result<()> {
         knob_dir: (!opts.no_knobs).then_some(opts.knob_dir),
         tls: Arc::new(tls),
         min_rank_uid: opts.min_rank_uid,
+        max_job_limits: gang_coordinator::proto::JobLimits {
+            max_pids: opts.max_job_pids,
+            max_memory: opts.max_job_memory,
+        },
         min_nodes: opts.nodes,
         state_dir: opts.state_dir,
         knobs,

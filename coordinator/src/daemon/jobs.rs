@@ -37,6 +37,8 @@ pub struct Job {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: String,
+    /// Its cgroup's limits on each node (None: the node's default).
+    pub limits: crate::proto::JobLimits,
     /// The front end following the job, if still connected.
     pub client: Option<ConnId>,
     /// Accepted has been sent to the front end.
@@ -74,6 +76,7 @@ impl Job {
             argv,
             env,
             cwd,
+            limits: Default::default(),
             client: None,
             accepted: false,
             phase: Phase::Queued,
@@ -182,6 +185,7 @@ mod tests {
             argv: vec!["ring".into()],
             env: vec![],
             cwd: "/".into(),
+            limits: Default::default(),
             client: None,
             accepted: true,
             phase: Phase::Started,

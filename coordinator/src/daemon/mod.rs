@@ -29,8 +29,8 @@ use crate::knobfs::{KnobError, KnobMount};
 use crate::matrix::{self, Cluster};
 use crate::proto::tls::ServerTls;
 use crate::proto::{
-    Bytes, ExitStatus, FromAgent, FromClient, JobId, JobInfo, JobState, NodeId, RankFailure,
-    ToAgent, ToClient,
+    Bytes, ExitStatus, FromAgent, FromClient, JobId, JobInfo, JobLimits, JobState, NodeId,
+    RankFailure, ToAgent, ToClient,
 };
 
 use jobs::{Ending, Job, Phase};
@@ -49,6 +49,9 @@ pub struct Config {
     /// Jobs of users below this uid (root, system accounts) are refused;
     /// 0 allows every user.
     pub min_rank_uid: u32,
+    /// The most a job may ask for with `gang run --max-pids/--max-memory`
+    /// (None: no maximum); more is refused.
+    pub max_job_limits: JobLimits,
     /// Jobs are refused until this many nodes have joined.
     pub min_nodes: usize,
     /// Where the next job id and the known nodes are kept (state.rs).
@@ -680,6 +683,7 @@ impl Coordinator {
                 cwd,
                 label_output,
                 ship_executable,
+                limits,
             } => {
                 let _ = label_output; // the front end labels lines itself
                 let r = self.submit(
@@ -692,6 +696,7 @@ impl Coordinator {
                     env,
                     cwd,
                     ship_executable,
+                    limits,
                 );
                 if let Err(reason) = r {
                     info!("submission by uid {} refused: {reason}", cred.uid);
@@ -805,7 +810,11 @@ impl Coordinator {
         env: Vec<(String, String)>,
         cwd: String,
         ship_executable: bool,
+        limits: JobLimits,
     ) -> Result<(), String> {
+        if let Some(why) = limits.beyond(&self.cfg.max_job_limits) {
+            return Err(why);
+        }
         if ship_executable {
             return Err("shipping the executable is not supported: the program must exist at the same path on every node".into());
         }
@@ -868,6 +877,7 @@ impl Coordinator {
             id,
             Job {
                 client: Some(conn),
+                limits,
                 ..Job::new(name, cred, ranks, argv, env, cwd)
             },
         );
@@ -1036,6 +1046,7 @@ impl Coordinator {
                 uid: j.cred.uid,
                 gid: j.cred.gid,
                 peers: peers.clone(),
+                limits: j.limits,
             });
         }
         j.live = (0..j.ranks).collect();

@@ -18,7 +18,9 @@ use super::client;
 use super::output::LineBuffer;
 use super::signals::SignalPipe;
 use super::{describe_failure, note};
-use crate::proto::{write_frame, FrameDecoder, FromClient, JobId, RankFailure, Stream, ToClient};
+use crate::proto::{
+    write_frame, FrameDecoder, FromClient, JobId, JobLimits, RankFailure, Stream, ToClient,
+};
 
 /// What `gang run` was asked to do.
 #[derive(Clone, Debug)]
@@ -31,6 +33,8 @@ pub struct RunOptions {
     pub env: Vec<(String, String)>,
     pub cwd: String,
     pub label: bool,
+    /// `--max-pids`, `--max-memory`.
+    pub limits: JobLimits,
     pub verbose: bool,
     /// How long to keep trying when the connection to gangd is lost.
     pub reconnect_timeout: Duration,
@@ -47,6 +51,7 @@ impl RunOptions {
             cwd: self.cwd.clone(),
             label_output: self.label,
             ship_executable: false,
+            limits: self.limits,
         }
     }
 }

@@ -1,6 +1,11 @@
 //! The FUSE side of knobfs: one flat directory, one regular file per knob.
 //!
 //! Inode 1 is the directory; knob `i` of `KnobSet::names()` is inode i + 2.
+//!
+//! Writes are the owner's (the daemon's user, root) alone: besides the
+//! kernel's mode check (default_permissions), open for writing, write and
+//! truncate check the caller's uid here, so a mode gone wrong (or a mount
+//! without default_permissions) still lets no one else set a knob.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -49,6 +54,21 @@ impl KnobFs {
             open_files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         }
+    }
+
+    /// The second guard on writes: only the owner may write, whatever the
+    /// mode bits said. Logs the refusal.
+    fn may_write(&self, req: &Request, name: &str) -> Result<(), Errno> {
+        if req.uid() == self.uid {
+            return Ok(());
+        }
+        log::warn!(
+            "knob {name}: write refused: uid {} is not the owner (uid {}) (pid {})",
+            req.uid(),
+            self.uid,
+            req.pid()
+        );
+        Err(Errno::EACCES)
     }
 
     fn knob(&self, ino: INodeNo) -> Option<&str> {
@@ -140,7 +160,7 @@ impl Filesystem for KnobFs {
     /// accepted, both as no-ops; owners and modes are fixed.
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -163,6 +183,11 @@ impl Filesystem for KnobFs {
             return reply.error(Errno::EPERM);
         }
         let writable = self.knob(ino).is_some_and(|n| self.knobs.is_writable(n));
+        if let (Some(_), Some(name)) = (size, self.knob(ino)) {
+            if let Err(e) = self.may_write(req, name) {
+                return reply.error(e);
+            }
+        }
         match size {
             Some(_) if !writable => reply.error(Errno::EACCES),
             Some(s) if s != 0 => reply.error(Errno::EINVAL),
@@ -179,6 +204,11 @@ impl Filesystem for KnobFs {
         if mode != OpenAccMode::O_RDONLY && !self.knobs.is_writable(name) {
             log::warn!("knob {name}: write refused: read-only (pid {})", req.pid());
             return reply.error(Errno::EACCES);
+        }
+        if mode != OpenAccMode::O_RDONLY {
+            if let Err(e) = self.may_write(req, name) {
+                return reply.error(e);
+            }
         }
         let value = if mode == OpenAccMode::O_WRONLY {
             Vec::new()
@@ -237,6 +267,9 @@ impl Filesystem for KnobFs {
         let Some(name) = self.knob(ino) else {
             return reply.error(Errno::ENOENT);
         };
+        if let Err(e) = self.may_write(req, name) {
+            return reply.error(e);
+        }
         match self.apply(name, offset, data) {
             Ok(()) => {
                 log::info!("knob {name} = {}", String::from_utf8_lossy(data).trim());

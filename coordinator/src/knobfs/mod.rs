@@ -74,6 +74,18 @@ impl KnobMount {
     /// Mount `knobs` on `dir`, creating the directory if needed. A stale
     /// mount left by a crashed daemon is detached first; a live one is an error.
     pub fn mount(dir: &Path, knobs: Arc<dyn KnobSet>) -> anyhow::Result<KnobMount> {
+        Self::mount_with(dir, knobs, true)
+    }
+
+    /// Like `mount`, but without the kernel's mode checks when
+    /// `kernel_checks` is false: for the test that shows the file system's
+    /// own uid check holds when the mode bits do not.
+    #[doc(hidden)]
+    pub fn mount_with(
+        dir: &Path,
+        knobs: Arc<dyn KnobSet>,
+        kernel_checks: bool,
+    ) -> anyhow::Result<KnobMount> {
         // Open (and close) the device up front: fuser's own error for a
         // missing module is an opaque "No such file or directory".
         std::fs::OpenOptions::new()
@@ -106,15 +118,18 @@ impl KnobMount {
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname),
-            // The kernel checks the mode bits for non-root users, so anyone
-            // may read and only root may write; read-only knobs are refused
-            // in open/write, since root passes mode checks.
-            MountOption::DefaultPermissions,
             MountOption::NoSuid,
             MountOption::NoDev,
             MountOption::NoExec,
             MountOption::NoAtime,
         ];
+        if kernel_checks {
+            // The kernel checks the mode bits for non-root users, so anyone
+            // may read and only root may write; read-only knobs are refused
+            // in open/write, since root passes mode checks, and so is any
+            // writer but the owner (fs.rs), should the modes be wrong.
+            config.mount_options.push(MountOption::DefaultPermissions);
+        }
         // allow_other: without it only the mounting user (root) may even read.
         config.acl = SessionACL::All;
 

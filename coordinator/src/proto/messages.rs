@@ -32,6 +32,53 @@ pub struct NodeId(pub u32);
 #[serde(transparent)]
 pub struct Gen(pub u64);
 
+impl JobLimits {
+    /// Why these limits exceed `max` (gangd's operator maximum), if they do.
+    pub fn beyond(&self, max: &JobLimits) -> Option<String> {
+        let over = |asked: Option<u64>, max: Option<u64>| asked.zip(max).filter(|(a, m)| a > m);
+        if let Some((a, m)) = over(self.max_pids, max.max_pids) {
+            return Some(format!(
+                "--max-pids {a} is more than the cluster allows ({m})"
+            ));
+        }
+        if let Some((a, m)) = over(self.max_memory, max.max_memory) {
+            return Some(format!(
+                "--max-memory {a} bytes is more than the cluster allows ({m} bytes)"
+            ));
+        }
+        None
+    }
+}
+
+/// A size as `gang run --max-memory` and the daemons' flags take it: bytes,
+/// or a number with a K, M, G or T suffix (powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "bad size {text:?}: the suffix must be K, M, G or T"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("bad size {text:?}: a number of bytes, or with K, M, G or T"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("bad size {text:?}: must be more than 0 and less than 2^64"))
+}
+
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
@@ -322,6 +369,9 @@ pub enum ToAgent {
         gid: u32,
         /// "host:port" of every rank, indexed by rank.
         peers: Vec<String>,
+        /// Absent from an older gangd: the node's defaults.
+        #[serde(default)]
+        limits: JobLimits,
     },
     KillJob {
         job: JobId,
@@ -396,6 +446,9 @@ pub enum FromClient {
         /// (gangd refuses it); absent means false.
         #[serde(default)]
         ship_executable: bool,
+        /// Absent: the nodes' defaults.
+        #[serde(default)]
+        limits: JobLimits,
     },
     /// Send `signal` to every rank of the job.
     Signal {
@@ -477,6 +530,18 @@ pub enum ToClient {
     TraceEnd {
         errors: Vec<String>,
     },
+}
+
+/// Limits of one job on each node it runs on (its cgroup's pids.max and
+/// memory.max): asked for with `gang run --max-pids/--max-memory`, capped
+/// by gangd's maximum; None: the node's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u64>,
+    /// Bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<u64>,
 }
 
 /// A job with live ranks on a node, as the node reports it in Hello.

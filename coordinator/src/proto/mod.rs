@@ -51,6 +51,7 @@ pub use frame::{
     MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 pub use messages::{
-    Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobState, LiveJob,
-    NodeId, Placement, PmiPut, RankFailure, Stream, ToAgent, ToClient, MAX_OUTPUT_CHUNK,
+    parse_size, Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobLimits,
+    JobState, LiveJob, NodeId, Placement, PmiPut, RankFailure, Stream, ToAgent, ToClient,
+    MAX_OUTPUT_CHUNK,
 };

@@ -88,6 +88,7 @@ fn fake_gangd(listen: &str, secs: Duration) {
                         uid: 0,
                         gid: 0,
                         peers: vec![],
+                        limits: Default::default(),
                     },
                 );
             }

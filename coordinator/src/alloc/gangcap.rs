@@ -1,0 +1,122 @@
+//! The per-node gang limit: a node's scheduler holds at most
+//! NODE_MAX_GANGS gangs, and each job with a cell on the node (in any
+//! slot, home or fill) is one. The choosers only see free masks, so the
+//! limit is applied to the mask: the columns of a node that already has
+//! that many other jobs are not free for a new one. A job that finds no
+//! room because of it waits in the queue like any job that does not fit,
+//! and starts when a job on the full node ends.
+
+use std::collections::BTreeSet;
+
+use super::Allocator;
+use crate::matrix::{JobId, NODE_MAX_GANGS};
+
+impl Allocator {
+    /// The jobs with a cell on each node, in any slot.
+    fn gangs_per_node(&self) -> Vec<BTreeSet<JobId>> {
+        let cluster = self.matrix.cluster();
+        (0..cluster.nodes().len())
+            .map(|n| {
+                let cols = cluster.node_columns(n);
+                self.matrix
+                    .rows()
+                    .iter()
+                    .flat_map(|row| row[cols.clone()].iter().flatten().map(|e| e.job))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// `free` without the columns of the nodes where job `id` would be a
+    /// gang too many.
+    pub(super) fn within_gang_limit(&self, id: JobId, mut free: Vec<bool>) -> Vec<bool> {
+        let cluster = self.matrix.cluster();
+        for (n, gangs) in self.gangs_per_node().iter().enumerate() {
+            if gangs.len() >= NODE_MAX_GANGS && !gangs.contains(&id) {
+                for col in cluster.node_columns(n) {
+                    free[col] = false;
+                }
+            }
+        }
+        free
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::alloc::{Allocator, JobSpec, JobState, Policy, Settings};
+    use crate::matrix::{Cluster, NodeSpec, NODE_MAX_GANGS};
+
+    fn node(id: u32, nr_cpus: u32) -> NodeSpec {
+        NodeSpec {
+            id,
+            name: format!("n{id}"),
+            nr_cpus,
+            housekeeping: vec![],
+        }
+    }
+
+    fn one_rank(i: usize) -> JobSpec {
+        JobSpec {
+            name: format!("j{i}"),
+            ranks: 1,
+            per_node: None,
+        }
+    }
+
+    /// One node of 80 CPUs: room for 80 one-rank jobs in one slot, but its
+    /// scheduler holds 64 gangs.
+    #[test]
+    fn a_node_never_gets_a_65th_gang() {
+        for policy in [
+            Policy::FirstFit,
+            Policy::BestFit,
+            Policy::Buddy,
+            Policy::Scs,
+        ] {
+            let cluster = Cluster::new(vec![node(0, 80)]).unwrap();
+            let settings = Settings {
+                policy,
+                mpl_max: 2,
+                fill: true,
+                backfill: false,
+            };
+            let mut a = Allocator::new(cluster, settings).unwrap();
+            let ids: Vec<_> = (0..NODE_MAX_GANGS + 2)
+                .map(|i| a.submit(one_rank(i)).unwrap())
+                .collect();
+            let state = |a: &Allocator, id| a.job(id).unwrap().state;
+            for &id in &ids[..NODE_MAX_GANGS] {
+                assert_eq!(state(&a, id), JobState::Running, "{policy}");
+            }
+            for &id in &ids[NODE_MAX_GANGS..] {
+                assert_eq!(state(&a, id), JobState::Queued, "{policy}: job {id}");
+            }
+            // One ends: the first queued takes its place, the next waits.
+            a.finish(ids[0]).unwrap();
+            assert_eq!(
+                state(&a, ids[NODE_MAX_GANGS]),
+                JobState::Running,
+                "{policy}"
+            );
+            assert_eq!(
+                state(&a, ids[NODE_MAX_GANGS + 1]),
+                JobState::Queued,
+                "{policy}"
+            );
+        }
+    }
+
+    /// With a second node the 65th job goes there instead of waiting.
+    #[test]
+    fn a_full_node_is_skipped_for_one_with_room() {
+        let cluster = Cluster::new(vec![node(0, 80), node(1, 4)]).unwrap();
+        let mut a = Allocator::new(cluster, Settings::default()).unwrap();
+        let ids: Vec<_> = (0..=NODE_MAX_GANGS)
+            .map(|i| a.submit(one_rank(i)).unwrap())
+            .collect();
+        let last = a.job(ids[NODE_MAX_GANGS]).unwrap();
+        assert_eq!(last.state, JobState::Running);
+        assert!(last.cells.iter().all(|c| c.node == 1), "{last:?}");
+    }
+}
