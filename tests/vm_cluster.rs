@@ -621,7 +621,7 @@ fn attack_result(dir: &Path, name: &str) -> serde_json::Value {
 #[test]
 #[ignore = "boots 4 VMs: run by scripts/test.sh"]
 fn attacks_on_the_cluster_fail_are_logged_and_the_users_job_finishes() {
-    let run = run_cluster("cluster_attacks", NODES, &[], 600);
+    let run = run_cluster("cluster_attacks", NODES, &[], 900);
     let (n0, n1, n3) = (run.node(0), run.node(1), run.node(3));
     let gangd_log = read(&n0, "gangd.1.log");
 
@@ -702,7 +702,36 @@ fn attacks_on_the_cluster_fail_are_logged_and_the_users_job_finishes() {
         );
     }
 
-    // And alice's job, adopted by the real gangd again, finished well.
+    // 7. A late node: nothing accepted while it may still bring jobs
+    // back; then S gets an id of its own and node 2's rank goes to R.
+    assert_ne!(read(&n0, "early.rc"), "0", "a job accepted during adoption");
+    let err = read(&n0, "early.err");
+    assert!(err.contains("restarted"), "early submission: {err}");
+    let job = |ps: &serde_json::Value, name: &str| -> serde_json::Value {
+        ps.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["name"].as_str().is_some_and(|n| n.starts_with(name)))
+            .unwrap_or_else(|| panic!("no job {name} in {ps}"))
+            .clone()
+    };
+    let (late, after) = (json(&n0, "ps_late.out"), json(&n0, "ps_after.out"));
+    let (r, s) = (job(&late, "R"), job(&late, "S"));
+    assert_ne!(r["job"], s["job"], "S was given R's id: {late}");
+    let r_after = job(&after, "R");
+    assert_eq!(r_after["job"], r["job"]);
+    let nodes: Vec<&str> = r_after["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(nodes.contains(&"node2"), "node 2's rank is not R's again: {after}");
+    let s_nodes = job(&after, "S")["nodes"].to_string();
+    assert!(!s_nodes.contains("node2"), "node 2's rank went to S: {after}");
+
+    // And alice's jobs, R adopted by the real gangd again, finished well.
+    assert_eq!(read(&n0, "S.rc"), "0", "S: {}", read(&n0, "S.err"));
     assert_eq!(read(&n0, "R.rc"), "0", "R: {}", read(&n0, "R.err"));
 }
 

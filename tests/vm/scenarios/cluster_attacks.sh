@@ -12,31 +12,49 @@
 #  6. fake gangd: gangd is stopped and bob serves gangd's port with a CA of
 #     his own; every agent comes back to it and must refuse it (and never
 #     run its uid-0 SpawnRank);
-# then the real gangd comes back, adopts R, and R finishes with 0.
+#  7. late rejoin: the real gangd comes back while node 2 is kept away (its
+#     way to gangd, a forwarder, stopped): no job is accepted until node 2
+#     is back or 30 s passed; then job S gets an id of its own, node 2
+#     rejoins with R's rank and it goes back to R (never to S);
+# and R and S finish with 0.
 . /scenarios/cluster_lib.sh
 
 cluster_init
 [ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
-if [ "$NODE_ID" = 3 ]; then
-	# Node 3's way to gangd goes through the man in the middle.
-	attack replay --listen 0.0.0.0:7071 --to "node0:$GANGD_PORT" --secs 20 \
-		> "$RESULTS/replay.json" 2> "$RESULTS/replay.err" &
-	REPLAY_PID=$!
+# start_agent_via PORT: this node's agent reaches gangd through a local
+# forwarder on PORT (started by the caller); joins in turn like
+# start_node_agent.
+start_agent_via() {
 	sleep 1
 	wait_board gangd up 120 || fail "gangd did not come up on node 0"
-	wait_board "joined.node2" yes 300 || fail "node2 never joined"
-	scx_gang --coordinator "127.0.0.1:7071" --tls-dir "$NODE_TLS" \
+	wait_board "joined.node$((NODE_ID - 1))" yes 300 || fail "node$((NODE_ID - 1)) never joined"
+	scx_gang --coordinator "127.0.0.1:$1" --tls-dir "$NODE_TLS" \
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" \
 		> "$RESULTS/scx_gang.log" 2>&1 &
 	SCX_PID=$!
 	poll_for 120 joined_or_dead
-	joined || fail "scx_gang did not join through the proxy: $(tail -5 "$RESULTS/scx_gang.log")"
+	joined || fail "scx_gang did not join through port $1: $(tail -5 "$RESULTS/scx_gang.log")"
 	board_put "joined.node$NODE_ID" yes
 	poll_for 120 attached_or_dead
 	board_put "ready.node$NODE_ID" yes
-else
-	start_node_agent
-fi
+}
+
+case $NODE_ID in
+2)
+	attack forward --listen 127.0.0.1:7072 --to "node0:$GANGD_PORT" \
+		> "$RESULTS/forward.out" 2>&1 &
+	PROXY_PID=$!
+	start_agent_via 7072
+	;;
+3)
+	# Node 3's way to gangd goes through the man in the middle.
+	attack replay --listen 127.0.0.1:7071 --to "node0:$GANGD_PORT" --secs 20 \
+		> "$RESULTS/replay.json" 2> "$RESULTS/replay.err" &
+	PROXY_PID=$!
+	start_agent_via 7071
+	;;
+*) start_node_agent ;;
+esac
 
 # listening_ports: the TCP ports something listens on here (state 0A).
 listening_ports() {
@@ -47,7 +65,7 @@ listening_ports() {
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
-	submit R 3 -- /usr/bin/burn --seconds 150 --name R; R=$JOB_PID
+	submit R 3 -- /usr/bin/burn --seconds 240 --name R; R=$JOB_PID
 	wait_jobs running 1 60
 	RID=$(job_id R)
 
@@ -83,10 +101,20 @@ if [ "$NODE_ID" = 0 ]; then
 	board_put phase fake
 	as_user $BOB_UID attack fake-gangd --listen "0.0.0.0:$GANGD_PORT" --secs 25 \
 		> "$RESULTS/fake_gangd.json" 2> "$RESULTS/fake_gangd.err"
-	start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
-	board_put gangd up
+	# 7: gangd back, node 2 kept away.
+	board_put phase late
+	wait_board paused.node2 yes 120 || fail "node 2 did not stop its way to gangd"
+	start_gangd --nodes 1 --slot-ms 100
+	poll_for 60 nodes_at_least 2 || log "nodes 1 and 3 did not come back"
+	try early as_alice gang run -n 1 -- /bin/true
+	poll_for 60 grep -q "adoption over" "$RESULTS/gangd.log" || log "adoption never ended"
+	submit S 2 -- /usr/bin/burn --seconds 20 --name S; S=$JOB_PID
+	wait_jobs running 2 60
+	try ps_late as_alice gang ps --json
+	board_put phase rejoin
 	poll_for 120 nodes_stable "$COMPUTE_NODES" || log "only $(node_count) nodes came back"
 	try ps_after as_alice gang ps --json
+	finish_job S "$S"
 	board_put phase after
 	i=1
 	while [ $i -lt "$NNODES" ]; do
@@ -115,10 +143,17 @@ else
 		poll_for 120 test -s "$RESULTS/replay.json" || log "no replay result"
 		board_put replay.node3 done
 	fi
+	if [ "$NODE_ID" = 2 ]; then
+		wait_board phase late 600 || fail "no late phase"
+		kill -STOP "$PROXY_PID"
+		board_put paused.node2 yes
+		wait_board phase rejoin 600 || fail "no rejoin phase"
+		kill -CONT "$PROXY_PID"
+	fi
 	wait_board phase after 600 || log "no after phase"
 	{ test -e /tmp/pwned && cat /tmp/pwned; } > "$RESULTS/pwned" 2>&1
 	board_put "checked.node$NODE_ID" done
 	wait_done
-	[ -n "$REPLAY_PID" ] && kill "$REPLAY_PID" 2>/dev/null
+	[ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null
 fi
 exit 0

@@ -13,6 +13,8 @@
 //!   bytes from the agent; after S seconds plays them to gangd on a new
 //!   connection, prints what came back, and goes on forwarding until
 //!   killed.
+//! - `forward --listen ADDR --to ADDR`: forwards connections, nothing
+//!   more: the scenario stops it (SIGSTOP) to keep a node away from gangd.
 //! - `flood --to ADDR --count N --secs S`: N idle connections held S
 //!   seconds; reports how many gangd closed and when.
 
@@ -44,6 +46,7 @@ fn main() {
         Some("fake-gangd") => fake_gangd(&arg(&args, "--listen"), secs(&args)),
         Some("rogue-agent") => rogue_agent(&arg(&args, "--to")),
         Some("replay") => replay(&arg(&args, "--listen"), &arg(&args, "--to"), secs(&args)),
+        Some("forward") => forward_all(&arg(&args, "--listen"), &arg(&args, "--to"), None),
         Some("flood") => flood(
             &arg(&args, "--to"),
             arg(&args, "--count").parse().expect("--count N"),
@@ -144,21 +147,23 @@ fn forward(client: TcpStream, to: &str, record: Option<Arc<Mutex<Vec<u8>>>>) {
     let _ = s.shutdown(Shutdown::Both);
 }
 
-fn replay(listen: &str, to: &str, secs: Duration) {
+/// Forwards every connection to `listen` to `to`; the first one's bytes
+/// from the client go to `record` if given.
+fn forward_all(listen: &str, to: &str, record: Option<Arc<Mutex<Vec<u8>>>>) {
     let listener = TcpListener::bind(listen).expect("binding");
+    let mut record = record;
+    for c in listener.incoming().flatten() {
+        let (dest, rec) = (to.to_string(), record.take());
+        thread::spawn(move || forward(c, &dest, rec));
+    }
+}
+
+fn replay(listen: &str, to: &str, secs: Duration) {
     let recorded = Arc::new(Mutex::new(Vec::new()));
     // The agent's connections are forwarded for as long as this runs (the
     // node stays in the cluster); the first one is recorded.
-    let (rec, dest) = (recorded.clone(), to.to_string());
-    thread::spawn(move || {
-        let mut first = true;
-        for c in listener.incoming().flatten() {
-            let record = first.then(|| rec.clone());
-            first = false;
-            let dest = dest.clone();
-            thread::spawn(move || forward(c, &dest, record));
-        }
-    });
+    let (rec, listen2, dest) = (recorded.clone(), listen.to_string(), to.to_string());
+    thread::spawn(move || forward_all(&listen2, &dest, Some(rec)));
     thread::sleep(secs);
     let bytes = recorded.lock().unwrap().clone();
     let mut again = TcpStream::connect(to).expect("reaching gangd again");
