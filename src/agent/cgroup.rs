@@ -46,9 +46,10 @@ pub fn create(dir: &Path, limits: &JobLimits) -> io::Result<File> {
         .open(dir.join("cgroup.procs"))
 }
 
-/// Writes pids.max and memory.max (only those given). The controllers are
-/// enabled for the gang root first if they are not (best effort: the
-/// missing file then says what is wrong).
+/// Writes pids.max and memory.max (only those given). A controller not
+/// enabled for the job is enabled first from the top of the hierarchy down
+/// to the gang root, as systemd does (best effort: the missing file then
+/// says what is wrong).
 pub fn set_limits(dir: &Path, limits: &JobLimits) -> io::Result<()> {
     let wanted = [
         ("pids", "pids.max", limits.max_pids),
@@ -59,10 +60,7 @@ pub fn set_limits(dir: &Path, limits: &JobLimits) -> io::Result<()> {
         let path = dir.join(file);
         if !path.exists() {
             if let Some(parent) = dir.parent() {
-                let _ = write_existing(
-                    &parent.join("cgroup.subtree_control"),
-                    &format!("+{controller}"),
-                );
+                enable_down_to(parent, controller);
             }
         }
         write_existing(&path, &value.to_string()).map_err(|e| {
@@ -78,6 +76,21 @@ pub fn set_limits(dir: &Path, limits: &JobLimits) -> io::Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Enables `controller` in the cgroup.subtree_control of every cgroup from
+/// the hierarchy's root down to `dir` (each ancestor must offer it to the
+/// next). Errors are left for the caller to find: a cgroup with processes
+/// of its own (not the root) refuses, and that is the operator's layout.
+fn enable_down_to(dir: &Path, controller: &str) {
+    let mut chain: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| d.join("cgroup.controllers").exists())
+        .collect();
+    chain.reverse();
+    for d in chain {
+        let _ = write_existing(&d.join("cgroup.subtree_control"), &format!("+{controller}"));
+    }
 }
 
 /// Writes a file that must exist (cgroup files are never created).
