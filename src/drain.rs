@@ -235,7 +235,9 @@ fn dump_family(
 }
 
 /// Parses one datagram of netlink messages; true once the dump is done.
-fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool> {
+/// Public for the fuzz target (fuzz/fuzz_targets/sock_diag.rs).
+#[doc(hidden)]
+pub fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool> {
     while data.len() >= size_of::<NlMsgHdr>() {
         let hdr: NlMsgHdr = read_struct(data);
         let len = hdr.len as usize;
