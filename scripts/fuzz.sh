@@ -84,8 +84,10 @@ for t in "${wanted[@]}"; do
         -malloc_limit_mb=$MALLOC_LIMIT_MB -rss_limit_mb=$RSS_LIMIT_MB \
         -artifact_prefix="$artifacts/" "$corpus" "$crate/seeds/$t" >"$log" 2>&1 || rc=$?
     stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
+    rate=$(stat average_exec_per_sec)
+    [[ $rate != 0 ]] || rate="(<1s)" # libFuzzer divides by whole seconds
     printf '%-14s inputs %-10s exec/s %-8s time %4ss corpus %-6s crashes %s\n' \
-        "$t" "$(stat number_of_executed_units)" "$(stat average_exec_per_sec)" \
+        "$t" "$(stat number_of_executed_units)" "$rate" \
         "$((SECONDS - start))" "$(find "$corpus" -type f | wc -l)" \
         "$([[ $rc == 0 ]] && echo 0 || echo 1)"
     if [[ $rc != 0 ]]; then

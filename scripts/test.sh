@@ -12,7 +12,7 @@ cd "$REPO_ROOT"
 
 export BPF_CLANG=${BPF_CLANG:-clang-19}
 short_fuzz() {
-    step "short fuzz pass: 20k inputs per decoder target (docs/fuzzing.md; cold build ~5 min)"
+    step "short fuzz pass: 20k inputs per decoder target (docs/fuzzing.md; the cold build of the fuzz crates is the long part)"
     "$SCRIPTS_DIR/fuzz.sh" --runs 20000
 }
 
