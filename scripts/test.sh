@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: installs what the tests need (Debian packages, the
 # sched_ext kernel), builds everything, runs the host tests and then the
-# acceptance tests inside VMs booting the sched_ext kernel.
+# acceptance tests inside VMs booting the sched_ext kernel, and last a short
+# fuzz pass over the decoders of untrusted bytes (scripts/fuzz.sh).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --host     host tests only (no VM)
@@ -10,6 +11,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 export BPF_CLANG=${BPF_CLANG:-clang-19}
+short_fuzz() {
+    step "short fuzz pass: 20k inputs per decoder target (docs/fuzzing.md; the cold build of the fuzz crates is the long part)"
+    "$SCRIPTS_DIR/fuzz.sh" --runs 20000
+}
 
 step "setting up the test bed (packages, sched_ext kernel)"
 "$SCRIPTS_DIR/setup.sh"
@@ -19,7 +24,9 @@ cargo build --release --workspace --all-targets
 
 if [[ ${1:-} == --host ]]; then
     step "host tests"
-    exec cargo test --release --workspace
+    cargo test --release --workspace
+    short_fuzz
+    exit
 fi
 
 step "peer schedulers for the evaluation (scx_bpfland from crates.io, cached; cold ~10 min)"
@@ -32,3 +39,5 @@ step "peer schedulers for the evaluation (scx_bpfland from crates.io, cached; co
 # tests/vm_eval.rs the evaluation at its reduced size (scripts/eval.sh).
 step "host tests, then VM acceptance tests (each boots one VM, the cluster tests four)"
 cargo test --release --workspace --no-fail-fast -- --include-ignored --test-threads=1
+
+short_fuzz

@@ -235,7 +235,9 @@ fn dump_family(
 }
 
 /// Parses one datagram of netlink messages; true once the dump is done.
-fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool> {
+/// Public for the fuzz target (fuzz/fuzz_targets/sock_diag.rs).
+#[doc(hidden)]
+pub fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool> {
     while data.len() >= size_of::<NlMsgHdr>() {
         let hdr: NlMsgHdr = read_struct(data);
         let len = hdr.len as usize;
@@ -249,8 +251,10 @@ fn parse_messages(mut data: &[u8], out: &mut Vec<TcpSocket>) -> io::Result<bool>
         match hdr.kind {
             NLMSG_DONE => return Ok(true),
             NLMSG_ERROR => {
+                // nlmsgerr.error is a negative errno; i32::MIN has no
+                // negation (found by fuzz/fuzz_targets/sock_diag.rs).
                 let errno = if body.len() >= 4 {
-                    -i32::from_ne_bytes(body[..4].try_into().unwrap())
+                    i32::from_ne_bytes(body[..4].try_into().unwrap()).saturating_neg()
                 } else {
                     0
                 };
@@ -560,5 +564,19 @@ mod tests {
         assert!(!parse_messages(&[1, 2, 3], &mut out).unwrap());
         let s = parse_socket(&[0u8; 10]);
         assert_eq!(s, TcpSocket::default());
+    }
+
+    #[test]
+    fn an_error_message_of_any_errno_is_an_error_not_an_overflow() {
+        for error in [-1i32, 0, i32::MIN, i32::MAX] {
+            let mut msg = Vec::new();
+            msg.extend_from_slice(&20u32.to_ne_bytes());
+            msg.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+            msg.extend_from_slice(&[0u8; 10]);
+            msg.extend_from_slice(&error.to_ne_bytes());
+            let err = parse_messages(&msg, &mut Vec::new()).unwrap_err();
+            // Not i32::MIN again (a wrapped negation), and no panic.
+            assert_eq!(err.raw_os_error(), Some(error.saturating_neg()), "{error}");
+        }
     }
 }

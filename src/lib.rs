@@ -13,6 +13,7 @@ pub mod clock;
 pub mod control;
 pub mod cpulist;
 pub mod drain;
+pub mod events;
 pub mod freezer;
 pub mod gangs;
 pub use gang_coordinator::knobfs;

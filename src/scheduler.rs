@@ -28,11 +28,12 @@ use scx_gang::agent::freeze::FreezeHolds;
 use scx_gang::bpf_intf::*;
 use scx_gang::control::{Inbox, Pending, Placement, RawTrace, Request, Response};
 use scx_gang::cpulist::CpuList;
+use scx_gang::events::{decode_event, decode_notice};
 use scx_gang::freezer;
 use scx_gang::gangs::{self, GangRegistry};
 use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS, MAX_SLOTS};
-use scx_gang::trace::{EventKind, TraceEvent, TraceMeta};
+use scx_gang::trace::{TraceEvent, TraceMeta};
 
 use crate::bpf_skel::*;
 use crate::stats::Metrics;
@@ -987,11 +988,6 @@ fn watch_notices(
         })?)
 }
 
-fn decode_notice(data: &[u8]) -> Option<gang_notice> {
-    (data.len() >= std::mem::size_of::<gang_notice>())
-        .then(|| unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) })
-}
-
 /// Runs a SEC("syscall") program with `args` as its context.
 fn run_syscall<T>(prog: &libbpf_rs::ProgramMut<'_>, args: &mut T) -> Result<()> {
     let input = ProgramInput {
@@ -1005,29 +1001,6 @@ fn run_syscall<T>(prog: &libbpf_rs::ProgramMut<'_>, args: &mut T) -> Result<()> 
         bail!("returned {}", out.return_value as i32);
     }
     Ok(())
-}
-
-fn decode_event(data: &[u8]) -> Option<TraceEvent> {
-    if data.len() < std::mem::size_of::<gang_event>() {
-        return None;
-    }
-    let e: gang_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-    let kind = match e.kind {
-        k if k == gang_event_kind_EV_SWITCH => EventKind::Switch,
-        k if k == gang_event_kind_EV_OWNER => EventKind::Owner,
-        k if k == gang_event_kind_EV_RUN => EventKind::Run,
-        _ => return None,
-    };
-    Some(TraceEvent {
-        ts_ns: e.ts,
-        gen: e.generation,
-        kind,
-        cpu: e.cpu,
-        gang: e.gang,
-        slot: e.slot,
-        cause: e.cause,
-        flags: e.flags,
-    })
 }
 
 pub fn monotonic_ns() -> u64 {

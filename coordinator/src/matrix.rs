@@ -428,7 +428,8 @@ pub fn format_cpus(cpus: &[u32]) -> String {
 /// Parses a CPU list in the kernel's text form ("0-3,8"; empty = none), as
 /// a node reports its housekeeping CPUs. Ascending, without duplicates.
 pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
-    let mut cpus = Vec::new();
+    // A set, not a list: "0-255,0-255,..." must not grow with the text.
+    let mut cpus = [false; NODE_MAX_CPUS as usize];
     for part in text
         .trim()
         .split(',')
@@ -447,11 +448,9 @@ pub fn parse_cpus(text: &str) -> Result<Vec<u32>, String> {
         if lo > hi || hi >= NODE_MAX_CPUS {
             return Err(format!("bad CPU list {text:?}: range {part:?}"));
         }
-        cpus.extend(lo..=hi);
+        cpus[lo as usize..=hi as usize].fill(true);
     }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
+    Ok((0..NODE_MAX_CPUS).filter(|&c| cpus[c as usize]).collect())
 }
 
 #[cfg(test)]

@@ -73,8 +73,12 @@ impl Gangd {
             .arg(dir.join("sock"))
             .arg("--ca-dir")
             .arg(ca.dir())
-            // The tests' jobs run as root.
-            .args(["--min-rank-uid", "0"])
+            // The tests' jobs run as root (unless a test says otherwise).
+            .args(if args.iter().any(|a| a == "--min-rank-uid") {
+                &[][..]
+            } else {
+                &["--min-rank-uid", "0"][..]
+            })
             .arg("--switch-log")
             .arg(dir.join("switches.jsonl"))
             .arg("--state-dir")
@@ -802,6 +806,48 @@ fn a_node_reporting_another_users_job_under_a_known_id_is_not_merged_into_it() {
     fe.send(FromClient::Kill { job: JobId(7) });
     thread::sleep(Duration::from_millis(300));
     assert!(!b.got().iter().any(|m| matches!(m, ToAgent::KillJob { .. })));
+}
+
+#[test]
+fn a_node_cannot_have_gangd_adopt_a_root_job_or_a_giant_one() {
+    let g = Gangd::start("adopt-bounds", 1, &["--min-rank-uid", "1000"]);
+    let claim = |job: u64, uid: u32, size: u32| LiveJob {
+        job: JobId(job),
+        name: "x".into(),
+        size,
+        uid,
+        gid: uid,
+        ranks: vec![0],
+    };
+    let sched = vec![vec![
+        Placement {
+            job: JobId(3),
+            cpus: "0".into(),
+        },
+        Placement {
+            job: JobId(4),
+            cpus: "1".into(),
+        },
+    ]];
+    // A root job, and a job of u32::MAX ranks (gangd would size a table
+    // by it): the node is welcome, neither job is taken.
+    let _n0 = FakeAgent::join_with(
+        &g,
+        2,
+        &g.ca.client("n0"),
+        vec![claim(3, 0, 1), claim(4, 1000, u32::MAX)],
+        sched,
+    )
+    .unwrap();
+    let mut fe = FrontEnd::connect(&g);
+    fe.send(FromClient::Ps);
+    let ToClient::PsReply { jobs } = fe.recv() else {
+        panic!()
+    };
+    assert!(jobs.is_empty(), "{jobs:?}");
+    let log = g.log();
+    assert!(log.contains("not adopting its job 3 of uid 0"), "{log}");
+    assert!(log.contains("job 4 claims 4294967295 ranks"), "{log}");
 }
 
 #[test]

@@ -140,6 +140,23 @@ pub fn parse_greeting(line: &str) -> Result<Greeting, String> {
     }
 }
 
+/// Checks the daemon's whole answer: its first line (`data` up to the
+/// newline, UTF-8) is a greeting, and `gang <id>` came with exactly one fd
+/// (`fds` of them were received).
+pub fn parse_answer(data: &[u8], fds: usize) -> Result<Greeting, String> {
+    let end = data.iter().position(|&b| b == b'\n');
+    let Some(line) = end.and_then(|e| std::str::from_utf8(&data[..e]).ok()) else {
+        return Err(format!("no complete answer line ({} bytes)", data.len()));
+    };
+    let greeting = parse_greeting(line)?;
+    if let Greeting::Gang(gang) = greeting {
+        if fds != 1 {
+            return Err(format!("gang {gang} came with {fds} fds, not 1"));
+        }
+    }
+    Ok(greeting)
+}
+
 /// Reads the whole answer (up to EOF or the newline), collecting any fds
 /// passed along the way. Fds are received close-on-exec.
 fn receive(sock: &UnixStream) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
@@ -209,20 +226,10 @@ pub fn open_clock(path: &Path) -> ClockOpen {
         Ok(r) => r,
         Err(e) => return ClockOpen::Unavailable(format!("reading {}: {e}", path.display())),
     };
-    let end = data.iter().position(|&b| b == b'\n');
-    let Some(line) = end.and_then(|e| std::str::from_utf8(&data[..e]).ok()) else {
-        return ClockOpen::Unavailable(format!("no complete answer line ({} bytes)", data.len()));
-    };
-    match parse_greeting(line) {
+    match parse_answer(&data, fds.len()) {
         Err(e) => ClockOpen::Unavailable(e),
         Ok(Greeting::NoGang(reason)) => ClockOpen::NoGang(reason),
         Ok(Greeting::Gang(gang)) => {
-            if fds.len() != 1 {
-                return ClockOpen::Unavailable(format!(
-                    "gang {gang} came with {} fds, not 1",
-                    fds.len()
-                ));
-            }
             let fd = fds.pop().expect("one fd");
             match SlotClock::map(fd.as_raw_fd(), gang) {
                 Ok(c) => ClockOpen::Mapped(c), // `fd` closes here; the mapping stays
@@ -287,6 +294,22 @@ mod tests {
         assert_eq!(parse_greeting("none"), Ok(Greeting::NoGang(String::new())));
         assert!(parse_greeting("hello").is_err());
         assert!(parse_greeting("").is_err());
+    }
+
+    #[test]
+    fn an_answer_is_one_line_and_a_gang_comes_with_exactly_one_fd() {
+        assert_eq!(parse_answer(b"gang 3\n", 1), Ok(Greeting::Gang(3)));
+        assert!(parse_answer(b"gang 3\n", 0).is_err());
+        assert!(parse_answer(b"gang 3\n", 2).is_err());
+        assert!(
+            parse_answer(b"gang 3", 1).is_err(),
+            "no newline: incomplete"
+        );
+        assert!(parse_answer(b"gang \xff\n", 1).is_err(), "not UTF-8");
+        assert_eq!(
+            parse_answer(b"none why\n", 0),
+            Ok(Greeting::NoGang("why".into()))
+        );
     }
 
     #[test]

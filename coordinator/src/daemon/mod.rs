@@ -5,6 +5,7 @@
 //! (knobs.rs) post events to it; it answers by queueing messages on the
 //! connections' outlets, which never block it.
 
+pub mod adoption;
 mod jobs;
 pub mod knobs;
 pub mod net;
@@ -398,6 +399,13 @@ impl Coordinator {
         lj: &crate::proto::LiveJob,
         schedule: &[Vec<crate::proto::Placement>],
     ) {
+        if lj.uid < self.cfg.min_rank_uid {
+            warn!(
+                "node {node_name}: not adopting its job {} of uid {} (below --min-rank-uid {})",
+                lj.job, lj.uid, self.cfg.min_rank_uid
+            );
+            return;
+        }
         if let Some(known) = self.jobs.get(&lj.job) {
             if (known.cred.uid, known.cred.gid) != (lj.uid, lj.gid) || known.ranks != lj.size {
                 // Never merge two users' jobs: the ids were reused (a
@@ -410,28 +418,24 @@ impl Coordinator {
                 return;
             }
         }
-        let mut pref = None;
-        let mut cells = Vec::new();
-        for (slot, row) in schedule.iter().enumerate() {
-            for p in row.iter().filter(|p| p.job == lj.job) {
-                pref.get_or_insert(slot);
-                if pref == Some(slot) {
-                    for cpu in matrix::parse_cpus(&p.cpus).unwrap_or_default() {
-                        cells.push(matrix::Cell { node: node.0, cpu });
-                    }
-                }
+        let plan = match adoption::plan(lj, schedule) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("node {node_name}: {e}; not adopted");
+                return;
             }
-        }
+        };
         let spec = JobSpec {
             name: format!("{}#adopted{}", lj.name, lj.job.0),
             ranks: lj.size,
             per_node: None,
         };
-        if !cells.is_empty() {
-            if let Err(e) = self
-                .alloc
-                .adopt(aid(lj.job), spec, pref.unwrap_or(0), &cells)
-            {
+        if let Some((slot, cpus)) = &plan.placed {
+            let cells: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| matrix::Cell { node: node.0, cpu })
+                .collect();
+            if let Err(e) = self.alloc.adopt(aid(lj.job), spec, *slot, &cells) {
                 warn!("node {node_name}: {e}; its ranks keep running unscheduled");
             }
         }
@@ -452,7 +456,7 @@ impl Coordinator {
                 String::new(),
             )
         });
-        for &r in &lj.ranks {
+        for &r in &plan.ranks {
             if let Some(slot) = job.rank_node.get_mut(r as usize) {
                 *slot = node;
                 job.live.insert(r);

@@ -118,23 +118,30 @@ impl KnobFs {
         if !self.knobs.is_writable(name) {
             return Err(KnobError::ReadOnly);
         }
-        // The whole value must come in one write at offset 0, as `echo` does;
-        // a second write would be half a value.
-        if offset != 0 {
-            return Err(KnobError::Invalid(format!(
-                "write at offset {offset}: write the whole value at once"
-            )));
-        }
-        if data.len() > MAX_WRITE {
-            return Err(KnobError::Invalid(format!(
-                "{} bytes is too long (max {MAX_WRITE})",
-                data.len()
-            )));
-        }
-        let text = std::str::from_utf8(data)
-            .map_err(|_| KnobError::Invalid("value is not UTF-8 text".into()))?;
-        self.knobs.write(name, text.trim())
+        self.knobs.write(name, written_value(offset, data)?)
     }
+}
+
+/// The value one write(2) of `data` at `offset` carries: the whole value at
+/// offset 0, at most MAX_WRITE bytes of UTF-8, without surrounding
+/// whitespace. Whether the value suits the knob is the KnobSet's business.
+pub fn written_value(offset: u64, data: &[u8]) -> Result<&str, KnobError> {
+    // The whole value must come in one write at offset 0, as `echo` does;
+    // a second write would be half a value.
+    if offset != 0 {
+        return Err(KnobError::Invalid(format!(
+            "write at offset {offset}: write the whole value at once"
+        )));
+    }
+    if data.len() > MAX_WRITE {
+        return Err(KnobError::Invalid(format!(
+            "{} bytes is too long (max {MAX_WRITE})",
+            data.len()
+        )));
+    }
+    let text = std::str::from_utf8(data)
+        .map_err(|_| KnobError::Invalid("value is not UTF-8 text".into()))?;
+    Ok(text.trim())
 }
 
 impl Filesystem for KnobFs {

@@ -7,6 +7,7 @@
 //! daemon (/run/scx_gang) and the cluster coordinator (/run/gangd) share it.
 
 mod fs;
+pub use fs::written_value;
 
 use std::fmt;
 use std::io;
