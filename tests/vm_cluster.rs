@@ -726,9 +726,15 @@ fn attacks_on_the_cluster_fail_are_logged_and_the_users_job_finishes() {
         .iter()
         .map(|n| n.as_str().unwrap())
         .collect();
-    assert!(nodes.contains(&"node2"), "node 2's rank is not R's again: {after}");
+    assert!(
+        nodes.contains(&"node2"),
+        "node 2's rank is not R's again: {after}"
+    );
     let s_nodes = job(&after, "S")["nodes"].to_string();
-    assert!(!s_nodes.contains("node2"), "node 2's rank went to S: {after}");
+    assert!(
+        !s_nodes.contains("node2"),
+        "node 2's rank went to S: {after}"
+    );
 
     // And alice's jobs, R adopted by the real gangd again, finished well.
     assert_eq!(read(&n0, "S.rc"), "0", "S: {}", read(&n0, "S.err"));

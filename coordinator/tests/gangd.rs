@@ -851,6 +851,33 @@ fn a_node_cannot_have_gangd_adopt_a_root_job_or_a_giant_one() {
 }
 
 #[test]
+fn a_rank_whose_status_its_restarted_node_lost_does_not_fail_the_job() {
+    let g = Gangd::start("unknown-exit", 2, &[]);
+    let (n0, n1) = (FakeAgent::join(&g, "n0", 1), FakeAgent::join(&g, "n1", 1));
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("long", 2, &["/bin/sleep", "100"]));
+    wait_until("spawn", || {
+        n0.spawned(job).len() + n1.spawned(job).len() == 2
+    });
+    // n0's scx_gang restarted and took its rank back: its end is unknown.
+    n0.exit_all(job, ExitStatus::Unknown);
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !n1.got()
+            .iter()
+            .any(|m| matches!(m, ToAgent::KillJob { .. })),
+        "the job's other rank was killed"
+    );
+    n1.exit_all(job, ExitStatus::Exited(0));
+    let (code, summary, failure) = fe.ended();
+    assert_eq!((code, failure), (0, None));
+    assert!(
+        summary.contains("1 ranks exited 0, 1 ended with an unknown status"),
+        "{summary}"
+    );
+}
+
+#[test]
 fn traces_are_for_root_and_one_at_a_time() {
     use std::os::unix::process::CommandExt;
     let g = Gangd::start("trace-limits", 1, &[]);
@@ -1194,7 +1221,11 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
         );
     }
     assert!(g.log().contains("PMI message refused"), "{}", g.log());
-    assert!(g.log().contains("which gangd does not run: refused"), "{}", g.log());
+    assert!(
+        g.log().contains("which gangd does not run: refused"),
+        "{}",
+        g.log()
+    );
 
     // Rank 0 aborts: gangd kills the whole job.
     let node0 = (0..3).find(|&i| rank_of(i) == 0).unwrap();

@@ -35,7 +35,7 @@ const RANK_ATTR: &str = "trusted.scx_gang.rank.";
 /// Largest attribute value read back.
 const MAX_ATTR: usize = 64 << 10;
 /// What is reported for an adopted rank: its status went to its new parent.
-pub const ADOPTED_EXIT: ExitStatus = ExitStatus::Exited(-1);
+pub const ADOPTED_EXIT: ExitStatus = ExitStatus::Unknown;
 /// Without pidfds, how often an adopted rank is looked for.
 const POLL_PROC: Duration = Duration::from_millis(100);
 

@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 
 use super::adopt::{self, Found};
 use super::cgroup;
-use super::ranks::{describe, Job, Ranks};
+use super::ranks::{Job, Ranks};
 
 /// How long a reaper waits for a rank's output to end after the rank
 /// exited: a process it left behind may hold the pipes open.
@@ -64,7 +64,7 @@ impl Ranks {
                 }
             }
         }
-        info!("job {job} rank {rank} (pid {pid}) {}", describe(status));
+        info!("job {job} rank {rank} (pid {pid}) {status}");
         self.inner
             .link
             .send(FromAgent::RankExited { job, rank, status });

@@ -109,16 +109,6 @@ pub struct Ranks {
     pub(super) inner: Arc<Inner>,
 }
 
-pub fn describe(status: ExitStatus) -> String {
-    match status {
-        ExitStatus::Exited(code) => format!("exited {code}"),
-        ExitStatus::Signaled(sig) => match Signal::try_from(sig) {
-            Ok(s) => format!("killed by {s}"),
-            Err(_) => format!("killed by signal {sig}"),
-        },
-    }
-}
-
 impl Ranks {
     pub fn new(
         node: String,

@@ -855,7 +855,7 @@ fn ranks_get_their_environment_and_report_output_then_exit() {
     );
     assert_eq!(err, "oops\n");
     assert_eq!(status, ExitStatus::Exited(3));
-    wait_for_log(&["job 7 rank 1", "exited 3"]);
+    wait_for_log(&["job 7 rank 1", "exited with code 3"]);
 
     // Output larger than a chunk comes in chunks, all before the exit.
     conn.send(spawn_rank(

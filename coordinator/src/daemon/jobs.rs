@@ -110,9 +110,10 @@ impl Job {
     }
 }
 
-/// A rank ending this way fails its job.
+/// A rank ending this way fails its job (an unknown status does not: a
+/// node daemon's restart must not kill the job's other ranks).
 pub fn is_failure(status: ExitStatus) -> bool {
-    status != ExitStatus::Exited(0)
+    !matches!(status, ExitStatus::Exited(0) | ExitStatus::Unknown)
 }
 
 /// The exit code of the front end, as a shell reports a child: the code of
@@ -125,33 +126,10 @@ pub fn exit_code(job: &Job) -> i32 {
         (_, Some(f)) => match f.status {
             ExitStatus::Exited(c) => c.clamp(1, 255),
             ExitStatus::Signaled(s) => 128 + s,
+            ExitStatus::Unknown => 1,
         },
         _ => 0,
     }
-}
-
-pub fn describe(status: ExitStatus) -> String {
-    match status {
-        ExitStatus::Exited(c) => format!("exited with code {c}"),
-        ExitStatus::Signaled(s) => format!(
-            "killed by signal {s}{}",
-            signal_name(s)
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-fn signal_name(sig: i32) -> Option<&'static str> {
-    Some(match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        15 => "SIGTERM",
-        _ => return None,
-    })
 }
 
 /// The one line the front end prints when the job ends.
@@ -161,11 +139,24 @@ pub fn summary(id: u64, job: &Job) -> String {
         (Some(Ending::NodeLost { node }), _) => format!("job {id} failed: node {node} was lost"),
         (_, Some(f)) => format!(
             "job {id} failed: rank {} on {} {}",
-            f.rank,
-            f.node,
-            describe(f.status)
+            f.rank, f.node, f.status
         ),
-        _ => format!("job {id}: {} ranks exited 0", job.ranks),
+        _ => {
+            let unknown = job
+                .exits
+                .values()
+                .filter(|s| **s == ExitStatus::Unknown)
+                .count();
+            if unknown == 0 {
+                format!("job {id}: {} ranks exited 0", job.ranks)
+            } else {
+                format!(
+                    "job {id}: {} ranks exited 0, {unknown} {}",
+                    job.ranks as usize - unknown,
+                    ExitStatus::Unknown
+                )
+            }
+        }
     }
 }
 

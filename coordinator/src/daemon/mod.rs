@@ -1075,10 +1075,7 @@ impl Coordinator {
         }
         j.exits.insert(rank, status);
         if jobs::is_failure(status) && j.ending.is_none() {
-            info!(
-                "job {id}: rank {rank} on {node_name} {}",
-                jobs::describe(status)
-            );
+            info!("job {id}: rank {rank} on {node_name} {status}");
             j.failure = Some(RankFailure {
                 rank,
                 node: node_name,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::proto::{ExitStatus, FromClient, RankFailure, ToClient};
+use crate::proto::{FromClient, RankFailure, ToClient};
 use client::{describe, Client, ClientError};
 
 /// A line on stderr; never panics (eprintln! does when stderr is gone,
@@ -38,24 +38,13 @@ pub fn print(text: &str) {
     let _ = o.flush();
 }
 
-/// "killed by signal 9 (SIGKILL)" / "exited with code 3".
-pub fn describe_status(status: ExitStatus) -> String {
-    match status {
-        ExitStatus::Exited(code) => format!("exited with code {code}"),
-        ExitStatus::Signaled(sig) => match Signal::try_from(sig) {
-            Ok(s) => format!("killed by signal {sig} ({})", s.as_str()),
-            Err(_) => format!("killed by signal {sig}"),
-        },
-    }
-}
-
 /// "rank 2 on node1 killed by signal 9 (SIGKILL)".
 pub fn describe_failure(f: &RankFailure) -> String {
     format!(
         "rank {} on {} {}",
         f.rank,
         table::sanitize(&f.node),
-        describe_status(f.status)
+        f.status
     )
 }
 
@@ -208,6 +197,7 @@ pub fn trace(o: &TraceOptions) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::ExitStatus;
 
     #[test]
     fn signals_by_name_or_number() {
@@ -231,10 +221,7 @@ mod tests {
             describe_failure(&f),
             "rank 2 on node1 killed by signal 9 (SIGKILL)"
         );
-        assert_eq!(describe_status(ExitStatus::Exited(3)), "exited with code 3");
-        assert_eq!(
-            describe_status(ExitStatus::Signaled(77)),
-            "killed by signal 77"
-        );
+        assert_eq!(ExitStatus::Exited(3).to_string(), "exited with code 3");
+        assert_eq!(ExitStatus::Signaled(77).to_string(), "killed by signal 77");
     }
 }

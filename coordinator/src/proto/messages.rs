@@ -155,6 +155,28 @@ pub enum Stream {
 pub enum ExitStatus {
     Exited(i32),
     Signaled(i32),
+    /// It ended, but its node's scx_gang restarted while it ran (it took
+    /// the rank back from its cgroup): its status went to another parent.
+    /// Not counted as a failure.
+    Unknown,
+}
+
+/// "exited with code 3", "killed by signal 9 (SIGKILL)": the one way a
+/// rank's end is told, in logs and to users.
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ExitStatus::Exited(code) => write!(f, "exited with code {code}"),
+            ExitStatus::Signaled(sig) => match nix::sys::signal::Signal::try_from(sig) {
+                Ok(s) => write!(f, "killed by signal {sig} ({})", s.as_str()),
+                Err(_) => write!(f, "killed by signal {sig}"),
+            },
+            ExitStatus::Unknown => write!(
+                f,
+                "ended with an unknown status (its node's scx_gang restarted while it ran)"
+            ),
+        }
+    }
 }
 
 /// One job's CPUs on this node in one slot.
