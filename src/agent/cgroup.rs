@@ -9,8 +9,12 @@
 //! than running it unbounded.
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread::{self, JoinHandle};
 
 use gang_coordinator::proto::{JobId, JobLimits};
 use nix::sys::signal::{kill, Signal};
@@ -90,6 +94,76 @@ fn enable_down_to(dir: &Path, controller: &str) {
     chain.reverse();
     for d in chain {
         let _ = write_existing(&d.join("cgroup.subtree_control"), &format!("+{controller}"));
+    }
+}
+
+/// Moves the child of `cmd` into the cgroup of `procs` before it execs,
+/// the move done by the daemon, not by the child.
+///
+/// Why not the child itself: a task that writes its own pid into a gang's
+/// cgroup.procs becomes a gang task inside that write, while it still
+/// holds cgroup_mutex; if its gang does not own the CPU then, the
+/// scheduler parks it there, and every cgroup operation on the node (the
+/// daemon's freezes among them) waits for a slot that can no longer come:
+/// seen in the VM cluster as a "runnable task stall" of 31 s. So the child
+/// sends its pid over a pipe and waits; a thread of the daemon (a task of
+/// no gang, never parked) writes it into cgroup.procs and lets it go on.
+/// The rank is in its gang before its first instruction, as before.
+/// Call [`CgroupJoin::finish`] once the spawn returned.
+pub fn join_before_exec(cmd: &mut Command, procs: File) -> io::Result<CgroupJoin> {
+    let (pid_r, pid_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (child_pid_w, child_go_r) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
+    let (child_pid_r, child_go_w) = (pid_r.as_raw_fd(), go_w.as_raw_fd());
+    // SAFETY: close, getpid, write and read are async-signal-safe and use
+    // only fds and a stack buffer. The child closes the daemon's ends first,
+    // so a daemon that gives up (closes go_w) is seen as EOF.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::close(child_pid_r);
+            libc::close(child_go_w);
+            let pid = libc::getpid().to_ne_bytes();
+            if libc::write(child_pid_w, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                return Err(io::Error::last_os_error());
+            }
+            let mut ok = 0u8;
+            if libc::read(child_go_r, (&mut ok as *mut u8).cast(), 1) != 1 {
+                return Err(io::Error::other("the daemon did not move it into its cgroup"));
+            }
+            Ok(())
+        });
+    }
+    let mover = thread::Builder::new()
+        .name("cgroup-join".into())
+        .spawn(move || {
+            let (mut pid_r, mut go_w, mut procs) =
+                (File::from(OwnedFd::from(pid_r)), File::from(OwnedFd::from(go_w)), procs);
+            let mut pid = [0u8; 4];
+            pid_r.read_exact(&mut pid)?;
+            procs.write_all(i32::from_ne_bytes(pid).to_string().as_bytes())?;
+            go_w.write_all(b"1")
+        })?;
+    Ok(CgroupJoin {
+        mover,
+        child_ends: (pid_w, go_r),
+    })
+}
+
+/// A move into a cgroup in progress (see [`join_before_exec`]).
+pub struct CgroupJoin {
+    mover: JoinHandle<io::Result<()>>,
+    /// The child's ends of the pipes, kept open until the fork is done.
+    child_ends: (OwnedFd, OwnedFd),
+}
+
+impl CgroupJoin {
+    /// After the spawn: our copies of the child's ends go (a child that
+    /// died before writing is then seen as EOF), and the mover's verdict.
+    pub fn finish(self) -> io::Result<()> {
+        drop(self.child_ends);
+        self.mover
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the cgroup mover panicked")))
     }
 }
 

@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -333,22 +332,16 @@ impl Ranks {
             .socket(spec.job, spec.rank)
             .map_err(|e| format!("making its PMI socket: {e}"))?;
         pmi::prepare(&mut cmd, pmi_socket.as_ref());
-        if let Some(procs) = &procs {
-            let fd = procs.as_raw_fd();
-            // SAFETY: only write(2), async-signal-safe, on an fd the parent
-            // keeps open until spawn returns. The child joins the job's
-            // cgroup before exec, so the rank and all it forks are in the
-            // gang from its first instruction.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
-                        Ok(())
-                    } else {
-                        Err(io::Error::last_os_error())
-                    }
-                });
-            }
-        }
+        // The child is put in the job's cgroup (by a thread of ours) before
+        // it execs: the rank and all it forks are in the gang from its
+        // first instruction.
+        let mover = match procs {
+            Some(procs) => Some(
+                cgroup::join_before_exec(&mut cmd, procs)
+                    .map_err(|e| format!("preparing its move into the job's cgroup: {e}"))?,
+            ),
+            None => None,
+        };
         // SAFETY: become_user only makes system calls on memory prepared
         // before the fork, and chdir(2) is async-signal-safe. After the
         // cgroup write (done with root's rights), so the rank enters its
@@ -371,7 +364,13 @@ impl Ranks {
                 spec.cwd
             )
         })?;
-        drop(procs);
+        if let Some(mover) = mover {
+            // The child exec'd, so the move was made (a failed move stops
+            // it in pre_exec); anything said here is after the fact.
+            if let Err(e) = mover.finish() {
+                warn!("job {} rank {}: cgroup move: {e}", spec.job, spec.rank);
+            }
+        }
         if let Some(socket) = pmi_socket {
             socket.serve();
         }
