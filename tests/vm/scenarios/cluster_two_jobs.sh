@@ -15,8 +15,8 @@ if [ "$NODE_ID" = 0 ]; then
 	submit B 3 -- /usr/bin/burn --seconds 40 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
-	# The trace first, while surely both run.
-	as_alice gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
+	# The trace first, while surely both run (tracing is root's).
+	gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
 		> "$RESULTS/trace.out" 2>&1 &
 	T=$!
 	as_alice gang ps --json > "$RESULTS/ps.json" 2> "$RESULTS/ps.err"
