@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::trace::{TraceEvent, TraceMeta};
+use gang_wire::trace::{TraceEvent, TraceMeta};
 
 /// Longest request line accepted; anything longer drops the connection.
 const MAX_REQUEST: usize = 1 << 20;

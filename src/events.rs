@@ -8,7 +8,7 @@
 //! the struct are ignored.
 
 use crate::bpf_intf::*;
-use crate::trace::{EventKind, TraceEvent};
+use gang_wire::trace::{EventKind, TraceEvent};
 
 /// A yield notice, if `data` is long enough to hold one.
 pub fn decode_notice(data: &[u8]) -> Option<gang_notice> {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cpulist::CpuList;
-use crate::knobfs::{KnobError, KnobSet};
+use gang_wire::knobfs::{KnobError, KnobSet};
 
 pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;

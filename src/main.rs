@@ -17,10 +17,10 @@ use log::{info, warn};
 
 use scx_gang::agent::{self, freeze::FreezeHolds, AgentConfig};
 use scx_gang::control::{self, Request};
-use scx_gang::knobfs::KnobMount;
+use gang_wire::knobfs::KnobMount;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::switching::{self, Switching};
-use scx_gang::trace;
+use gang_wire::trace;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -126,7 +126,7 @@ struct Opts {
     /// The most memory of one job here (its cgroup's memory.max) unless
     /// the job asks for its own (`gang run --max-memory`): bytes, or with
     /// K, M, G or T; default: no limit.
-    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    #[arg(long, value_parser = gang_wire::proto::parse_size)]
     job_max_memory: Option<u64>,
 
     /// Exit debug dump buffer length (0: default).
@@ -258,7 +258,7 @@ fn run(opts: Opts) -> Result<()> {
     // A missing or unsafe key is a startup error, not something to retry.
     let cluster = match &opts.coordinator {
         Some(addr) => {
-            let tls = gang_coordinator::proto::tls::ClientTls::load(&opts.tls_dir).with_context(
+            let tls = gang_wire::proto::tls::ClientTls::load(&opts.tls_dir).with_context(
                 || {
                     format!(
                         "loading the node's certificate from {} (gangd ca issue NODE --out DIR)",
@@ -305,7 +305,7 @@ fn run(opts: Opts) -> Result<()> {
                 holds: holds.clone(),
                 rules: agent::RankRules {
                     min_uid: opts.min_rank_uid,
-                    default_limits: gang_coordinator::proto::JobLimits {
+                    default_limits: gang_wire::proto::JobLimits {
                         max_pids: (opts.job_max_pids > 0).then_some(opts.job_max_pids),
                         max_memory: opts.job_max_memory,
                     },

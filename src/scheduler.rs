@@ -33,7 +33,7 @@ use scx_gang::freezer;
 use scx_gang::gangs::{self, GangRegistry};
 use scx_gang::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS, MAX_SLOTS};
-use scx_gang::trace::{TraceEvent, TraceMeta};
+use gang_wire::trace::{TraceEvent, TraceMeta};
 
 use crate::bpf_skel::*;
 use crate::stats::Metrics;

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
-use scx_gang::knobfs::{KnobError, KnobMount, KnobSet};
+use gang_wire::knobfs::{KnobError, KnobMount, KnobSet};
 
 /// slot_ms (1..=10000) and fill (0/1) are writable; switches is read-only
 /// and counts its own reads, which shows values are regenerated per open.

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::{Barrier, FromAgent, Gen, NodeId, ToAgent};
+use gang_wire::proto::{Barrier, FromAgent, Gen, NodeId, ToAgent};
 
 /// Messages to send, in order.
 pub type Outbox = Vec<(NodeId, ToAgent)>;

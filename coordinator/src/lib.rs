@@ -3,16 +3,12 @@
 //! through each slot switch, and serves the users' front end.
 //!
 //! Pure logic lives here and is tested on the host: the matrix and its
-//! allocation policies (matrix, alloc), the wire format (proto), and the
-//! node trace format with its analysis (trace), which travels on the wire
-//! when gangd merges every node's trace into one cluster timeline.
+//! allocation policies (matrix, alloc) and the switch barrier. What gangd
+//! and the nodes must agree on (the agent protocol, PMI, the trace format,
+//! the knob file system) is the gang-wire crate, shared with the node.
 
 pub mod alloc;
 pub mod barrier;
 pub mod daemon;
 pub mod frontend;
-pub mod knobfs;
 pub mod matrix;
-pub mod pmi;
-pub mod proto;
-pub mod trace;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gang_coordinator::barrier::*;
-use gang_coordinator::proto::{Barrier, Gen, NodeId, ToAgent};
+use gang_wire::proto::{Barrier, Gen, NodeId, ToAgent};
 use proptest::prelude::*;
 
 const G: Gen = Gen(7);

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use gang_coordinator::frontend::output::LineBuffer;
 use gang_coordinator::frontend::table::{compact_nodes, format_elapsed, ps_table};
 use gang_coordinator::frontend::trace::{summary_text, TraceCollector};
-use gang_coordinator::proto::*;
-use gang_coordinator::trace::cluster::{merge, parse_node, render_cluster_svg, NodeTrace};
-use gang_coordinator::trace::*;
+use gang_wire::proto::*;
+use gang_wire::trace::cluster::{merge, parse_node, render_cluster_svg, NodeTrace};
+use gang_wire::trace::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -849,7 +849,7 @@ fn trace_merges_what_the_nodes_send() {
         "{out}"
     );
     assert_eq!(err, "gang: node c: tracing needs the scheduler\n");
-    let ct: gang_coordinator::trace::ClusterTrace =
+    let ct: gang_wire::trace::ClusterTrace =
         serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
     assert_eq!(ct.nodes.len(), 2);
     assert_eq!(ct.skew_us.max, 40.0);
@@ -861,8 +861,8 @@ fn trace_merges_what_the_nodes_send() {
 
 mod end_to_end {
     use super::*;
-    use gang_coordinator::proto::tls::testing::{self, TestCa};
-    use gang_coordinator::proto::tls::{SessionReader, SessionWriter};
+    use gang_wire::proto::tls::testing::{self, TestCa};
+    use gang_wire::proto::tls::{SessionReader, SessionWriter};
     use std::net::{TcpListener, TcpStream};
     use std::sync::{Arc, Mutex};
 

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::tls::testing::{self, TestCa};
-use gang_coordinator::proto::tls::{ClientTls, SessionReader, SessionWriter};
-use gang_coordinator::proto::*;
+use gang_wire::proto::tls::testing::{self, TestCa};
+use gang_wire::proto::tls::{ClientTls, SessionReader, SessionWriter};
+use gang_wire::proto::*;
 
 struct Gangd {
     child: Child,

@@ -24,7 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use gang_coordinator::proto::{ExitStatus, JobId};
+use gang_wire::proto::{ExitStatus, JobId};
 use log::{info, warn};
 use serde::{Deserialize, Serialize};
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::{self, JoinHandle};
 
-use gang_coordinator::proto::{JobId, JobLimits};
+use gang_wire::proto::{JobId, JobLimits};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn the_clusters_gang_limit_is_the_schedulers() {
         assert_eq!(
-            gang_coordinator::matrix::NODE_MAX_GANGS,
+            gang_wire::proto::NODE_MAX_GANGS,
             crate::slots::MAX_GANGS
         );
     }

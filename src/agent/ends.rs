@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::{ExitStatus, FromAgent, JobId};
+use gang_wire::proto::{ExitStatus, FromAgent, JobId};
 use log::{info, warn};
 use nix::sys::signal::Signal;
 

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::{Barrier, FromAgent, Gen, Placement, ToAgent};
+use gang_wire::proto::{Barrier, FromAgent, Gen, Placement, ToAgent};
 use log::{info, warn};
 
 use crate::control::{self, Request};
-use crate::knobfs::KnobSet;
+use gang_wire::knobfs::KnobSet;
 use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
 
 use super::cgroup::gang_name;

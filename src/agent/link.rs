@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use gang_coordinator::proto::tls::{Session, SessionWriter};
-use gang_coordinator::proto::{write_frame, FrameError, FromAgent, JobId};
+use gang_wire::proto::tls::{Session, SessionWriter};
+use gang_wire::proto::{write_frame, FrameError, FromAgent, JobId};
 use log::{debug, info, warn};
 
 /// Output kept per job while gangd is away.
@@ -173,9 +173,9 @@ fn keep(state: &mut State, msg: FromAgent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gang_coordinator::proto::tls::testing::{session_pair, TestCa};
-    use gang_coordinator::proto::tls::SessionReader;
-    use gang_coordinator::proto::{read_frame, ExitStatus, Stream};
+    use gang_wire::proto::tls::testing::{session_pair, TestCa};
+    use gang_wire::proto::tls::SessionReader;
+    use gang_wire::proto::{read_frame, ExitStatus, Stream};
 
     fn output(job: u64, byte: u8, len: usize) -> FromAgent {
         FromAgent::RankOutput {

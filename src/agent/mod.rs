@@ -1,6 +1,6 @@
 //! The node agent (`scx_gang --coordinator HOST:PORT`): a thread of the
 //! node daemon that joins the cluster run by gangd and does what gangd asks
-//! (see gang_coordinator::proto for the protocol).
+//! (see gang_wire::proto for the protocol).
 //!
 //! - mod.rs: the connection to gangd, the handshake, reconnecting forever
 //!   with backoff while the daemon runs.
@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::tls::{self, ClientTls, Session, SessionWriter};
-use gang_coordinator::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
+use gang_wire::proto::tls::{self, ClientTls, Session, SessionWriter};
+use gang_wire::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
 use log::{info, warn};
 
 use crate::control::Inbox;
@@ -133,7 +133,7 @@ pub fn start(
         if let Some(job) = cgroup::job_of_gang(gang) {
             if yields.is_connected() {
                 yields.send(FromAgent::Yielded {
-                    gen: gang_coordinator::proto::Gen(gen),
+                    gen: gang_wire::proto::Gen(gen),
                     job,
                 });
             }

@@ -1,4 +1,4 @@
-//! The node's half of MPI bootstrap (gang_coordinator::pmi): each rank of a
+//! The node's half of MPI bootstrap (gang_wire::pmi): each rank of a
 //! job gets one end of a socketpair as PMI_FD, the agent serves PMI-1 on
 //! the other end and relays barriers, finalize and failures to gangd over
 //! the authenticated link.
@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use gang_coordinator::pmi::node::Action;
-use gang_coordinator::pmi::{Input, JobConfig, LineSplitter, NodePmi};
-use gang_coordinator::proto::{FromAgent, JobId};
+use gang_wire::pmi::node::Action;
+use gang_wire::pmi::{Input, JobConfig, LineSplitter, NodePmi};
+use gang_wire::proto::{FromAgent, JobId};
 use log::{debug, info, warn};
 
 /// How long a write to a rank may block (a rank that does not read its
@@ -330,8 +330,8 @@ fn read_loop(relays: &PmiRelays, relay: &Arc<Relay>, rank: u32, mut sock: UnixSt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gang_coordinator::pmi::ClusterPmi;
-    use gang_coordinator::proto::{NodeId, ToAgent};
+    use gang_wire::pmi::ClusterPmi;
+    use gang_wire::proto::{NodeId, ToAgent};
     use std::io::{BufRead, BufReader};
     use std::sync::mpsc;
 
@@ -357,7 +357,7 @@ mod tests {
                 _ => Ok(vec![]),
             };
             for a in r.unwrap() {
-                if let gang_coordinator::pmi::cluster::Action::ToNode(
+                if let gang_wire::pmi::cluster::Action::ToNode(
                     _,
                     ToAgent::PmiBarrierOut {
                         job,

@@ -27,7 +27,7 @@ use std::thread;
 
 use std::ffi::CString;
 
-use gang_coordinator::proto::{
+use gang_wire::proto::{
     ExitStatus, FromAgent, JobId, JobLimits, LiveJob, Stream, MAX_OUTPUT_CHUNK,
 };
 use log::{info, warn};

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::tls::testing::{self as tls_testing, TestCa};
-use gang_coordinator::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
-use gang_coordinator::proto::{
+use gang_wire::proto::tls::testing::{self as tls_testing, TestCa};
+use gang_wire::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
+use gang_wire::proto::{
     read_frame, write_frame, Bytes, ExitStatus, FromAgent, Gen, JobId, LiveJob, NodeId, Placement,
     Stream, ToAgent, MAX_OUTPUT_CHUNK,
 };
-use gang_coordinator::trace::{EventKind, TraceEvent, TraceMeta};
+use gang_wire::trace::{EventKind, TraceEvent, TraceMeta};
 
 use super::*;
 use crate::control::{self, FrozenReport, Inbox, RawTrace, Request, Response};
@@ -259,7 +259,7 @@ impl Drop for Running {
 /// (the host's cgroup2 may lack the controllers).
 const TEST_RULES: RankRules = RankRules {
     min_uid: 0,
-    default_limits: gang_coordinator::proto::JobLimits {
+    default_limits: gang_wire::proto::JobLimits {
         max_pids: None,
         max_memory: None,
     },
@@ -441,7 +441,7 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
     let gangd = Gangd::new(&ca);
     // The node trusts gangd's CA but holds another CA's certificate.
     let mixed = ca.root.join("mixed");
-    gang_coordinator::proto::tls::testing::copy_dir(&other.node_dir("rogue"), &mixed);
+    gang_wire::proto::tls::testing::copy_dir(&other.node_dir("rogue"), &mixed);
     std::fs::copy(ca.dir().join("ca.crt"), mixed.join("ca.crt")).unwrap();
     capture_log();
     let (inbox, seen) = fake_main_loop(accept_all());
@@ -668,7 +668,7 @@ fn knobs_from_gangd_become_the_node_knobs() {
     conn.send(ToAgent::Knobs {
         slot_ms: 30,
         drain_timeout_ms: 100,
-        barrier: gang_coordinator::proto::Barrier::Strict,
+        barrier: gang_wire::proto::Barrier::Strict,
         fill: true,
     });
     conn.send(ToAgent::Heartbeat { seq: 1 });
@@ -680,7 +680,7 @@ fn knobs_from_gangd_become_the_node_knobs() {
     conn.send(ToAgent::Knobs {
         slot_ms: 30,
         drain_timeout_ms: 100,
-        barrier: gang_coordinator::proto::Barrier::Off,
+        barrier: gang_wire::proto::Barrier::Off,
         fill: true,
     });
     conn.send(ToAgent::Heartbeat { seq: 2 });

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use gang_coordinator::proto::{FromAgent, MAX_OUTPUT_CHUNK};
+use gang_wire::proto::{FromAgent, MAX_OUTPUT_CHUNK};
 use log::{info, warn};
 
 use crate::control::Request;

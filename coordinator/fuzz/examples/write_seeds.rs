@@ -10,12 +10,12 @@
 use std::fs;
 use std::path::Path;
 
-use gang_coordinator::pmi::wire::Line;
-use gang_coordinator::proto::{
+use gang_wire::pmi::wire::Line;
+use gang_wire::proto::{
     encode, FromAgent, FromClient, JobId, LiveJob, Message, Placement, ToAgent, ToClient,
     HEADER_LEN,
 };
-use gang_coordinator::trace::{TraceEvent, TraceMeta};
+use gang_wire::trace::{TraceEvent, TraceMeta};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new("seeds").join(target);

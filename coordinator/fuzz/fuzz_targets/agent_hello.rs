@@ -8,7 +8,7 @@
 
 use gang_coordinator::daemon::adoption::{plan, MAX_ADOPTED_RANKS};
 use gang_coordinator::matrix::{parse_cpus, NODE_MAX_CPUS};
-use gang_coordinator::proto::FromAgent;
+use gang_wire::proto::FromAgent;
 use gang_coordinator_fuzz::{assert_round_trip, decode_payload};
 use libfuzzer_sys::fuzz_target;
 

@@ -7,7 +7,7 @@
 
 use std::io::Cursor;
 
-use gang_coordinator::proto::{
+use gang_wire::proto::{
     read_frame, FrameDecoder, FromAgent, FromClient, Message, ToAgent, ToClient, HEADER_LEN, MAX_PAYLOAD,
 };
 use libfuzzer_sys::fuzz_target;

@@ -7,7 +7,7 @@
 #![no_main]
 
 use gang_coordinator::daemon::knobs::ClusterKnobs;
-use gang_coordinator::knobfs::written_value;
+use gang_wire::knobfs::written_value;
 use libfuzzer_sys::fuzz_target;
 
 const NAMES: [&str; 8] = [

@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use gang_coordinator::proto::{FromAgent, FromClient, Message, ToAgent, ToClient};
+use gang_wire::proto::{FromAgent, FromClient, Message, ToAgent, ToClient};
 use gang_coordinator_fuzz::{assert_round_trip, decode_payload};
 use libfuzzer_sys::fuzz_target;
 

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use gang_coordinator::pmi::wire::{parse_line, parse_request};
+use gang_wire::pmi::wire::{parse_line, parse_request};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {

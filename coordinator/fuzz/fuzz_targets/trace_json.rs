@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use gang_coordinator::trace::cluster::parse_node;
+use gang_wire::trace::cluster::parse_node;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

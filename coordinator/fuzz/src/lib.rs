@@ -3,7 +3,7 @@
 //! header the fuzzer would have to guess), decoding it with the real
 //! decoder, and the round-trip property every message family must have.
 
-use gang_coordinator::proto::{
+use gang_wire::proto::{
     encode, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC, MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 

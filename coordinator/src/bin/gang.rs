@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use gang_coordinator::frontend::{self, client::DEFAULT_SOCKET, note, run::RunOptions};
-use gang_coordinator::proto::{FromClient, JobId};
+use gang_wire::proto::{FromClient, JobId};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,7 +47,7 @@ struct RunArgs {
     max_pids: Option<u64>,
     /// The most memory of the job on one node (its cgroup's memory.max):
     /// bytes, or with K, M, G or T (default: the node's).
-    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    #[arg(long, value_parser = gang_wire::proto::parse_size)]
     max_memory: Option<u64>,
     /// Seconds to keep trying to reach gangd again when the connection is
     /// lost while the job runs.
@@ -155,7 +155,7 @@ fn run_options(socket: &Path, verbose: bool, a: RunArgs) -> Result<RunOptions, S
         env,
         cwd,
         label,
-        limits: gang_coordinator::proto::JobLimits {
+        limits: gang_wire::proto::JobLimits {
             max_pids,
             max_memory,
         },

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 
 use gang_coordinator::daemon::net::limits;
 use gang_coordinator::daemon::{self, knobs::ClusterKnobs, Config};
-use gang_coordinator::proto::tls::{self, ServerTls};
+use gang_wire::proto::tls::{self, ServerTls};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,7 +61,7 @@ struct Opts {
 
     /// The most memory a job may ask for on a node (`gang run
     /// --max-memory`): bytes, or with K, M, G or T; default: no maximum.
-    #[arg(long, value_parser = gang_coordinator::proto::parse_size)]
+    #[arg(long, value_parser = gang_wire::proto::parse_size)]
     max_job_memory: Option<u64>,
 
     /// Refuse jobs until this many nodes have joined.
@@ -228,7 +228,7 @@ fn run(opts: Opts) -> Result<()> {
         knob_dir: (!opts.no_knobs).then_some(opts.knob_dir),
         tls: Arc::new(tls),
         min_rank_uid: opts.min_rank_uid,
-        max_job_limits: gang_coordinator::proto::JobLimits {
+        max_job_limits: gang_wire::proto::JobLimits {
             max_pids: opts.max_job_pids,
             max_memory: opts.max_job_memory,
         },

@@ -10,7 +10,7 @@
 //! checks the bounds.
 
 use crate::matrix;
-use crate::proto::{LiveJob, Placement};
+use gang_wire::proto::{LiveJob, Placement};
 
 /// The most ranks an adopted job may claim: 256 nodes of NODE_MAX_CPUS
 /// CPUs, far above any cluster gangd runs, and small enough to allocate.
@@ -60,7 +60,7 @@ pub fn plan(lj: &LiveJob, schedule: &[Vec<Placement>]) -> Result<Adoption, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::JobId;
+    use gang_wire::proto::JobId;
 
     fn live(size: u32, ranks: &[u32]) -> LiveJob {
         LiveJob {

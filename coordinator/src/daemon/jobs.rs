@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use crate::proto::{ExitStatus, NodeId, RankFailure};
+use gang_wire::proto::{ExitStatus, NodeId, RankFailure};
 
 use super::net::{ConnId, Cred};
 
@@ -38,7 +38,7 @@ pub struct Job {
     pub env: Vec<(String, String)>,
     pub cwd: String,
     /// Its cgroup's limits on each node (None: the node's default).
-    pub limits: crate::proto::JobLimits,
+    pub limits: gang_wire::proto::JobLimits,
     /// The front end following the job, if still connected.
     pub client: Option<ConnId>,
     /// Accepted has been sent to the front end.
@@ -56,7 +56,7 @@ pub struct Job {
     pub submitted: Instant,
     /// The job's PMI service across its nodes (MPI programs find each
     /// other through it; the agents serve the ranks); set when it starts.
-    pub pmi: Option<crate::pmi::ClusterPmi>,
+    pub pmi: Option<gang_wire::pmi::ClusterPmi>,
 }
 
 impl Job {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::alloc::Policy;
-use crate::knobfs::{KnobError, KnobSet};
-use crate::proto::Barrier;
+use gang_wire::knobfs::{KnobError, KnobSet};
+use gang_wire::proto::Barrier;
 
 /// The writable knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

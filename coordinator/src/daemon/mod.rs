@@ -26,10 +26,10 @@ use anyhow::{Context, Result};
 use log::{info, warn};
 
 use crate::alloc::{AllocError, Allocator, JobSpec, JobState as AllocState, Settings};
-use crate::knobfs::{KnobError, KnobMount};
+use gang_wire::knobfs::{KnobError, KnobMount};
 use crate::matrix::{self, Cluster};
-use crate::proto::tls::ServerTls;
-use crate::proto::{
+use gang_wire::proto::tls::ServerTls;
+use gang_wire::proto::{
     Bytes, ExitStatus, FromAgent, FromClient, JobId, JobInfo, JobLimits, JobState, NodeId,
     RankFailure, ToAgent, ToClient,
 };
@@ -396,8 +396,8 @@ impl Coordinator {
         &mut self,
         node: NodeId,
         node_name: &str,
-        lj: &crate::proto::LiveJob,
-        schedule: &[Vec<crate::proto::Placement>],
+        lj: &gang_wire::proto::LiveJob,
+        schedule: &[Vec<gang_wire::proto::Placement>],
     ) {
         if lj.uid < self.cfg.min_rank_uid {
             warn!(
@@ -1030,9 +1030,9 @@ impl Coordinator {
             let port = node.next_port();
             peers.push(format!("{}:{}", node.addr, port));
         }
-        let pmi = crate::pmi::ClusterPmi::new(id, j.rank_node.clone());
+        let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
         for a in pmi.start() {
-            if let crate::pmi::cluster::Action::ToNode(n, m) = a {
+            if let gang_wire::pmi::cluster::Action::ToNode(n, m) = a {
                 self.nodes[&n].outlet.send(&m);
             }
         }
@@ -1409,13 +1409,13 @@ impl Coordinator {
             let Some(node) = self.nodes.get_mut(&NodeId(sched.node)) else {
                 continue;
             };
-            let slots: Vec<Vec<crate::proto::Placement>> = sched
+            let slots: Vec<Vec<gang_wire::proto::Placement>> = sched
                 .slots
                 .iter()
                 .map(|row| {
                     row.iter()
                         .filter(|p| started.contains(&pid(p.job)))
-                        .map(|p| crate::proto::Placement {
+                        .map(|p| gang_wire::proto::Placement {
                             job: pid(p.job),
                             cpus: p.cpulist(),
                         })

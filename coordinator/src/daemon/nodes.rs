@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
-use crate::proto::{NodeId, Placement, ToAgent};
+use gang_wire::proto::{NodeId, Placement, ToAgent};
 
 use super::net::Outlet;
 

@@ -1,4 +1,4 @@
-//! Every job gets a PMI-1 service (crate::pmi), so that MPI programs built
+//! Every job gets a PMI-1 service (gang_wire::pmi), so that MPI programs built
 //! with MPICH's simple PMI find their peers with no mpiexec. gangd's part is
 //! the job's [`ClusterPmi`]: before the ranks start, each node of the job
 //! gets PmiStart (its ranks, the KVS name, the process mapping); the nodes'
@@ -9,9 +9,9 @@
 
 use log::{debug, warn};
 
-use crate::pmi::cluster::Action;
-use crate::pmi::{ClusterPmi, JobFailure};
-use crate::proto::{FromAgent, JobId, NodeId, ToAgent};
+use gang_wire::pmi::cluster::Action;
+use gang_wire::pmi::{ClusterPmi, JobFailure};
+use gang_wire::proto::{FromAgent, JobId, NodeId, ToAgent};
 
 /// What gangd does with a PMI message from an agent.
 #[derive(Debug, Default, PartialEq)]

@@ -14,7 +14,7 @@ use log::{debug, warn};
 use serde_json::json;
 
 use crate::barrier::{Failure, Outbox, SlotSwitch, SwitchRecord, SwitchSpec};
-use crate::proto::{Barrier, FromAgent, Gen, JobId, NodeId};
+use gang_wire::proto::{Barrier, FromAgent, Gen, JobId, NodeId};
 
 use super::knobs::ClusterKnobs;
 use super::nodes::Node;

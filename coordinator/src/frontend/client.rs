@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::proto::{read_frame, write_frame, FrameError, FromClient, ToClient};
+use gang_wire::proto::{read_frame, write_frame, FrameError, FromClient, ToClient};
 
 /// gangd's socket unless `--socket` or `GANGD_SOCKET` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/gangd.sock";

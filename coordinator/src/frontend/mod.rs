@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::proto::{FromClient, RankFailure, ToClient};
+use gang_wire::proto::{FromClient, RankFailure, ToClient};
 use client::{describe, Client, ClientError};
 
 /// A line on stderr; never panics (eprintln! does when stderr is gone,
@@ -175,7 +175,7 @@ pub fn trace(o: &TraceOptions) -> i32 {
     if nodes.is_empty() {
         return fail("no node sent a trace");
     }
-    let ct = crate::trace::cluster::merge(nodes);
+    let ct = gang_wire::trace::cluster::merge(nodes);
     print(&trace::summary_text(&ct));
     let mut code = 0;
     if let Some(path) = o.json {
@@ -187,7 +187,7 @@ pub fn trace(o: &TraceOptions) -> i32 {
         }
     }
     if let Some(path) = o.svg {
-        if let Err(e) = std::fs::write(path, crate::trace::cluster::render_cluster_svg(&ct)) {
+        if let Err(e) = std::fs::write(path, gang_wire::trace::cluster::render_cluster_svg(&ct)) {
             code = fail(format!("writing {}: {e}", path.display()));
         }
     }
@@ -197,7 +197,7 @@ pub fn trace(o: &TraceOptions) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::ExitStatus;
+    use gang_wire::proto::ExitStatus;
 
     #[test]
     fn signals_by_name_or_number() {

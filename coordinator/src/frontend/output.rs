@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::Stream;
+use gang_wire::proto::Stream;
 
 /// A partial line longer than this is written out without waiting for its
 /// end, so that a rank printing megabytes without a newline (a progress

@@ -18,7 +18,7 @@ use super::client;
 use super::output::LineBuffer;
 use super::signals::SignalPipe;
 use super::{describe_failure, note};
-use crate::proto::{
+use gang_wire::proto::{
     write_frame, FrameDecoder, FromClient, JobId, JobLimits, RankFailure, Stream, ToClient,
 };
 
@@ -523,7 +523,7 @@ impl Runner<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::ExitStatus;
+    use gang_wire::proto::ExitStatus;
 
     #[test]
     fn end_lines() {

@@ -1,6 +1,6 @@
 //! Text for `gang ps`: the job table, compact node lists, durations.
 
-use crate::proto::{JobInfo, JobState};
+use gang_wire::proto::{JobInfo, JobState};
 
 /// A user's name for `uid` (passwd lookup), or the number.
 pub fn user_name(uid: u32) -> String {

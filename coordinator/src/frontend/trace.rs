@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::proto::ToClient;
-use crate::trace::cluster::{parse_node, ClusterTrace, NodeTrace};
+use gang_wire::proto::ToClient;
+use gang_wire::trace::cluster::{parse_node, ClusterTrace, NodeTrace};
 
 use super::table::{render_table, sanitize};
 

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use gang_coordinator::pmi::cluster::Action;
-use gang_coordinator::pmi::ClusterPmi;
+use gang_wire::pmi::cluster::Action;
+use gang_wire::pmi::ClusterPmi;
 
 use super::*;
 

@@ -371,7 +371,7 @@ job_nodes() {
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
 # gang_frame CHANNEL JSON: one frame of gangd's wire protocol
-# (coordinator/src/proto/frame.rs: magic, version 2, channel, length, payload).
+# (wire/src/proto/frame.rs: magic, version 2, channel, length, payload).
 be32() {
 	printf "\\$(printf %03o $(($1 >> 24 & 255)))\\$(printf %03o $(($1 >> 16 & 255)))\\$(printf %03o $(($1 >> 8 & 255)))\\$(printf %03o $(($1 & 255)))"
 }

@@ -25,9 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::tls::testing::{self, TestCa};
-use gang_coordinator::proto::tls::{handshake, rustls, SessionWriter};
-use gang_coordinator::proto::{write_frame, JobId, NodeId, ToAgent};
+use gang_wire::proto::tls::testing::{self, TestCa};
+use gang_wire::proto::tls::{handshake, rustls, SessionWriter};
+use gang_wire::proto::{write_frame, JobId, NodeId, ToAgent};
 
 fn arg(args: &[String], name: &str) -> String {
     args.windows(2)

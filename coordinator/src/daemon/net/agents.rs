@@ -19,8 +19,8 @@ use log::{info, warn};
 
 use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
 use super::{next_conn, Hello, NetEvent, Outlet};
-use crate::proto::tls::{self, ServerTls, Session, SessionReader, SessionWriter};
-use crate::proto::{encode, read_frame, FrameDecoder, FromAgent, ToAgent};
+use gang_wire::proto::tls::{self, rustls, ServerTls, Session, SessionReader, SessionWriter};
+use gang_wire::proto::{encode, read_frame, FrameDecoder, FromAgent, ToAgent};
 
 /// Accepts agents on `listener`; every event goes through `post`.
 pub fn serve_agents(

@@ -22,7 +22,7 @@ use log::warn;
 
 use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
 use super::{next_conn, Cred, NetEvent, Outlet};
-use crate::proto::{FrameDecoder, FromClient};
+use gang_wire::proto::{FrameDecoder, FromClient};
 
 /// Accepts front ends on the Unix socket at `path` (replacing a stale
 /// one), open to every user.

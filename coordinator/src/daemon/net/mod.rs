@@ -28,7 +28,7 @@ use std::thread;
 
 use log::warn;
 
-use crate::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement};
+use gang_wire::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement};
 
 /// A connection's number, unique for gangd's lifetime.
 pub type ConnId = u64;

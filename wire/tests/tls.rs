@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_coordinator::proto::tls::testing::{self, TestCa};
-use gang_coordinator::proto::tls::{ca, handshake, rustls, Session, SessionReader, SessionWriter};
-use gang_coordinator::proto::{read_frame, write_frame, FromAgent};
+use gang_wire::proto::tls::testing::{self, TestCa};
+use gang_wire::proto::tls::{ca, handshake, rustls, Session, SessionReader, SessionWriter};
+use gang_wire::proto::{read_frame, write_frame, FromAgent};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -201,7 +201,7 @@ fn a_revoked_node_is_refused_from_its_next_connection() {
     let server = g.server();
     let out = g.root.join("n9-tls");
     let serial = ca::issue(&g.dir(), "n9", &out, 30).unwrap();
-    let n9 = Arc::new(gang_coordinator::proto::tls::ClientTls::load(&out).unwrap());
+    let n9 = Arc::new(gang_wire::proto::tls::ClientTls::load(&out).unwrap());
     // Accepted before...
     testing::session_pair(&server, &n9);
     thread::sleep(Duration::from_millis(20));

@@ -16,7 +16,14 @@ use super::frame::{Channel, Message};
 /// well inside MAX_PAYLOAD.
 pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
 
-/// A job, as numbered by gangd (unique for gangd's lifetime).
+/// The most gangs a node's scheduler holds (GANG_MAX_GANGS in
+/// bpf/intf.h): each job with a cell on a node, in any slot, is one of its
+/// gangs; gangd never places more jobs on a node, and the node refuses more.
+pub const NODE_MAX_GANGS: usize = 64;
+
+/// A job, as numbered by gangd: never reused (gangd's state directory
+/// keeps the next id across restarts), handed out in submission order, so
+/// comparing two ids compares their submission times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct JobId(pub u64);

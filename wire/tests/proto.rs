@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Cursor, Read};
 
-use gang_coordinator::proto::*;
+use gang_wire::proto::*;
 use proptest::prelude::*;
 use proptest::sample::Index;
 

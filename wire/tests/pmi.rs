@@ -9,11 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use gang_coordinator::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK, MAX_KVS_BYTES, VALLEN_MAX};
-use gang_coordinator::pmi::{
+use gang_wire::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK, MAX_KVS_BYTES, VALLEN_MAX};
+use gang_wire::pmi::{
     cluster, node, parse_line, parse_request, ClusterPmi, JobConfig, Line, NodePmi, MAX_LINE,
 };
-use gang_coordinator::proto::{encode, FromAgent, JobId, NodeId, PmiPut, ToAgent};
+use gang_wire::proto::{encode, FromAgent, JobId, NodeId, PmiPut, ToAgent};
 use proptest::prelude::*;
 
 const JOB: JobId = JobId(7);
@@ -26,7 +26,7 @@ struct Sim {
     got: BTreeMap<u32, Vec<String>>,
     closed: Vec<u32>,
     /// Failures gangd reported (the job is killed).
-    failed: Vec<gang_coordinator::pmi::JobFailure>,
+    failed: Vec<gang_wire::pmi::JobFailure>,
     /// Messages gangd refused.
     refused: Vec<String>,
 }

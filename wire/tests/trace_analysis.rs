@@ -1,6 +1,6 @@
 //! Specification of trace analysis and the SVG timeline, as tests.
 
-use gang_coordinator::trace::*;
+use gang_wire::trace::*;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 

@@ -53,5 +53,5 @@ pub use frame::{
 pub use messages::{
     parse_size, Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobLimits,
     JobState, LiveJob, NodeId, Placement, PmiPut, RankFailure, Stream, ToAgent, ToClient,
-    MAX_OUTPUT_CHUNK,
+    MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
 };

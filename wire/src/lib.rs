@@ -1,0 +1,18 @@
+//! gang-wire: everything the node (`scx_gang` and its agent) and the
+//! coordinator (`gangd`, `gang`) must agree on, and nothing else. Both
+//! depend on this crate and neither on the other.
+//!
+//! - proto: the agent link (frames, messages, versions) and its TLS 1.3
+//!   with the cluster CA.
+//! - pmi: the PMI-1 protocol MPI ranks speak, the node's server half and
+//!   the cluster's key-value space and barriers.
+//! - trace: the node trace format, its analysis, the merged cluster trace
+//!   and its SVG timeline.
+//! - knobfs: the knob file system both daemons mount (true EINVAL).
+//! - time: the clock every timestamp on the wire is read from.
+
+pub mod knobfs;
+pub mod pmi;
+pub mod proto;
+pub mod time;
+pub mod trace;
