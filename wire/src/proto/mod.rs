@@ -1,7 +1,7 @@
 //! The wire protocol of gangd: with the node agents over TCP, and with the
 //! users' front end `gang` over a local Unix socket. Both links carry the
 //! same frames (frame.rs); each direction has its own message enum
-//! (messages.rs). The agent link runs inside TLS 1.3 with a certificate on
+//! (messages.rs), carrying the values of types.rs. The agent link runs inside TLS 1.3 with a certificate on
 //! both ends, issued by the cluster's CA (tls/): nothing is read from a
 //! node before its certificate is verified, and the node's name is the one
 //! in its certificate.
@@ -45,13 +45,14 @@
 pub mod frame;
 pub mod messages;
 pub mod tls;
+pub mod types;
 
 pub use frame::{
     encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC,
     MAX_PAYLOAD, PROTOCOL_VERSION,
 };
-pub use messages::{
-    parse_size, Barrier, Bytes, ExitStatus, FromAgent, FromClient, Gen, JobId, JobInfo, JobLimits,
-    JobState, LiveJob, NodeId, Placement, PmiPut, RankFailure, Stream, ToAgent, ToClient,
-    MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
+pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
+pub use types::{
+    parse_size, Barrier, Bytes, ExitStatus, Gen, JobId, JobInfo, JobLimits, JobState, LiveJob,
+    NodeId, Placement, RankFailure, Stream, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
 };

@@ -1,0 +1,262 @@
+//! The values messages carry: identifiers (JobId, NodeId, Gen), bytes as
+//! base64, a rank's exit status, a job's placement, limits and state, and
+//! the bounds both ends enforce (MAX_OUTPUT_CHUNK, NODE_MAX_GANGS).
+
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Largest output chunk an agent sends in one RankOutput. Output shares the
+/// connection with the switch protocol, so a Freeze waits behind at most one
+/// chunk: 64 KiB (one pipe's worth) is ~0.5 ms at 1 Gb/s. Base64 of it is
+/// well inside MAX_PAYLOAD.
+pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
+
+/// The most gangs a node's scheduler holds (GANG_MAX_GANGS in
+/// bpf/intf.h): each job with a cell on a node, in any slot, is one of its
+/// gangs; gangd never places more jobs on a node, and the node refuses more.
+pub const NODE_MAX_GANGS: usize = 64;
+
+/// A job, as numbered by gangd: never reused (gangd's state directory
+/// keeps the next id across restarts), handed out in submission order, so
+/// comparing two ids compares their submission times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+/// A node, as numbered by gangd when it welcomed the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+/// Generation of a slot switch: increases with every switch gangd starts,
+/// so that a late Frozen or Running of an earlier switch is recognised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Gen(pub u64);
+
+impl JobLimits {
+    /// Why these limits exceed `max` (gangd's operator maximum), if they do.
+    pub fn beyond(&self, max: &JobLimits) -> Option<String> {
+        let over = |asked: Option<u64>, max: Option<u64>| asked.zip(max).filter(|(a, m)| a > m);
+        if let Some((a, m)) = over(self.max_pids, max.max_pids) {
+            return Some(format!(
+                "--max-pids {a} is more than the cluster allows ({m})"
+            ));
+        }
+        if let Some((a, m)) = over(self.max_memory, max.max_memory) {
+            return Some(format!(
+                "--max-memory {a} bytes is more than the cluster allows ({m} bytes)"
+            ));
+        }
+        None
+    }
+}
+
+/// A size as `gang run --max-memory` and the daemons' flags take it: bytes,
+/// or a number with a K, M, G or T suffix (powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "bad size {text:?}: the suffix must be K, M, G or T"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("bad size {text:?}: a number of bytes, or with K, M, G or T"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("bad size {text:?}: must be more than 0 and less than 2^64"))
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for Gen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Arbitrary bytes (program output, trace chunks), carried as a base64
+/// string: JSON strings must be UTF-8, and an array of numbers would
+/// triple the size of every output chunk.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Bytes(pub Vec<u8>);
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Bytes({} bytes: \"{}\")",
+            self.0.len(),
+            self.0.escape_ascii()
+        )
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Self {
+        Self(v)
+    }
+}
+
+impl From<&[u8]> for Bytes {
+    fn from(v: &[u8]) -> Self {
+        Self(v.to_vec())
+    }
+}
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&BASE64.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        BASE64
+            .decode(text)
+            .map(Bytes)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// How a rank's process ended, as waitpid tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Exited(i32),
+    Signaled(i32),
+    /// It ended, but its node's scx_gang restarted while it ran (it took
+    /// the rank back from its cgroup): its status went to another parent.
+    /// Not counted as a failure.
+    Unknown,
+}
+
+/// "exited with code 3", "killed by signal 9 (SIGKILL)": the one way a
+/// rank's end is told, in logs and to users.
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ExitStatus::Exited(code) => write!(f, "exited with code {code}"),
+            ExitStatus::Signaled(sig) => match nix::sys::signal::Signal::try_from(sig) {
+                Ok(s) => write!(f, "killed by signal {sig} ({})", s.as_str()),
+                Err(_) => write!(f, "killed by signal {sig}"),
+            },
+            ExitStatus::Unknown => write!(
+                f,
+                "ended with an unknown status (its node's scx_gang restarted while it ran)"
+            ),
+        }
+    }
+}
+
+/// One job's CPUs on this node in one slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// By id, not by name: two users may both call their job "test". The
+    /// agent names the job's gang (cgroup directory) after the id.
+    pub job: JobId,
+    /// CPU list, e.g. "0-3,8".
+    pub cpus: String,
+}
+
+/// Whether a slot switch waits for the network to drain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Barrier {
+    /// Freeze waits until the outgoing gangs' traffic is in steady state,
+    /// and gangd sends Switch only when every node is Frozen.
+    Strict,
+    /// A timed switch, for comparison: no Freeze and no drain wait; gangd
+    /// sends Switch to every node at once (see barrier.rs).
+    Off,
+}
+
+
+/// Limits of one job on each node it runs on (its cgroup's pids.max and
+/// memory.max): asked for with `gang run --max-pids/--max-memory`, capped
+/// by gangd's maximum; None: the node's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u64>,
+    /// Bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<u64>,
+}
+
+/// A job with live ranks on a node, as the node reports it in Hello.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveJob {
+    pub job: JobId,
+    pub name: String,
+    pub size: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// The ranks still alive here.
+    pub ranks: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankFailure {
+    pub rank: u32,
+    pub node: String,
+    pub status: ExitStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for room in the matrix.
+    Queued,
+    Running,
+    Suspended,
+}
+
+/// One line of `gang ps`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub job: JobId,
+    pub name: String,
+    pub uid: u32,
+    pub ranks: u32,
+    pub state: JobState,
+    /// Slot of the matrix the job runs in, once placed.
+    pub slot: Option<u32>,
+    pub nodes: Vec<String>,
+    pub elapsed_ms: u64,
+}
