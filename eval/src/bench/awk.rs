@@ -142,10 +142,7 @@ pub(super) fn max_of(list: &[String]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::bench::strings;
 
     #[test]
     fn a_field_is_the_text_after_its_last_key_up_to_a_quote_comma_or_brace() {

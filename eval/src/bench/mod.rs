@@ -86,6 +86,12 @@ pub struct Tables {
 pub const RUNS_HEADER: &str = "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok,early_switches";
 pub const RESULTS_HEADER: &str = "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us";
 
+/// Lines from texts, for the tests of every step.
+#[cfg(test)]
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 /// The three files' contents from every boot's records.
 pub fn tables(p: &BenchParams, boots: &[Boot]) -> Tables {
     let mut runs_csv = format!("{RUNS_HEADER}\n");

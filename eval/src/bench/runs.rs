@@ -94,6 +94,39 @@ struct SigRun {
     spread: f64,
 }
 
+/// A run against its repetition's baseline: its work rate, the baseline's,
+/// r = their ratio and the overhead per switch TQ × (1 − r) in µs; all 0
+/// for a run not ok.
+#[derive(Default)]
+struct Against {
+    rate: f64,
+    base: f64,
+    r: f64,
+    over: f64,
+}
+
+/// `units` done in `d` s at slot `tq` (ms) against the `base` rate: ok if
+/// the run was and there is a baseline.
+fn against(ok: bool, units: f64, d: f64, base: Option<&f64>, tq: &str) -> (bool, Against) {
+    match base {
+        Some(&base) if ok => {
+            let rate = units / d;
+            let r = rate / base;
+            let over = num(tq) * (1.0 - r) * 1000.0;
+            (
+                true,
+                Against {
+                    rate,
+                    base,
+                    r,
+                    over,
+                },
+            )
+        }
+        _ => (false, Against::default()),
+    }
+}
+
 /// The rows of runs.csv for one boot, sorted (N, method, TQ, rep).
 pub fn runs(boot: &Boot) -> Vec<String> {
     let n = boot.n;
@@ -134,15 +167,16 @@ pub fn runs(boot: &Boot) -> Vec<String> {
             continue;
         }
         let d = num(&s.d);
-        let ok = s.nodes == n as usize && alone.contains_key(rep) && d > 0.0;
-        let rate = if ok { s.units / d } else { 0.0 };
-        let base = if ok { alone[rep] } else { 0.0 };
-        let r = if ok { rate / base } else { 0.0 };
-        let over = if ok {
-            num(tq) * (1.0 - r) * 1000.0
-        } else {
-            0.0
-        };
+        let ok = s.nodes == n as usize && d > 0.0;
+        let (
+            ok,
+            Against {
+                rate,
+                base,
+                r,
+                over,
+            },
+        ) = against(ok, s.units, d, alone.get(rep), tq);
         rows.push(format!(
             "{n},{},sigstop,{},{},{},{rate:.2},{base:.2},{r:.5},{over:.1},{},,,,,,{},{},",
             int(rep),
@@ -160,15 +194,16 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         }
         let f = |name: &str| field(l, name);
         let (u, d) = (num(&f("units")), num(&f("d")));
-        let ok = num(&f("ok")) == 1.0 && scx.contains_key(rep) && d > 0.0;
-        let rate = if ok { u / d } else { 0.0 };
-        let base = if ok { scx[rep] } else { 0.0 };
-        let r = if ok { rate / base } else { 0.0 };
-        let over = if ok {
-            num(tq) * (1.0 - r) * 1000.0
-        } else {
-            0.0
-        };
+        let ok = num(&f("ok")) == 1.0 && d > 0.0;
+        let (
+            ok,
+            Against {
+                rate,
+                base,
+                r,
+                over,
+            },
+        ) = against(ok, u, d, scx.get(rep), tq);
         let strict = m == "strict";
         let frozen = if strict {
             f("idle_p50_us")
@@ -225,10 +260,7 @@ pub fn runs(boot: &Boot) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::bench::strings;
 
     fn switch(nodes: &[(u64, u64, u64)]) -> String {
         let n: Vec<String> = nodes

@@ -409,10 +409,7 @@ pub fn summarise(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::bench::strings;
 
     #[test]
     fn runs_not_ok_are_left_out_of_the_medians_and_noted() {
