@@ -94,11 +94,12 @@ struct SigRun {
     spread: f64,
 }
 
-/// A run against its repetition's baseline: its work rate, the baseline's,
-/// r = their ratio and the overhead per switch TQ × (1 − r) in µs; all 0
-/// for a run not ok.
+/// A run against its repetition's baseline: ok, its work rate, the
+/// baseline's, r = their ratio and the overhead per switch TQ × (1 − r) in
+/// µs; all 0 for a run not ok.
 #[derive(Default)]
 struct Against {
+    ok: bool,
     rate: f64,
     base: f64,
     r: f64,
@@ -107,23 +108,21 @@ struct Against {
 
 /// `units` done in `d` s at slot `tq` (ms) against the `base` rate: ok if
 /// the run was and there is a baseline.
-fn against(ok: bool, units: f64, d: f64, base: Option<&f64>, tq: &str) -> (bool, Against) {
+fn against(ok: bool, units: f64, d: f64, base: Option<&f64>, tq: &str) -> Against {
     match base {
         Some(&base) if ok => {
             let rate = units / d;
             let r = rate / base;
             let over = num(tq) * (1.0 - r) * 1000.0;
-            (
-                true,
-                Against {
-                    rate,
-                    base,
-                    r,
-                    over,
-                },
-            )
+            Against {
+                ok: true,
+                rate,
+                base,
+                r,
+                over,
+            }
         }
-        _ => (false, Against::default()),
+        _ => Against::default(),
     }
 }
 
@@ -168,24 +167,20 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         }
         let d = num(&s.d);
         let ok = s.nodes == n as usize && d > 0.0;
-        let (
-            ok,
-            Against {
-                rate,
-                base,
-                r,
-                over,
-            },
-        ) = against(ok, s.units, d, alone.get(rep), tq);
+        let a = against(ok, s.units, d, alone.get(rep), tq);
         rows.push(format!(
-            "{n},{},sigstop,{},{},{},{rate:.2},{base:.2},{r:.5},{over:.1},{},,,,,,{},{},",
+            "{n},{},sigstop,{},{},{},{:.2},{:.2},{:.5},{:.1},{},,,,,,{},{},",
             int(rep),
             int(tq),
             s.d,
             s.units as i64,
+            a.rate,
+            a.base,
+            a.r,
+            a.over,
             (s.switches / s.nodes.max(1) as f64) as i64,
             s.spread as i64,
-            ok as u8
+            a.ok as u8
         ));
     }
     for ((rep, m, tq), l) in &gang {
@@ -195,15 +190,7 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         let f = |name: &str| field(l, name);
         let (u, d) = (num(&f("units")), num(&f("d")));
         let ok = num(&f("ok")) == 1.0 && d > 0.0;
-        let (
-            ok,
-            Against {
-                rate,
-                base,
-                r,
-                over,
-            },
-        ) = against(ok, u, d, scx.get(rep), tq);
+        let a = against(ok, u, d, scx.get(rep), tq);
         let strict = m == "strict";
         let frozen = if strict {
             f("idle_p50_us")
@@ -215,17 +202,21 @@ pub fn runs(boot: &Boot) -> Vec<String> {
             _ => String::new(),
         };
         rows.push(format!(
-            "{n},{},{m},{},{},{},{rate:.2},{base:.2},{r:.5},{over:.1},{},{},{},{},{frozen},{est},{},{},{}",
+            "{n},{},{m},{},{},{},{:.2},{:.2},{:.5},{:.1},{},{},{},{},{frozen},{est},{},{},{}",
             int(rep),
             int(tq),
             f("d"),
             u as i64,
+            a.rate,
+            a.base,
+            a.r,
+            a.over,
             int(&f("switches")),
             f("total_p50_us"),
             f("skew_p50_us"),
             f("freeze_p50_us"),
             int(&f("spread_ms")),
-            ok as u8,
+            a.ok as u8,
             f("early")
         ));
     }
