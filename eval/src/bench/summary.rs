@@ -139,18 +139,31 @@ fn table_line(c: [&str; 13]) -> String {
     )
 }
 
-/// results.csv's rows and the table from the runs of every boot (`facts`:
-/// per N) and the settings.
-pub fn summarise(
-    p: &BenchParams,
-    facts: &BTreeMap<u32, BootFacts>,
-    runs: &[String],
-) -> (String, String) {
-    let mut keys: Vec<(String, String, String)> = Vec::new();
-    let mut groups: HashMap<(String, String, String), Group> = HashMap::new();
-    let mut ns: Vec<String> = Vec::new();
-    let mut tqs: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut bad: BTreeMap<String, usize> = BTreeMap::new();
+/// Key of a group of runs: (N, method, TQ) as runs.csv spells them.
+type Key = (String, String, String);
+
+/// The good runs (ok 1) by key, in the order they came, and the others.
+#[derive(Default)]
+struct Groups {
+    keys: Vec<Key>,
+    groups: HashMap<Key, Group>,
+    /// The node counts, in order.
+    ns: Vec<String>,
+    /// Per N, its TQs of switched runs, in order.
+    tqs: BTreeMap<String, Vec<String>>,
+    /// "N method TQ" → runs not ok, left out.
+    bad: BTreeMap<String, usize>,
+}
+
+/// Groups runs.csv's rows.
+fn group(runs: &[String]) -> Groups {
+    let Groups {
+        mut keys,
+        mut groups,
+        mut ns,
+        mut tqs,
+        mut bad,
+    } = Groups::default();
     for row in runs {
         let c: Vec<String> = row.split(',').map(str::to_string).collect();
         let c = |i: usize| c.get(i - 1).cloned().unwrap_or_default();
@@ -193,15 +206,25 @@ pub fn summarise(
             g.early_of += num(&c(11));
         }
     }
-    let none = BootFacts {
-        ping_idle: String::new(),
-        ..BootFacts::default()
-    };
-    let fact = |n: &str| facts.get(&(num(n) as u32)).unwrap_or(&none);
+    Groups {
+        keys,
+        groups,
+        ns,
+        tqs,
+        bad,
+    }
+}
 
+/// The median overhead of each group and its range (" [min..max]" over
+/// more than one run).
+type Overheads = HashMap<Key, (Med, String)>;
+
+/// results.csv's rows (without the header) and each group's overhead.
+fn results(g: &Groups, fact: &dyn Fn(&str) -> BootFacts) -> (String, Overheads) {
+    let (keys, groups) = (&g.keys, &g.groups);
     let mut results = String::new();
-    let mut med: HashMap<(String, String, String), (Med, String)> = HashMap::new();
-    for k in &keys {
+    let mut med: Overheads = HashMap::new();
+    for k in keys {
         let g = &groups[k];
         let o = median(&g.over);
         let range = if g.over.len() > 1 {
@@ -234,6 +257,12 @@ pub fn summarise(
         med.insert(k.clone(), (o, range));
     }
 
+    (results, med)
+}
+
+/// The text table.
+fn table(p: &BenchParams, g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) -> String {
+    let (groups, ns, tqs, bad) = (&g.groups, &g.ns, &g.tqs, &g.bad);
     let mut t = String::new();
     t += "Cluster benchmark, seed 000 Table 4 method: T_overhead = TQ * (1 - (U_a+U_b)/U_alone), medians over repetitions.\n";
     let clock = if p.icount.is_empty() {
@@ -271,7 +300,7 @@ pub fn summarise(
     t += "yield = the strict barrier with ranks that call yield_point() at every work unit (seed 000 Table 5); early = share of its switches gangd brought forward because every rank had yielded; strict/yld = strict overhead over yield overhead.\n";
     t += "total = barrier start -> last node Running (gangd switch log, p50 over the window); idle≈ = CPU time a strict switch leaves idle on a node, from the switch log: its park+drain time plus its Frozen -> Running at gangd (the direct cost, immune to host noise); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job.\n";
     let empty = Group::default();
-    for n in &ns {
+    for n in ns {
         let key = |m: &str, tq: &str| (n.clone(), m.to_string(), tq.to_string());
         let grp = |m: &str, tq: &str| groups.get(&key(m, tq)).unwrap_or(&empty);
         let a = &grp("alone", "0").rate;
@@ -388,7 +417,7 @@ pub fn summarise(
             ]);
         }
     }
-    for n in &ns {
+    for n in ns {
         if let Some(r) = fact(n).retried.filter(|r| *r > 0) {
             let _ = writeln!(
                 t,
@@ -397,13 +426,28 @@ pub fn summarise(
             );
         }
     }
-    for (k, count) in &bad {
+    for (k, count) in bad {
         let _ = writeln!(
             t,
             "\nnote: {count} run(s) of {k} left out (ok 0: a job failed, a node did not report, or the starts spread more than LEAD)"
         );
     }
-    (results, t)
+    t
+}
+
+/// results.csv's rows and the table from the runs of every boot (`facts`:
+/// per N) and the settings.
+pub fn summarise(
+    p: &BenchParams,
+    facts: &BTreeMap<u32, BootFacts>,
+    runs: &[String],
+) -> (String, String) {
+    let g = group(runs);
+    let fact = |n: &str| facts.get(&(num(n) as u32)).cloned().unwrap_or_default();
+
+    let (results, med) = results(&g, &fact);
+    let table = table(p, &g, &med, &fact);
+    (results, table)
 }
 
 #[cfg(test)]
