@@ -67,7 +67,7 @@ for t in $TQS; do [[ $t =~ ^[0-9]+$ && $t -ge 1 ]] || die "--tqs: $t is not a sl
 [[ $DMIN =~ ^[0-9]+$ && $DMIN -ge 2 ]] || die "--seconds must be an integer >= 2"
 for b in $BARRIERS; do [[ $b == strict || $b == off || $b == yield ]] || die "--barriers: strict, off and/or yield"; done
 [[ $FILL == 0 || $FILL == 1 ]] || die "--fill 0 or 1"
-need_cmd awk sort
+need_cmd awk
 
 IMG=$OUT/image.cpio.gz
 mkdir -p "$OUT"
@@ -149,148 +149,14 @@ for n in $NODES_LIST; do
 done
 
 # ---- tables ----------------------------------------------------------------------------
-# idle_est NODE0_DIR: per strict run, the CPU time a switch leaves idle on a
-# node, from gangd's switch log (the lines of the run's window): the node's
-# drain_us (its freezer written -> parked and drained) plus its Frozen ->
-# Running at gangd (one-way delays cancel); mean over the nodes, median over
-# the switches. "idle <rep> <method> <tq> <µs>" lines.
-idle_est() {
-    local line rep m tq from to
-    while read -r line; do
-        [[ $line =~ \"rep\":([0-9]+),\"method\":\"strict\",\"tq\":([0-9]+),.*\"log_from\":([0-9]+),\"log_to\":([0-9]+) ]] || continue
-        rep=${BASH_REMATCH[1]} tq=${BASH_REMATCH[2]} from=${BASH_REMATCH[3]} to=${BASH_REMATCH[4]}
-        ((to >= from)) || continue
-        sed -n "${from},${to}p" "$1/switch.jsonl" | LC_ALL=C awk '{ s = $0; n = 0; t = 0
-                while (match(s, /"drain_us":[0-9]+,[^}]*},"frozen_at_us":[0-9]+,"running_at_us":[0-9]+/)) {
-                    m = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
-                    split(m, p, /[:,}]/); t += p[2] + p[length(p)] - p[length(p) - 2]; n++
-                }
-                if (n) print t / n }' | sort -n |
-            awk -v k="$rep strict $tq" '{ a[NR] = $1 } END { if (NR) printf "idle %s %d\n", k, NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-    done <"$1/gang.jsonl"
-}
-
-# runs.csv: one row per run with r and T_overhead against its repetition's
-# U_alone (the signal runs summed over the nodes); results.csv: medians.
+# gang-eval bench (eval/src/bench/) reads every boot's records in $OUT/n<N>/
+# and writes runs.csv (one row per run: r and T_overhead against its
+# repetition's U_alone), results.csv (medians) and table.txt.
 runs=$OUT/runs.csv results=$OUT/results.csv table=$OUT/table.txt
-echo "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok,early_switches" >"$runs"
-for n in $NODES_LIST; do
-    dir=$OUT/n$n
-    {
-        for f in "$dir"/node*/sig.jsonl; do [[ ! -f $f ]] || sed 's/^/sig /' "$f"; done
-        [[ ! -f $dir/node0/gang.jsonl ]] || sed 's/^/gang /' "$dir/node0/gang.jsonl"
-        [[ ! -f $dir/node0/gang.jsonl ]] || idle_est "$dir/node0"
-        true   # a boot that left no results (pipefail: an empty group must not end the script)
-    } | LC_ALL=C awk -v N="$n" '
-        function f(name,   v) { v = $0; if (index(v, "\"" name "\":") == 0) return ""; sub(".*\"" name "\":\"?", "", v); sub("[\",}].*", "", v); return v }
-        $1 == "sig" {
-            k = f("rep") " " f("method") " " f("tq"); su[k] += f("units"); sn[k]++; sd[k] = f("d")
-            ssw[k] += f("switches"); if (f("spread_ms") > ssp[k]) ssp[k] = f("spread_ms"); next
-        }
-        $1 == "idle" { gi2[$2 " " $3 " " $4] = $5; next }
-        $1 == "gang" { k = f("rep") " " f("method") " " f("tq"); gu[k] = f("units"); gd[k] = f("d"); gsw[k] = f("switches")
-            gt[k] = f("total_p50_us"); gs[k] = f("skew_p50_us"); gf[k] = f("freeze_p50_us"); gi[k] = f("idle_p50_us"); gsp[k] = f("spread_ms"); gok[k] = f("ok"); ge[k] = f("early") }
-        END {
-            for (k in su) { split(k, a, " "); if (a[2] == "alone" && sn[k] == N && sd[k] > 0 && su[k] > 0) alone[a[1]] = su[k] / sd[k] }
-            for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone" && gok[k] == 1 && gd[k] > 0 && gu[k] > 0) scx[a[1]] = gu[k] / gd[k] }
-            for (k in su) { split(k, a, " "); if (a[2] == "alone") continue
-                ok = (sn[k] == N && (a[1] in alone) && sd[k] > 0); rate = ok ? su[k] / sd[k] : 0; base = ok ? alone[a[1]] : 0
-                r = ok ? rate / base : 0
-                printf "%d,%d,sigstop,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,,,,,,%d,%d,\n", N, a[1], a[3], sd[k], su[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, ssw[k] / (sn[k] ? sn[k] : 1), ssp[k], ok }
-            for (k in gu) { split(k, a, " "); if (a[2] == "scx_alone") continue
-                ok = (gok[k] == 1 && (a[1] in scx) && gd[k] > 0); rate = ok ? gu[k] / gd[k] : 0; base = ok ? scx[a[1]] : 0
-                r = ok ? rate / base : 0
-                printf "%d,%d,%s,%d,%s,%d,%.2f,%.2f,%.5f,%.1f,%d,%s,%s,%s,%s,%s,%d,%d,%s\n", N, a[1], a[2], a[3], gd[k], gu[k], rate, base, r, ok ? a[3] * (1 - r) * 1000 : 0, gsw[k], gt[k], gs[k], gf[k], (a[2] == "strict" ? gi[k] : ""), (a[2] == "strict" ? gi2[k] : ""), gsp[k], ok, ge[k] }
-            # the baselines too (r = 1 by definition; their rate is the figure)
-            for (k in alone) printf "%d,%d,alone,0,,,%.2f,%.2f,1,0,0,,,,,,,1,\n", N, k, alone[k], alone[k]
-            for (k in scx) printf "%d,%d,scx_alone,0,,,%.2f,%.2f,%.5f,0,0,,,,,,,1,\n", N, k, scx[k], (k in alone) ? alone[k] : 0, (k in alone) ? scx[k] / alone[k] : 0
-        }' | sort -t, -k1,1n -k3,3 -k4,4n -k2,2n >>"$runs"
-done
-
-# RTT per N: the slowest peer's median (ping) and gangd's heartbeat minimum.
-rtt() { # N WHAT -> µs (max over peers), or -
-    local f=$OUT/n$1/node0/rtt.jsonl
-    [[ -f $f ]] || { echo -; return; }
-    grep "\"what\":\"$2\"" "$f" | sed -n 's/.*"p50_us":\([0-9]*\).*/\1/p' | sort -n | tail -1 | grep . || echo -
-}
-
-echo "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us" >"$results"
-{
-    for n in $NODES_LIST; do
-        fv=-
-        [[ -s $OUT/n$n/host_foreign_vms ]] && fv=$(awk '$2 > 0 { b++ } END { printf "%d", NR ? 100 * b / NR : 0 }' "$OUT/n$n/host_foreign_vms")
-        echo "retried $n $(grep -c '"retries":[1-9]' "$OUT/n$n/node0/gang.jsonl" 2>/dev/null)"
-        echo "rtt $n $(rtt "$n" ping_idle) $(rtt "$n" ping_loaded) $(rtt "$n" gangd_hb_loaded) $(rtt "$n" ping_scx_idle) $(rtt "$n" gangd_hb_idle) $fv"
-    done
-    tail -n +2 "$runs"
-} | LC_ALL=C awk -F, -v results="$results" -v icount="$ICOUNT" -v ncpu="$NCPU" -v fill="$FILL" -v d="$DMIN" -v head="$HEAD" '
-    function median(list,   n, a, i, j, t) {
-        n = split(list, a, " "); if (n == 0) return ""
-        for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function minmax(list, want,   n, a, i, m) { n = split(list, a, " "); m = a[1]; for (i = 2; i <= n; i++) if (want == "min" ? a[i] + 0 < m + 0 : a[i] + 0 > m + 0) m = a[i]; return m }
-    function us(x) { return x == "" || x == "-" ? "-" : (x >= 10000 ? sprintf("%.1f ms", x / 1000) : sprintf("%d µs", x)) }
-    function ov(x) { return x == "" ? "-" : sprintf("%.0f", x) }
-    /^retried / { split($0, a, " "); retried[a[2]] = a[3]; next }
-    /^rtt / { split($0, a, " "); rping[a[2]] = a[3]; rload[a[2]] = a[4]; rhb[a[2]] = a[5]; rsi[a[2]] = a[6]; rhbi[a[2]] = a[7]; fvm[a[2]] = a[8]; next }
-    $18 != 1 { bad[$1 " " $3 " " $4]++; next }
-    {
-        k = $1 " " $3 " " $4
-        if (!(k in seen)) { seen[k] = 1; keys[++nk] = k }
-        if (!($1 in seenN)) { seenN[$1] = 1; ns[++nn] = $1 }
-        if ($3 != "alone" && $3 != "scx_alone" && !(($1 " " $4) in seenT)) { seenT[$1 " " $4] = 1; tq[$1, ++nt[$1]] = $4 }
-        R[k] = R[k] " " $9; O[k] = O[k] " " $10; S[k] = S[k] " " $11
-        if ($12 != "") T[k] = T[k] " " $12
-        if ($13 != "") K[k] = K[k] " " $13
-        if ($14 != "") F[k] = F[k] " " $14
-        if ($15 != "") I[k] = I[k] " " $15
-        if ($16 != "") E[k] = E[k] " " $16
-        if ($3 == "alone" || $3 == "scx_alone") A[k] = A[k] " " $7
-        if ($19 != "") { EA[k] += $19; ES[k] += $11 }
-    }
-    END {
-        for (i = 1; i <= nk; i++) {
-            k = keys[i]; split(k, a, " ")
-            o = median(O[k]); med[k] = o
-            rng[k] = split(O[k], z, " ") > 1 ? sprintf(" [%.0f..%.0f]", minmax(O[k], "min"), minmax(O[k], "max")) : ""
-            tot[k] = median(T[k]); skw[k] = median(K[k]); idl[k] = median(I[k]); est[k] = median(E[k])
-            printf "%d,%s,%d,%d,%.5f,%.1f,%.1f,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", a[1], a[2], a[3], split(O[k], z, " "), median(R[k]), o, minmax(O[k], "min"), minmax(O[k], "max"),
-                median(S[k]), tot[k], skw[k], median(F[k]), idl[k], est[k], rping[a[1]], rload[a[1]], rhb[a[1]] >> results
-        }
-        print "Cluster benchmark, seed 000 Table 4 method: T_overhead = TQ * (1 - (U_a+U_b)/U_alone), medians over repetitions."
-        clock = icount == "" ? "guest time = host real time (no -icount): every figure includes the host'"'"'s scheduling noise" : "qemu -icount shift=" icount ": guest time counts instructions, RTT and barrier times are NOT physical"
-        if (head) printf "N compute nodes (node 1..N, ranks) + head node 0 (gangd, front ends, no ranks); 1 vCPU each, qemu pinned to host core i %% %d: %s.\n", ncpu, ncpu == 2 ? "node 2 shares core 0 with the (mostly idle) head, nodes 1 and 3 share core 1" : "see n<N>/"
-        else printf "N compute nodes, gangd on node 0 among its ranks; 1 vCPU each, qemu pinned to host core i %% %d%s.\n", ncpu, ncpu == 2 ? " (3 nodes: nodes 0 and 2 share core 0)" : ""
-        print clock "."
-        printf "Window D >= %d s per run; gangd fill=%d; scx_gang against one job alone under scx_gang, SIGSTOP (sigswitch) against burn alone on the default scheduler, every node at once.\n", d, fill
-        print "yield = the strict barrier with ranks that call yield_point() at every work unit (seed 000 Table 5); early = share of its switches gangd brought forward because every rank had yielded; strict/yld = strict overhead over yield overhead."
-        print "total = barrier start -> last node Running (gangd switch log, p50 over the window); idle≈ = CPU time a strict switch leaves idle on a node, from the switch log: its park+drain time plus its Frozen -> Running at gangd (the direct cost, immune to host noise); skew = spread of the Running answers; RTT = ping node0 -> slowest compute node, p50, idle and while every compute node runs a job."
-        for (j = 1; j <= nn; j++) {
-            n = ns[j]
-            plural = n > 1 ? "s" : ""
-            scxrel = "-"
-            if (((n " scx_alone 0") in A) && ((n " alone 0") in A)) scxrel = sprintf("%.4f", median(A[n " scx_alone 0"]) / median(A[n " alone 0"]))
-            printf "\nN=%d node%s   U_alone: default scheduler %s units/s, under scx_gang %s of that\n", n, plural, median(A[n " alone 0"]), scxrel
-            printf "   RTT: ping idle p50 %s, ping idle under scx_gang %s, ping with every node busy %s; gangd heartbeat min %s idle, %s busy\n", us(rping[n]), us(rsi[n]), us(rload[n]), us(rhbi[n]), us(rhb[n])
-            na = split(A[n " alone 0"], z, " "); nb = split(A[n " scx_alone 0"], z, " ")
-            sa = na > 1 ? (minmax(A[n " alone 0"], "max") - minmax(A[n " alone 0"], "min")) / median(A[n " alone 0"]) : -1
-            sb = nb > 1 ? (minmax(A[n " scx_alone 0"], "max") - minmax(A[n " scx_alone 0"], "min")) / median(A[n " scx_alone 0"]) : -1
-            pa = sa >= 0 ? sprintf("%.1f %%", 100 * sa) : "-"; pb = sb >= 0 ? sprintf("%.1f %%", 100 * sb) : "-"
-            if (sa >= 0 || sb >= 0) printf "   noise: U_alone ranges over %s (default scheduler) and %s (scx_gang) of its median between repetitions: a per-switch figure below ~TQ x that (%.0f µs at TQ=100 ms) is not resolved\n", pa, pb, 100000 * (sa > sb ? sa : sb)
-            printf "   host: other VMs (not this benchmark'"'"'s) running during %s %% of this boot\n", fvm[n]
-            printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s %-7s %-11s | %-24s | %-8s | %s\n", "TQ", "strict µs/sw [min..max]", "total", "idle≈", "skew", "off µs/sw [min..max]", "total", "yield µs/sw [min..max]", "early", "strict/yld", "SIGSTOP µs/sw [min..max]", "SIG/strict", "RTT p50 idle / busy"
-            for (i = 1; i <= nt[n]; i++) {
-                t = tq[n, i]; ks = n " strict " t; ko = n " off " t; kg = n " sigstop " t; ky = n " yield " t
-                ratio = (ks in med) && (kg in med) && med[ks] > 0 && med[kg] > 0 ? sprintf("%.2fx", med[kg] / med[ks]) : "-"
-                yratio = (ks in med) && (ky in med) && med[ks] > 0 && med[ky] > 0 ? sprintf("%.2fx", med[ks] / med[ky]) : "-"
-                early = (ky in ES) && ES[ky] > 0 ? sprintf("%.0f %%", 100 * EA[ky] / ES[ky]) : "-"
-                printf "   %-6s | %-24s %-9s %-9s %-9s | %-24s %-9s | %-24s %-7s %-11s | %-24s | %-8s | %s\n", t " ms", ov(med[ks]) rng[ks], us(tot[ks]), us(est[ks]), us(skw[ks]), ov(med[ko]) rng[ko], us(tot[ko]), ov(med[ky]) rng[ky], early, yratio, ov(med[kg]) rng[kg], ratio, us(rping[n]) " / " us(rload[n])
-            }
-        }
-        for (j = 1; j <= nn; j++) if (retried[ns[j]]) printf "\nnote: N=%d: %d gang run(s) needed a retry (a job failed, e.g. gangd dropped a node silent 2 s in a barrier; see n%d/node0/tries.jsonl)\n", ns[j], retried[ns[j]], ns[j]
-        for (k in bad) printf "\nnote: %d run(s) of %s left out (ok 0: a job failed, a node did not report, or the starts spread more than LEAD)\n", bad[k], k
-    }' >"$table"
+EVAL=$REPO_ROOT/target/release/gang-eval
+[[ -x $EVAL ]] && ((BUILD == 0)) || (cd "$REPO_ROOT" && cargo build --release -p gang-eval)
+"$EVAL" bench "$OUT" --nodes "$NODES_LIST" --ncpu "$NCPU" --fill "$FILL" --seconds "$DMIN" \
+    --head "$HEAD" ${ICOUNT:+--icount "$ICOUNT"} >/dev/null
 echo
 cat "$table"
 step "results: $results, $runs, $table"

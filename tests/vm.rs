@@ -6,16 +6,15 @@
 //! (scripts/setup.sh) and boot VMs, so they are ignored by a plain
 //! `cargo test`; scripts/test.sh runs them with `--include-ignored`.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
+use common::{assert_scheduler_never_failed, json, need_binaries, read, repo};
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The project's binaries for the image: the daemon and the workloads,
 /// built into the same directory by `cargo build --workspace`.
@@ -23,35 +22,17 @@ fn binaries() -> Vec<PathBuf> {
     let daemon = PathBuf::from(env!("CARGO_BIN_EXE_scx_gang"));
     let dir = daemon.parent().unwrap().to_path_buf();
     let mut bins = vec![daemon];
-    for name in ["burn", "sigswitch", "ring", "slotclock"] {
-        let p = dir.join(name);
-        assert!(
-            p.exists(),
-            "{} is missing: build the workspace first (cargo build --workspace)",
-            p.display()
-        );
-        bins.push(p);
-    }
+    bins.extend(need_binaries(
+        &dir,
+        &["burn", "sigswitch", "ring", "slotclock"],
+        "build the workspace first (cargo build --workspace)",
+    ));
     bins
 }
 
-/// Builds the initramfs once per test run.
+/// The node's initramfs, built once per test run.
 fn image() -> &'static Path {
-    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let out = repo().join("target/vm/scx_gang.cpio.gz");
-        fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let mut cmd = Command::new(repo().join("scripts/image.sh"));
-        cmd.arg(&out);
-        for b in binaries() {
-            cmd.arg("--bin").arg(b);
-        }
-        cmd.arg("--scenarios")
-            .arg(repo().join("tests/vm/scenarios"));
-        let status = cmd.status().expect("running scripts/image.sh");
-        assert!(status.success(), "scripts/image.sh failed");
-        out
-    })
+    common::image("scx_gang.cpio.gz", binaries, &[])
 }
 
 /// The known emulator fault: multi-threaded TCG sometimes executes a stale
@@ -102,35 +83,6 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
         panic!("scenario {scenario} failed: {failure}\n--- scx_gang.log ---\n{log}");
     }
     unreachable!()
-}
-
-/// Whatever the scenario, sched_ext must only ever have been detached on
-/// purpose: no watchdog stall, no error exit of the BPF scheduler.
-fn assert_scheduler_never_failed(node: &Path) {
-    let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
-    for line in dmesg.lines().filter(|l| l.contains("sched_ext")) {
-        assert!(
-            !line.contains("stall") && !line.contains("error"),
-            "sched_ext failed: {line}"
-        );
-        if line.contains("disabled (") {
-            assert!(
-                line.contains("disabled (unregistered from user space)"),
-                "sched_ext failed: {line}"
-            );
-        }
-    }
-}
-
-fn read(dir: &Path, name: &str) -> String {
-    fs::read_to_string(dir.join(name))
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
-        .trim()
-        .to_string()
-}
-
-fn json(dir: &Path, name: &str) -> Value {
-    serde_json::from_str(&read(dir, name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn f(v: &Value, path: &[&str]) -> f64 {

@@ -19,11 +19,14 @@
 //! (e.g. stripped debug builds), $GANG_VM_REUSE=DIR checks the results of an
 //! earlier run in DIR/<scenario> without booting.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
+use common::{assert_scheduler_never_failed, json, need_binaries, read, repo, tail};
 use serde_json::Value;
 
 /// Node 0 is the head (gangd, the front ends, no ranks); 1..=3 compute.
@@ -31,21 +34,17 @@ const NODES: usize = 4;
 const COMPUTE: std::ops::RangeInclusive<usize> = 1..=3;
 const NR_COMPUTE: usize = 3;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Everything the nodes run: the node daemon, the workloads and, once built,
 /// the coordinator and its front end (gang-coordinator crate), all in the
 /// same directory after `cargo build --workspace`.
 fn binaries() -> Vec<PathBuf> {
     let dir = bin_dir();
     let mut bins = vec![dir.join("scx_gang")];
-    for name in ["burn", "ring", "runas", "attack"] {
-        let p = dir.join(name);
-        assert!(p.exists(), "{} is missing: {BUILD}", p.display());
-        bins.push(p);
-    }
+    bins.extend(need_binaries(
+        &dir,
+        &["burn", "ring", "runas", "attack"],
+        BUILD,
+    ));
     bins.extend(
         COORDINATOR
             .iter()
@@ -73,11 +72,7 @@ fn bin_dir() -> PathBuf {
 
 /// The coordinator's tests need its binaries in the image.
 fn need_coordinator() {
-    let dir = bin_dir();
-    for name in COORDINATOR {
-        let p = dir.join(name);
-        assert!(p.exists(), "{} is missing: {BUILD}", p.display());
-    }
+    need_binaries(&bin_dir(), &COORDINATOR, BUILD);
 }
 
 /// The MPI programs (built with MPICH's mpicc by scripts/build_mpi.sh into
@@ -107,24 +102,13 @@ fn mpi_programs() -> Vec<PathBuf> {
     progs
 }
 
-/// Builds the cluster image once per test run (its own cluster key).
+/// The cluster's initramfs (its own cluster key), built once per test run.
 fn image() -> &'static Path {
-    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let out = repo().join("target/vm/cluster.cpio.gz");
-        fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let mut cmd = Command::new(repo().join("scripts/image.sh"));
-        cmd.arg(&out);
-        for b in binaries().into_iter().chain(mpi_programs()) {
-            cmd.arg("--bin").arg(b);
-        }
-        cmd.arg("--mpi");
-        cmd.arg("--scenarios")
-            .arg(repo().join("tests/vm/scenarios"));
-        let status = cmd.status().expect("running scripts/image.sh");
-        assert!(status.success(), "scripts/image.sh failed");
-        out
-    })
+    common::image(
+        "cluster.cpio.gz",
+        || binaries().into_iter().chain(mpi_programs()).collect(),
+        &["--mpi"],
+    )
 }
 
 /// The results of one cluster run.
@@ -136,13 +120,6 @@ impl Run {
     fn node(&self, i: usize) -> PathBuf {
         self.out.join(format!("node{i}"))
     }
-}
-
-/// Tail of a file, for failure messages.
-fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_else(|_| "(missing)".into());
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Boots `nodes` nodes running `scenario`, with `extra` arguments for
@@ -241,37 +218,6 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
         }
     }
     run
-}
-
-/// sched_ext must only ever have been detached on purpose on any node.
-fn assert_scheduler_never_failed(node: &Path) {
-    let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
-    for line in dmesg.lines().filter(|l| l.contains("sched_ext")) {
-        assert!(
-            !line.contains("stall") && !line.contains("error"),
-            "{}: sched_ext failed: {line}",
-            node.display()
-        );
-        if line.contains("disabled (") {
-            assert!(
-                line.contains("disabled (unregistered from user space)"),
-                "{}: sched_ext failed: {line}",
-                node.display()
-            );
-        }
-    }
-}
-
-fn read(dir: &Path, name: &str) -> String {
-    fs::read_to_string(dir.join(name))
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
-        .trim()
-        .to_string()
-}
-
-fn json(dir: &Path, name: &str) -> Value {
-    serde_json::from_str(&read(dir, name))
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
 }
 
 /// The JSON lines in a file (a job's output: one line per rank), skipping

@@ -6,13 +6,12 @@
 //! host. Boots VMs, so ignored by a plain `cargo test`; scripts/test.sh runs
 //! it with `--include-ignored`.
 
+mod common;
+
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use common::repo;
 
 #[test]
 #[ignore = "boots a VM cluster (scripts/test.sh runs it)"]

@@ -19,9 +19,13 @@
 //!   colour-blind-friendly colour per policy.
 //! - [`check`]: is the run complete? Every expected job, cell and baseline
 //!   record present and ok, or the list of what is not.
+//! - [`bench`]: the cluster benchmark's tables (scripts/bench_cluster.sh's
+//!   boots: per-switch overhead against the baselines, medians, the text
+//!   table), from its own JSON-line records.
 //!
-//! `src/main.rs` is only the command line (`gang-eval report|check`).
+//! `src/main.rs` is only the command line (`gang-eval report|check|bench`).
 
+pub mod bench;
 pub mod check;
 pub mod metrics;
 pub mod records;

@@ -4,9 +4,13 @@
 //! summary.txt (also printed) and the SVG figures.
 //! `gang-eval check FILE... --policies ... --workloads ... --mpls ... --reps R [--short]`:
 //! exit 0 when the run is complete, 1 listing what is missing or failed.
+//! `gang-eval bench DIR --nodes "1 2 3" ...`: the cluster benchmark's
+//! DIR/runs.csv, results.csv and table.txt (also printed) from its boots in
+//! DIR/n<N>/.
 //! Malformed input or bad arguments: exit 2.
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use gang_eval::bench::{write_tables, BenchParams};
 use gang_eval::check::{check, Expect};
 use gang_eval::metrics::analyse;
 use gang_eval::records::Log;
@@ -33,6 +37,32 @@ enum Cmd {
     Report(ReportArgs),
     /// Exit 0 iff every expected record is there and ok; else 1 with the list.
     Check(CheckArgs),
+    /// The cluster benchmark's DIR/runs.csv, results.csv and table.txt (printed).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The benchmark's output directory (its boots in DIR/n<N>/).
+    dir: PathBuf,
+    /// Node counts of the boots, in order ("1 2 3").
+    #[arg(long, value_parser = mpls)]
+    nodes: Mpls,
+    /// qemu -icount shift of the boots (none: real time).
+    #[arg(long, default_value = "")]
+    icount: String,
+    /// Host cores the VMs were pinned to.
+    #[arg(long)]
+    ncpu: u32,
+    /// gangd's --fill.
+    #[arg(long, default_value_t = 0)]
+    fill: u32,
+    /// The least window D per run, in seconds.
+    #[arg(long)]
+    seconds: u32,
+    /// 1: node 0 was a head without ranks; 0: gangd ran among the ranks.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1))]
+    head: u32,
 }
 
 #[derive(Args)]
@@ -226,6 +256,30 @@ fn run_check(a: CheckArgs) -> ExitCode {
     }
 }
 
+fn bench(a: BenchArgs) -> ExitCode {
+    let p = BenchParams {
+        nodes: a.nodes.0,
+        icount: a.icount,
+        ncpu: a.ncpu,
+        fill: a.fill,
+        seconds: a.seconds,
+        head: a.head == 1,
+    };
+    match write_tables(&p, &a.dir) {
+        Ok(table) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "gang-eval: cannot write the tables into {}: {e}",
+                a.dir.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Parses the command line; a bad one prints the error with the usage and
 /// exits 2 (help and version exit 0).
 fn parse() -> Cli {
@@ -255,5 +309,6 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Report(a) => report(a),
         Cmd::Check(a) => run_check(a),
+        Cmd::Bench(a) => bench(a),
     }
 }

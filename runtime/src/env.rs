@@ -5,8 +5,12 @@
 //! library does. The parsers here are pure functions of the values, so
 //! tests never depend on (or race over) the process environment; the
 //! readers of the real environment are thin wrappers, read once.
+//!
+//! The bottom layer of the library: it imports nothing of the crate (a
+//! test in `lib.rs` checks it). So [`WaitPolicy`], the value `GANG_WAIT`
+//! names, is defined here, next to its parser; `wait.rs` (the top layer)
+//! re-exports it and implements what each policy does.
 
-use crate::wait::WaitPolicy;
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::PathBuf;
@@ -64,6 +68,21 @@ pub fn clock_socket() -> Option<PathBuf> {
 pub fn yield_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !is_off(std::env::var_os(YIELD_ENV).as_deref()))
+}
+
+/// How to wait for an fd to become readable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitPolicy {
+    /// Block at once.
+    Block,
+    /// Spin this long (two-phase fixed spin-block), then block.
+    Spin(Duration),
+    /// Spin for a time adapted per fd from recent waits, then block.
+    Adaptive,
+    /// Spin (at most this long) only while my gang owns the slot; block at
+    /// once outside it or when the slot ends mid-spin. Without a clock,
+    /// the same as `Spin`.
+    InSlot(Duration),
 }
 
 /// A `GANG_WAIT` value that is not a policy.

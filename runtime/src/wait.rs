@@ -7,30 +7,21 @@
 //! how long the spin is: none, fixed, adapted from recent waits
 //! (`adaptive.rs`), or "as long as my gang owns the slot", which under a
 //! gang scheduler is exactly when the peer is running too.
+//!
+//! The top layer of the library: it reads the clock (`clock_socket.rs`)
+//! and the adaptive spin limits (`adaptive.rs`). [`WaitPolicy`], the value
+//! a `GANG_WAIT` names, is defined with its parser in `env.rs` (the bottom
+//! layer, which imports nothing of the crate) and re-exported here.
 
 use crate::adaptive::{self, Observation};
 use crate::clock::{monotonic_ns, SlotRemaining};
 use crate::clock_socket::process_clock;
+pub use crate::env::WaitPolicy;
 use std::hint::spin_loop;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// How to wait for an fd to become readable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitPolicy {
-    /// Block at once.
-    Block,
-    /// Spin this long (two-phase fixed spin-block), then block.
-    Spin(Duration),
-    /// Spin for a time adapted per fd from recent waits, then block.
-    Adaptive,
-    /// Spin (at most this long) only while my gang owns the slot; block at
-    /// once outside it or when the slot ends mid-spin. Without a clock,
-    /// the same as `Spin`.
-    InSlot(Duration),
-}
 
 /// How a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

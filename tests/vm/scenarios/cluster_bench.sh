@@ -66,18 +66,14 @@ FILL=${BENCH_FILL:-0}
 SIG=${BENCH_SIG:-1}
 HEAD=${BENCH_HEAD:-1}
 RETRIES=${BENCH_RETRIES:-2}
-if [ "$HEAD" = 1 ]; then
-	NC=$((NNODES - 1)) FIRST=1
-	[ "$NC" -ge 1 ] || fail "BENCH_HEAD=1 needs at least 2 nodes (a head and a compute node)"
-else
-	NC=$NNODES FIRST=0
-fi
-# compute: this node runs ranks and the signal runs.
-compute() { [ "$NODE_ID" -ge "$FIRST" ]; }
+# The compute nodes (cluster_lib: BENCH_HEAD=1 makes node 0 the head) run
+# the ranks and the signal runs (is_compute).
+NC=$COMPUTE_NODES FIRST=$FIRST_COMPUTE
+[ "$NC" -ge 1 ] || fail "BENCH_HEAD=1 needs at least 2 nodes (a head and a compute node)"
 SIGROOT=/sys/fs/cgroup/sigbench   # not below the gang root: no gangs for scx_gang later
 
 # Progress lines the host shows.
-say() { log "bench: $*"; }
+PROGRESS=bench
 
 # D, LEAD and TAIL in seconds for a TQ (ms): starts of the second job's ranks
 # may wait for its first slot, so LEAD and TAIL grow with TQ.
@@ -154,7 +150,7 @@ sig_phase() {
 			else
 				wait_board sigstep "$k" 300 || fail "node 0 never started signal run $k"
 			fi
-			if compute; then
+			if is_compute; then
 				if [ "$tq" = 0 ]; then sig_run "$rep" alone 0; else sig_run "$rep" sigstop "$tq"; fi
 			fi
 			if [ "$NODE_ID" = 0 ]; then
@@ -163,7 +159,7 @@ sig_phase() {
 					wait_board "sigdone.node$i" "$k" 300 || fail "node$i never finished signal run $k"
 					i=$((i + 1))
 				done
-				if compute; then res=$(tail -1 "$RESULTS/sig.jsonl"); else res=$(board_get "sigres.node$FIRST"); fi
+				if is_compute; then res=$(tail -1 "$RESULTS/sig.jsonl"); else res=$(board_get "sigres.node$FIRST"); fi
 				say "signal rep $rep/$REPS TQ=$tq done (node $FIRST: $res)"
 			else
 				[ "$NODE_ID" = "$FIRST" ] && board_put "sigres.node$NODE_ID" "$(tail -1 "$RESULTS/sig.jsonl")"
@@ -266,27 +262,19 @@ gang_try() {
 	cat /tmp/run.json >> "$RESULTS/tries.jsonl"
 }
 
-# bench_wait_compute: node 0, until every compute node said its agent is up
-# (joined and its scheduler attached: start_node_agent returned there).
-bench_wait_compute() {
-	local i=$FIRST
-	while [ "$i" -lt "$NNODES" ]; do
-		wait_board "benchready.node$i" yes 300 || fail "node$i never got its agent up"
-		i=$((i + 1))
-	done
-}
 # bench_nodes_known [SECONDS]: until gangd knows every compute node, and
 # still does 4 s later (an agent that falls silent after joining is dropped).
-bench_nodes_stable() { [ "$(node_count)" -ge "$NC" ] && sleep 4 && [ "$(node_count)" -ge "$NC" ]; }
 bench_nodes_known() {
-	wait_for "${1:-120}" bench_nodes_stable ||
+	wait_for "${1:-120}" nodes_stable "$NC" ||
 		fail "gangd knows $(node_count) node(s), not $NC: $(cat $GANGD_KNOBS/nodes)"
 	log "gangd knows its $NC compute node(s)"
 }
 
 gang_phase() {
 	local rep tq b
-	bench_wait_compute
+	# Every compute node's agent is up (joined, its scheduler attached:
+	# start_node_agent returned there).
+	every_compute benchready yes 300 "got its agent up"
 	bench_nodes_known
 	sleep 2   # a few heartbeats
 	WHAT=ping_scx_idle rtt_all
@@ -346,14 +334,11 @@ if [ "$NODE_ID" = 0 ]; then
 	start_gangd --nodes "$NC" --slot-ms 100 --barrier strict --fill "$FILL" \
 		--switch-log "$RESULTS/switch.jsonl"
 fi
-if compute; then
-	start_node_agent
+# (The head has no agent: start_node_agent only puts its board entries, and
+# node 1 joins first: agents join in the order of their names.)
+start_node_agent
+if is_compute; then
 	board_put "benchready.node$NODE_ID" yes || fail "node 0's board does not answer"
-elif [ "$NODE_ID" = 0 ]; then
-	# The head has no agent: node 1 joins first (cluster_lib's agents join in
-	# the order of their names, each after joined.node<i-1>).
-	board_put joined.node0 yes
-	board_put ready.node0 yes
 fi
 if [ "$NODE_ID" = 0 ]; then
 	gang_phase

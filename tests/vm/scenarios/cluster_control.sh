@@ -37,13 +37,7 @@ progress() {
 
 # all_nodes KEY VALUE: the head waits until every compute node put
 # KEY.node<i> VALUE.
-all_nodes() {
-	i=$FIRST_COMPUTE
-	while [ "$i" -lt "$NNODES" ]; do
-		wait_board "$1.node$i" "$2" 60 || fail "node$i never reported $1"
-		i=$((i + 1))
-	done
-}
+all_nodes() { every_compute "$1" "$2" 60 "reported $1"; }
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"

@@ -50,8 +50,7 @@ CAP_S=${EVAL_CAP_S:-300}
 LOG=$RESULTS/eval.log
 JOBS=$RESULTS/jobs
 C=$COMPUTE_NODES
-
-say() { log "eval: $*"; }
+PROGRESS=eval
 
 # ---- workloads ------------------------------------------------------------------------
 
@@ -88,6 +87,7 @@ switching() {
 	*) fail "unknown policy $1" ;;
 	esac
 }
+# barrier POLICY: gangd's --barrier for it.
 barrier() { case $1 in gang-strict | gang-yield) echo strict ;; *) echo off ;; esac; }
 
 BPFLAND_PID= SCX_PID=
@@ -172,26 +172,18 @@ compute_phases() {
 # ---- node 0: the phases and the cells ------------------------------------------------
 
 GANGD_PID=
-# head_phase PHASE POLICY: gangd for the policy, every compute node in.
+# head_phase PHASE POLICY: gangd for the policy, every compute node in
+# (cluster_lib's phase_gangd; the last phase's gangd stopped first).
 head_phase() {
-	local k=$1 p=$2 i
+	local k=$1 p=$2
 	if [ -n "$GANGD_PID" ]; then
-		stop_gangd
-		mv "$RESULTS/gangd.log" "$RESULTS/gangd.$((k - 1)).log"
+		end_phase_gangd "$((k - 1))"
 	fi
 	board_put "policy.$k" "$p"
 	board_put phase "$k"
 	# A fresh cluster per phase: its own state (job ids, known nodes).
-	start_gangd --nodes "$C" --slot-ms "$SLOT_MS" --mpl-max 4 --barrier "$(barrier "$p")" \
-		--state-dir "/run/gangd-state.$k" \
-		--switch-log "$RESULTS/switch.$k.jsonl"
-	board_put "gangd.$k" up
-	i=$FIRST_COMPUTE
-	while [ "$i" -lt "$NNODES" ]; do
-		wait_board "ready.$k.node$i" yes 300 || fail "node$i never joined phase $k ($p)"
-		i=$((i + 1))
-	done
-	poll_for 60 nodes_stable "$C" || fail "phase $k ($p): gangd knows $(node_count) node(s), not $C"
+	phase_gangd "$k" "$(barrier "$p")" --slot-ms "$SLOT_MS" --mpl-max 4 \
+		--state-dir "/run/gangd-state.$k"
 	say "phase $k: $p (agents --switching $(switching "$p"), barrier $(barrier "$p")) ready"
 }
 
@@ -370,9 +362,7 @@ head_main() {
 			[ "$SHORT" = 1 ] && short_test "$p" "$r"
 		done
 	done
-	stop_gangd
-	mv "$RESULTS/gangd.log" "$RESULTS/gangd.$k.log"
-	GANGD_PID=
+	end_phase_gangd "$k"
 	board_put phase end
 	say "all $CELLS cells done"
 }

@@ -24,6 +24,13 @@
 # With the uptime: the nodes' logs can be read side by side.
 log() { echo "[scenario $(cut -d' ' -f1 /proc/uptime)] $*"; }
 
+# say MESSAGE: a progress line for the host: "PROGRESS: MESSAGE". The host's
+# script shows node 0's lines of its scenario's tag (scripts/eval.sh "eval",
+# bench_cluster.sh "bench", bench_wait.sh "waitbench"); a scenario sets
+# PROGRESS after sourcing this file.
+PROGRESS=scenario
+say() { log "$PROGRESS: $*"; }
+
 # poll_for SECONDS CMD...: like lib.sh's wait_for, but CMD runs once a second.
 # A node has one emulated CPU shared with busy ranks: polling a `gang ps` or
 # an nc 20 times a second would take the CPU its agent and gangd need.
@@ -288,6 +295,47 @@ wait_nodes() {
 	poll_for "${2:-120}" nodes_stable "$1" ||
 		fail "gangd knows $(node_count) node(s), not $1: $(cat $GANGD_KNOBS/nodes)"
 	log "gangd knows $1 nodes"
+}
+
+# every_compute KEY VALUE SECONDS WHAT: node 0, until every compute node put
+# KEY.node<i> VALUE (each within SECONDS); else fails "node<i> never WHAT".
+every_compute() {
+	local i=$FIRST_COMPUTE
+	while [ "$i" -lt "$NNODES" ]; do
+		wait_board "$1.node$i" "$2" "$3" || fail "node$i never $4"
+		i=$((i + 1))
+	done
+}
+
+# ---- phases: a fresh cluster per phase -------------------------------------------------
+# A scenario comparing settings (cluster_eval.sh's policies,
+# cluster_switching.sh's modes) restarts gangd and every agent between its
+# phases, so that nothing of one lingers into the next. On node 0,
+# phase_gangd starts the phase's gangd and returns once every compute node
+# is in; end_phase_gangd stops it. A compute node starts its agent once the
+# board has gangd.PHASE up, then puts ready.PHASE.node<i> yes.
+
+# phase_gangd PHASE BARRIER [GANGD-ARGS...]: node 0, gangd for the compute
+# nodes with BARRIER, its switch log in switch.PHASE.jsonl, and the ARGS;
+# the board's gangd.PHASE up; then until every compute node is
+# ready.PHASE (300 s each) and gangd knows them all, still 4 s later.
+phase_gangd() {
+	local k=$1 barrier=$2
+	shift 2
+	start_gangd --nodes "$COMPUTE_NODES" --barrier "$barrier" \
+		--switch-log "$RESULTS/switch.$k.jsonl" "$@"
+	board_put "gangd.$k" up
+	every_compute "ready.$k" yes 300 "joined phase $k"
+	poll_for 60 nodes_stable "$COMPUTE_NODES" ||
+		fail "phase $k: gangd knows $(node_count) node(s), not $COMPUTE_NODES"
+}
+
+# end_phase_gangd PHASE: node 0, the phase's gangd stopped (stop_gangd: exit
+# status in gangd.rc), its log kept as gangd.PHASE.log.
+end_phase_gangd() {
+	stop_gangd
+	mv "$RESULTS/gangd.log" "$RESULTS/gangd.$1.log"
+	GANGD_PID=
 }
 
 # try NAME CMD...: CMD's exit status, stdout and stderr to NAME.{rc,out,err}.

@@ -78,12 +78,12 @@ mpi_procs() {
 	done
 }
 
-# wait_job NAME PID T0 FILE PATTERN N: until job NAME's `gang run` (PID,
+# watch_job NAME PID T0 FILE PATTERN N: until job NAME's `gang run` (PID,
 # submitted at T0 ms) ends, or hangs (see NAME.timeout above: dump,
 # Ctrl-C); its work is done once N lines of its FILE (out or err) match
 # PATTERN (GRACE, default FINALIZE_GRACE: seconds it may run on after
 # that). Exit status in NAME.rc, time in NAME.ms.
-wait_job() {
+watch_job() {
 	local name=$1 pid=$2 t0=$3 file=$RESULTS/$1.$4 pattern=$5 n=$6 all_at= hang= now id
 	local grace=${GRACE:-$FINALIZE_GRACE}
 	while kill -0 "$pid" 2>/dev/null; do
@@ -117,28 +117,22 @@ end_phase() {
 	all_nodes "$1" checked
 }
 
-# run_job NAME N FILE PATTERN COUNT PROG ARGS...: alice's `gang run -n N
-# --name NAME -- PROG ARGS...`, waited for (wait_job's FILE PATTERN COUNT:
+# job_phase NAME N FILE PATTERN COUNT PROG ARGS...: alice's `gang run -n N
+# --name NAME -- PROG ARGS...`, waited for (watch_job's FILE PATTERN COUNT:
 # how to tell its work is done); then the phase NAME ends.
 OK_LINE='"ok":true'
-run_job() {
+job_phase() {
 	local name=$1 n=$2 file=$3 pattern=$4 count=$5 t0
 	shift 5
 	t0=$(now_ms)
 	submit "$name" "$n" -- "$@"
-	wait_job "$name" "$JOB_PID" "$t0" "$file" "$pattern" "$count"
+	watch_job "$name" "$JOB_PID" "$t0" "$file" "$pattern" "$count"
 	end_phase "$name"
 }
 
 # all_nodes KEY VALUE: the head waits until every compute node put
 # KEY.node<i> VALUE.
-all_nodes() {
-	local i=$FIRST_COMPUTE
-	while [ "$i" -lt "$NNODES" ]; do
-		wait_board "$1.node$i" "$2" 90 || fail "node$i never reported $1"
-		i=$((i + 1))
-	done
-}
+all_nodes() { every_compute "$1" "$2" 90 "reported $1"; }
 
 # dump NAME:ID: on a compute node, what the MPI processes do (job NAME,
 # gangd's job ID, hangs): NAME.dump and NAME.ranks (see above).
@@ -215,9 +209,9 @@ check_left() {
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
 	cd /tmp || fail "no /tmp"
-	want ring && run_job ring 3 out "$OK_LINE" 3 /usr/bin/mpi_ring --rounds 200
-	want allreduce && run_job allreduce 3 out "$OK_LINE" 3 mpi_allreduce --iters 200
-	want netpipe && run_job netpipe 2 err ' 65536 bytes ' 1 NPmpich2 -u 65536 -n 5 -p 0 -o /tmp/np.out
+	want ring && job_phase ring 3 out "$OK_LINE" 3 /usr/bin/mpi_ring --rounds 200
+	want allreduce && job_phase allreduce 3 out "$OK_LINE" 3 mpi_allreduce --iters 200
+	want netpipe && job_phase netpipe 2 err ' 65536 bytes ' 1 NPmpich2 -u 65536 -n 5 -p 0 -o /tmp/np.out
 	if want pair; then
 		t0=$(now_ms)
 		submit pairA 3 -- mpi_ring --rounds 300; PA=$JOB_PID
@@ -228,16 +222,16 @@ if [ "$NODE_ID" = 0 ]; then
 		else
 			echo no > "$RESULTS/pair.both_running"
 		fi
-		wait_job pairA "$PA" "$t0" out "$OK_LINE" 3
-		wait_job pairB "$PB" "$t0" out "$OK_LINE" 3
+		watch_job pairA "$PA" "$t0" out "$OK_LINE" 3
+		watch_job pairB "$PB" "$t0" out "$OK_LINE" 3
 		end_phase pair
 	fi
 	# (Never done: no rank of these gets to print its result.)
-	want abort && run_job abort 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --fault-rank 1
-	want abort1 && run_job abort1 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --abort-rank 1
+	want abort && job_phase abort 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --fault-rank 1
+	want abort1 && job_phase abort1 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --abort-rank 1
 	if want race; then
 		GRACE=20
-		run_job race 2 err 'entering MPI_Finalize' 2 mpi_finalize_race --skew-ms 1000
+		job_phase race 2 err 'entering MPI_Finalize' 2 mpi_finalize_race --skew-ms 1000
 		GRACE=
 	fi
 	as_alice gang ps > "$RESULTS/ps_after.txt" 2>&1

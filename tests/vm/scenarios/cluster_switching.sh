@@ -27,35 +27,20 @@ BURN_S=${BURN_S:-45}
 SAMPLES=${SAMPLES:-300}
 C=$COMPUTE_NODES
 
-# barrier_of PHASE: gangd's barrier in the phase.
-barrier_of() { [ "$1" = signal ] && echo strict || echo off; }
-
 # ---- node 0 ------------------------------------------------------------------------
 
-# every_compute KEY-PREFIX SECONDS: until every compute node put KEY-PREFIX.node<i> yes.
-every_compute() {
-	local i=$FIRST_COMPUTE
-	while [ "$i" -lt "$NNODES" ]; do
-		wait_board "$1.node$i" yes "$2" || fail "node$i never reached $1"
-		i=$((i + 1))
-	done
-}
-
-# head_phase PHASE: gangd, every agent in, two jobs; the compute nodes sample.
+# head_phase PHASE BARRIER: gangd with BARRIER, every agent in (cluster_lib's
+# phase_gangd), two jobs; the compute nodes sample.
 head_phase() {
-	local p=$1 a b job units
-	start_gangd --nodes "$C" --slot-ms "$SLOT_MS" --barrier "$(barrier_of "$p")" \
-		--switch-log "$RESULTS/switch.$p.jsonl"
-	board_put "gangd.$p" up
-	every_compute "ready.$p" 300
-	poll_for 60 nodes_stable "$C" || fail "phase $p: gangd knows $(node_count) node(s), not $C"
+	local p=$1 barrier=$2 a b job units
+	phase_gangd "$p" "$barrier" --slot-ms "$SLOT_MS"
 	log "phase $p: $C agents --switching $p in"
 	submit "${p}A" "$C" -- /usr/bin/burn --seconds "$BURN_S" --name "${p}A"; a=$JOB_PID
 	submit "${p}B" "$C" -- /usr/bin/burn --seconds "$BURN_S" --name "${p}B"; b=$JOB_PID
 	wait_jobs running 2 120
 	as_alice gang matrix > "$RESULTS/matrix.$p.txt" 2>&1
 	board_put "running.$p" yes
-	every_compute "sampled.$p" 300
+	every_compute "sampled.$p" yes 300 "reached sampled.$p"
 	finish_job "${p}A" "$a"
 	finish_job "${p}B" "$b"
 	for job in "${p}A" "${p}B"; do
@@ -63,12 +48,10 @@ head_phase() {
 		units=$(grep -c '"units":[1-9]' "$RESULTS/$job.out")
 		[ "$units" = "$C" ] || fail "job $job: $units of $C ranks report work done: $(head -c 300 "$RESULTS/$job.out")"
 	done
-	stop_gangd
-	mv "$RESULTS/gangd.log" "$RESULTS/gangd.$p.log"
+	end_phase_gangd "$p"
 	mv "$RESULTS/gangd.rc" "$RESULTS/gangd.$p.rc"
-	GANGD_PID=
 	board_put "over.$p" yes
-	every_compute "stopped.$p" 120
+	every_compute "stopped.$p" yes 120 "reached stopped.$p"
 	log "phase $p done"
 }
 
@@ -198,8 +181,8 @@ compute_phase() {
 cluster_init
 if [ "$NODE_ID" = 0 ]; then
 	start_node_agent
-	head_phase signal
-	head_phase none
+	head_phase signal strict
+	head_phase none off
 	cluster_done
 else
 	compute_phase signal

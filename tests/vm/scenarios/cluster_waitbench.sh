@@ -19,7 +19,7 @@ SLOT=${WAIT_SLOT_MS:-50}
 REPS=${WAIT_REPS:-2}
 NC=$COMPUTE_NODES
 [ "$NC" -ge 2 ] || fail "a ring needs at least 2 compute nodes"
-say() { log "waitbench: $*"; }
+PROGRESS=waitbench
 
 # peers PORT: every compute node's address, by rank.
 peers() {
@@ -38,11 +38,7 @@ eevdf_phase() {
 			port=$((7200 + k))
 			if [ "$NODE_ID" = 0 ]; then
 				board_put wstep "$k"
-				i=$FIRST_COMPUTE
-				while [ "$i" -lt "$NNODES" ]; do
-					wait_board "wdone.node$i" "$k" 300 || fail "node$i never finished wait run $k"
-					i=$((i + 1))
-				done
+				every_compute wdone "$k" 300 "finished wait run $k"
 				out=$(board_get "wres.$k")
 				echo "{\"sched\":\"eevdf\",\"policy\":\"$p\",\"rep\":$rep,\"rate\":$(echo "$out" | rate),\"rank0\":$out}" >> "$RESULTS/wait.jsonl"
 				say "eevdf rep $rep $p: $(echo "$out" | rate) rounds/s"
