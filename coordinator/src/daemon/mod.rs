@@ -112,7 +112,10 @@ pub struct Coordinator {
     /// Submissions so far; makes the allocator's job names unique (users
     /// may give two jobs the same name).
     submissions: u64,
+    /// The slot clock and the switch in flight (crate::switch).
     rotation: Rotation,
+    /// Where finished switches are written (--switch-log) and the last one
+    /// kept for the status files.
     switch_log: SwitchLog,
     traces: BTreeMap<u64, TraceRun>,
     next_trace: u64,
