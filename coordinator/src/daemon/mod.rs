@@ -50,8 +50,8 @@ use crate::knobfs::KnobMount;
 use crate::matrix::{self, Cluster};
 use crate::proto::tls::ServerTls;
 use crate::proto::{JobId, JobLimits, NodeId};
-use crate::switch::log::SwitchLog;
 use crate::switch::rotation::Rotation;
+use crate::switch::switch_log::SwitchLog;
 
 use jobs::Job;
 use knobs::{ClusterKnobs, KnobFiles, KnobWrite, Status};

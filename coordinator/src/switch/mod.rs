@@ -1,13 +1,14 @@
 //! The slot switch, gangd's side: everything that moves the cluster from
 //! one slot of the Ousterhout matrix to the next. Pure logic (no socket, no
-//! clock, no file but the log) so that tests feed it events and time.
+//! clock, no file but the switch log) so that tests feed it events and time.
 //!
 //! - barrier.rs: [`barrier::SlotSwitch`], one switch (Freeze, Frozen,
 //!   Switch, Running) as a state machine.
 //! - rotation.rs: [`rotation::Rotation`], the slot clock: when the next
 //!   switch is due, to which slot, with which nodes; the tables and knobs
 //!   the nodes must have before it.
-//! - log.rs: [`log::SwitchLog`], one JSON line per finished switch.
+//! - switch_log.rs: [`switch_log::SwitchLog`], one JSON line per finished
+//!   switch.
 //!
 //! One slot switch, step by step (file::function of every hop):
 //! 1. daemon/mod.rs::Coordinator::run_loop sleeps until
@@ -45,7 +46,7 @@
 //!    catch up at the next switch), and keeps the record.
 //! 8. daemon/switching.rs::Coordinator::drive_switch takes the records
 //!    (rotation.rs::Rotation::take_finished), writes them
-//!    (log.rs::SwitchLog::write) and publishes the status files
+//!    (switch_log.rs::SwitchLog::write) and publishes the status files
 //!    (daemon/knobs.rs::Coordinator::publish_status).
 //!
 //! Failures on the way: a node silent past its phase's deadline is dropped
@@ -59,5 +60,5 @@
 //! Request::Rotate on the node side.
 
 pub mod barrier;
-pub mod log;
 pub mod rotation;
+pub mod switch_log;
