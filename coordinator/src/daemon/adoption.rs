@@ -8,9 +8,24 @@
 //! reason, never allocated blindly (a size of u32::MAX used to be a 16 GiB
 //! allocation); the fuzz target coordinator/fuzz/fuzz_targets/agent_hello.rs
 //! checks the bounds.
+//!
+//! The coordinator's side (`impl Coordinator`): adopting a reported job,
+//! ending the adoption (every known node back, or ADOPTION_GRACE passed;
+//! jobs are refused until then), and serving the front ends' Attach
+//! requests that waited for their job to come back.
+//!
+//! Known faults: a job whose nodes never come back stays adopted with
+//! ranks at no node (NodeId(u32::MAX)) until its known ranks exit.
 
+use log::{info, warn};
+
+use crate::alloc::JobSpec;
 use crate::matrix;
-use gang_wire::proto::{LiveJob, Placement};
+use gang_wire::proto::{FromClient, LiveJob, NodeId, Placement};
+
+use super::jobs::{Job, Phase};
+use super::net::Cred;
+use super::{aid, Coordinator, ADOPTION_GRACE};
 
 /// The most ranks an adopted job may claim: 256 nodes of NODE_MAX_CPUS
 /// CPUs, far above any cluster gangd runs, and small enough to allocate.
@@ -55,6 +70,140 @@ pub fn plan(lj: &LiveJob, schedule: &[Vec<Placement>]) -> Result<Adoption, Strin
     ranks.sort_unstable();
     ranks.dedup();
     Ok(Adoption { placed, ranks })
+}
+
+impl Coordinator {
+    /// A job a previous gangd started, reported live by a node that joins:
+    /// it is taken back as it is (same id, same CPUs, ranks untouched), so
+    /// a gangd restart kills nothing. Its front end may `Attach` again.
+    pub(super) fn adopt(
+        &mut self,
+        node: NodeId,
+        node_name: &str,
+        lj: &LiveJob,
+        schedule: &[Vec<Placement>],
+    ) {
+        if lj.uid < self.cfg.min_rank_uid {
+            warn!(
+                "node {node_name}: not adopting its job {} of uid {} (below --min-rank-uid {})",
+                lj.job, lj.uid, self.cfg.min_rank_uid
+            );
+            return;
+        }
+        if let Some(known) = self.jobs.get(&lj.job) {
+            if (known.cred.uid, known.cred.gid) != (lj.uid, lj.gid) || known.ranks != lj.size {
+                // Never merge two users' jobs: the ids were reused (a
+                // state directory lost) or the node lies.
+                warn!(
+                    "node {node_name}: not adopting its job {} (uid {}, {} ranks): job {} here \
+                     is uid {}'s with {} ranks; its ranks there keep running unscheduled",
+                    lj.job, lj.uid, lj.size, lj.job, known.cred.uid, known.ranks
+                );
+                return;
+            }
+        }
+        let plan = match plan(lj, schedule) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("node {node_name}: {e}; not adopted");
+                return;
+            }
+        };
+        let spec = JobSpec {
+            name: format!("{}#adopted{}", lj.name, lj.job.0),
+            ranks: lj.size,
+            per_node: None,
+        };
+        if let Some((slot, cpus)) = &plan.placed {
+            let cells: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| matrix::Cell { node: node.0, cpu })
+                .collect();
+            if let Err(e) = self.alloc.adopt(aid(lj.job), spec, *slot, &cells) {
+                warn!("node {node_name}: {e}; its ranks keep running unscheduled");
+            }
+        }
+        let job = self.jobs.entry(lj.job).or_insert_with(|| Job {
+            accepted: true,
+            phase: Phase::Started,
+            rank_node: vec![NodeId(u32::MAX); lj.size as usize],
+            ..Job::new(
+                lj.name.clone(),
+                Cred {
+                    uid: lj.uid,
+                    gid: lj.gid,
+                    pid: 0,
+                },
+                lj.size,
+                vec![],
+                vec![],
+                String::new(),
+            )
+        });
+        for &r in &plan.ranks {
+            if let Some(slot) = job.rank_node.get_mut(r as usize) {
+                *slot = node;
+                job.live.insert(r);
+            }
+        }
+        if let Err(e) = self.state.reserve_ids_below(self.alloc.next_id()) {
+            warn!("cannot record job ids in the state directory: {e}");
+        }
+        info!(
+            "job {} ({}) adopted: ranks {:?} live on {node_name}",
+            lj.job, lj.name, lj.ranks
+        );
+    }
+
+    /// Adoption is over once every node known before the start is back,
+    /// or after ADOPTION_GRACE: a node rejoining later still has its jobs
+    /// adopted, under ids no new job can have been given.
+    pub(super) fn check_adoption(&mut self) {
+        if self.adoption_over {
+            return;
+        }
+        let missing: Vec<&String> = self
+            .state
+            .data
+            .nodes
+            .iter()
+            .filter(|n| !self.nodes.values().any(|m| &&m.name == n))
+            .collect();
+        if missing.is_empty() || self.epoch.elapsed() >= ADOPTION_GRACE {
+            self.adoption_over = true;
+            if missing.is_empty() {
+                info!("adoption over: every known node is back; jobs are accepted");
+            } else {
+                warn!(
+                    "adoption over after {} s without {} node(s) ({}); jobs are accepted",
+                    ADOPTION_GRACE.as_secs(),
+                    missing.len(),
+                    missing
+                        .iter()
+                        .take(8)
+                        .map(|n| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+
+    /// Serves the Attach requests whose job is now known, and refuses the
+    /// rest once the grace period is over.
+    pub(super) fn serve_pending_attach(&mut self) {
+        let grace_over = self.epoch.elapsed() >= ADOPTION_GRACE;
+        for (conn, job) in std::mem::take(&mut self.pending_attach) {
+            if !self.clients.contains_key(&conn) {
+                continue;
+            }
+            if self.jobs.contains_key(&job) || grace_over {
+                self.on_client_message(conn, FromClient::Attach { job });
+            } else {
+                self.pending_attach.push((conn, job));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

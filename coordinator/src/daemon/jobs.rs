@@ -1,11 +1,30 @@
 //! A job as gangd follows it, from submission to its last rank's exit.
+//!
+//! The coordinator's side (`impl Coordinator`): after every change of the
+//! allocator (`placement_changed`), jobs that got a place are prepared on
+//! their nodes (Prepare, each node answers Prepared), then spawned
+//! (SpawnRank per rank, with the job's PMI service); the rotation hears
+//! that the matrix changed. A job ends once no rank is left: by
+//! themselves, a rank failing (the others are SIGKILLed), a node lost, or
+//! a request (kill, Ctrl-C, the front end gone); its front end gets the
+//! exit code and a one-line summary.
+//!
+//! Known faults: a SIGKILLed rank that never reports is given up on after
+//! KILL_GRACE, though it may still run on its node.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use gang_wire::proto::{ExitStatus, NodeId, RankFailure};
+use log::{info, warn};
+
+use crate::alloc::JobState as AllocState;
+use gang_wire::proto::{ExitStatus, JobId, NodeId, RankFailure, ToAgent, ToClient};
 
 use super::net::{ConnId, Cred};
+use super::{aid, Coordinator};
+
+/// A SIGKILL'd rank that never reports is given up on after this long.
+const KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// Where a job is in gangd's hands (the allocator has its own view of
 /// queued / running / suspended).
@@ -156,6 +175,271 @@ pub fn summary(id: u64, job: &Job) -> String {
                     ExitStatus::Unknown
                 )
             }
+        }
+    }
+}
+
+impl Coordinator {
+    /// After any change of the allocator: start jobs that just got a place,
+    /// and mark the node tables for an update at the next boundary.
+    pub(super) fn placement_changed(&mut self) {
+        let placed: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(&id, j)| {
+                j.phase == Phase::Queued
+                    && self
+                        .alloc
+                        .job(aid(id))
+                        .is_some_and(|v| v.state != AllocState::Queued)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        for job in placed {
+            self.prepare(job);
+        }
+        self.rotation.matrix_changed();
+    }
+
+    pub(super) fn prepare(&mut self, id: JobId) {
+        let Some(view) = self.alloc.job(aid(id)) else {
+            return;
+        };
+        let rank_node: Vec<NodeId> = view.rank_cells.iter().map(|c| NodeId(c.node)).collect();
+        let j = self.jobs.get_mut(&id).expect("job of the table");
+        j.rank_node = rank_node;
+        let waiting: BTreeSet<NodeId> = j.rank_node.iter().copied().collect();
+        for n in &waiting {
+            if let Some(node) = self.nodes.get(n) {
+                node.link.send(&ToAgent::Prepare {
+                    job: id,
+                    argv: j.argv.clone(),
+                    env: j.env.clone(),
+                    cwd: j.cwd.clone(),
+                    uid: j.cred.uid,
+                    gid: j.cred.gid,
+                });
+            }
+        }
+        j.phase = Phase::Preparing { waiting };
+    }
+
+    pub(super) fn prepared(&mut self, id: JobId, node: NodeId, error: Option<String>) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let Phase::Preparing { waiting } = &mut j.phase else {
+            return;
+        };
+        if let Some(reason) = error {
+            info!("job {id} cannot start: {reason}");
+            let client = j.client;
+            let accepted = j.accepted;
+            self.jobs.remove(&id);
+            let _ = self.alloc.finish(aid(id));
+            if let Some(conn) = client {
+                if accepted {
+                    self.reply(
+                        conn,
+                        ToClient::JobEnded {
+                            job: id,
+                            exit_code: 127,
+                            summary: reason,
+                            failure: None,
+                        },
+                    );
+                } else {
+                    self.reply(conn, ToClient::Refused { reason });
+                }
+            }
+            self.placement_changed();
+            self.publish_status();
+            return;
+        }
+        waiting.remove(&node);
+        if waiting.is_empty() {
+            self.spawn(id);
+        }
+    }
+
+    pub(super) fn spawn(&mut self, id: JobId) {
+        let j = self.jobs.get_mut(&id).expect("job of the table");
+        let mut peers = Vec::with_capacity(j.rank_node.len());
+        for &n in &j.rank_node {
+            let node = self
+                .nodes
+                .get_mut(&n)
+                .expect("a preparing job's nodes are live");
+            let port = node.next_port();
+            peers.push(format!("{}:{}", node.addr, port));
+        }
+        let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
+        for a in pmi.start() {
+            if let gang_wire::pmi::cluster::Action::ToNode(n, m) = a {
+                self.nodes[&n].link.send(&m);
+            }
+        }
+        j.pmi = Some(pmi);
+        for (rank, &n) in j.rank_node.iter().enumerate() {
+            let env = j.env.clone();
+            self.nodes[&n].link.send(&ToAgent::SpawnRank {
+                job: id,
+                name: j.name.clone(),
+                rank: rank as u32,
+                size: j.ranks,
+                argv: j.argv.clone(),
+                env,
+                cwd: j.cwd.clone(),
+                uid: j.cred.uid,
+                gid: j.cred.gid,
+                peers: peers.clone(),
+                limits: j.limits,
+            });
+        }
+        j.live = (0..j.ranks).collect();
+        j.phase = Phase::Started;
+        info!("job {id} ({}) started: {} ranks", j.name, j.ranks);
+        if !j.accepted {
+            j.accepted = true;
+            if let Some(conn) = j.client {
+                self.reply(conn, ToClient::Accepted { job: id });
+            }
+        }
+        self.rotation.matrix_changed();
+    }
+
+    pub(super) fn rank_exited(&mut self, id: JobId, rank: u32, node: NodeId, status: ExitStatus) {
+        let node_name = self.node_name(node).unwrap_or_default();
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if !j.live.remove(&rank) {
+            return;
+        }
+        j.exits.insert(rank, status);
+        if is_failure(status) && j.ending.is_none() {
+            info!("job {id}: rank {rank} on {node_name} {status}");
+            j.failure = Some(RankFailure {
+                rank,
+                node: node_name,
+                status,
+            });
+            j.ending = Some(Ending::Failed);
+            self.kill_job(id, libc::SIGKILL);
+        }
+        self.maybe_end(id);
+    }
+
+    /// Kill, Ctrl-C, or the front end gone.
+    pub(super) fn end_by_request(&mut self, id: JobId, by: String) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if j.ending.is_none() {
+            j.ending = Some(Ending::Killed { by });
+        }
+        if j.phase == Phase::Started {
+            self.kill_job(id, libc::SIGKILL);
+        } else {
+            j.live.clear();
+        }
+        self.maybe_end(id);
+    }
+
+    pub(super) fn kill_job(&mut self, id: JobId, signal: i32) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if signal == libc::SIGKILL && j.kill_sent.is_none() {
+            j.kill_sent = Some(Instant::now());
+        }
+        for n in j.live_nodes() {
+            if let Some(node) = self.nodes.get(&n) {
+                node.link.send(&ToAgent::KillJob { job: id, signal });
+            }
+        }
+    }
+
+    pub(super) fn suspend(&mut self, id: JobId, suspend: bool) -> Result<(), String> {
+        let r = if suspend {
+            self.alloc.suspend(aid(id))
+        } else {
+            self.alloc.resume(aid(id))
+        };
+        r.map_err(|e| e.to_string())?;
+        let j = &self.jobs[&id];
+        for n in j.live_nodes() {
+            if let Some(node) = self.nodes.get(&n) {
+                node.link.send(&if suspend {
+                    ToAgent::SuspendJob { job: id }
+                } else {
+                    ToAgent::ResumeJob { job: id }
+                });
+            }
+        }
+        info!("job {id} {}", if suspend { "suspended" } else { "resumed" });
+        self.placement_changed();
+        Ok(())
+    }
+
+    /// Ends the job once no rank is left.
+    pub(super) fn maybe_end(&mut self, id: JobId) {
+        let Some(j) = self.jobs.get(&id) else { return };
+        if !j.live.is_empty() {
+            return;
+        }
+        let j = self.jobs.remove(&id).expect("just seen");
+        let _ = self.alloc.finish(aid(id));
+        let exit_code = exit_code(&j);
+        let summary = summary(id.0, &j);
+        info!("{summary}");
+        if let Some(conn) = j.client {
+            let failure = j.failure.clone().or_else(|| match &j.ending {
+                Some(Ending::NodeLost { node }) => {
+                    let rank = j
+                        .exits
+                        .iter()
+                        .find(|(_, s)| **s == ExitStatus::Signaled(9))
+                        .map_or(0, |(r, _)| *r);
+                    Some(RankFailure {
+                        rank,
+                        node: node.clone(),
+                        status: ExitStatus::Signaled(9),
+                    })
+                }
+                _ => None,
+            });
+            self.reply(
+                conn,
+                ToClient::JobEnded {
+                    job: id,
+                    exit_code,
+                    summary,
+                    failure,
+                },
+            );
+        }
+        self.placement_changed();
+        self.publish_status();
+    }
+
+    /// Gives up on the ranks that never reported their exit KILL_GRACE
+    /// after a SIGKILL, and ends their jobs.
+    pub(super) fn give_up_overdue_kills(&mut self) {
+        let overdue: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.kill_sent.is_some_and(|t| t.elapsed() > KILL_GRACE))
+            .map(|(&k, _)| k)
+            .collect();
+        for id in overdue {
+            let j = self.jobs.get_mut(&id).unwrap();
+            warn!(
+                "job {id}: ranks {:?} never reported their exit after SIGKILL; giving up on them",
+                j.live
+            );
+            j.live.clear();
+            self.maybe_end(id);
         }
     }
 }

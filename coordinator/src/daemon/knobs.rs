@@ -5,6 +5,11 @@
 //! the allocator (policy `scs` cannot be switched on under running jobs).
 //! The FUSE write waits for that answer, so `echo` fails with EINVAL and
 //! nothing changes whenever either check refuses.
+//!
+//! The coordinator's side (`impl Coordinator`): a knob write checked
+//! against the allocator and applied (the nodes hear it at the next slot
+//! boundary), and the status files (nodes, jobs, switch statistics)
+//! republished after every change.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -12,7 +17,9 @@ use std::time::Duration;
 
 use crate::alloc::Policy;
 use gang_wire::knobfs::{KnobError, KnobSet};
-use gang_wire::proto::Barrier;
+use gang_wire::proto::{Barrier, ToAgent};
+
+use super::{settings, Coordinator};
 
 /// The writable knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +73,17 @@ fn number(value: &str, lo: u32, hi: u32, what: &str) -> Result<u32, KnobError> {
 }
 
 impl ClusterKnobs {
+    /// The knobs every node must know (sent at its Welcome and at the
+    /// first slot boundary after a change).
+    pub fn message(&self) -> ToAgent {
+        ToAgent::Knobs {
+            slot_ms: self.slot_ms,
+            drain_timeout_ms: self.drain_timeout_ms,
+            barrier: self.barrier,
+            fill: self.fill,
+        }
+    }
+
     /// This set with `name` changed to `value`, if the value is well formed.
     pub fn with(mut self, name: &str, value: &str) -> Result<Self, KnobError> {
         match name {
@@ -196,6 +214,44 @@ impl KnobSet for KnobFiles {
             log::info!("knob {name} = {value}");
         }
         verdict
+    }
+}
+
+impl Coordinator {
+    pub(super) fn set_knobs(&mut self, k: ClusterKnobs) -> Result<(), KnobError> {
+        let s = settings(&k);
+        if s != self.alloc.settings() {
+            self.alloc
+                .set_settings(s)
+                .map_err(|e| KnobError::Invalid(e.to_string()))?;
+            self.placement_changed();
+        }
+        self.knobs = k;
+        *self.shared_knobs.lock().unwrap() = k;
+        self.rotation.knobs_changed();
+        Ok(())
+    }
+
+    pub(super) fn publish_status(&self) {
+        let mut s = self.status.lock().unwrap();
+        s.nodes = self
+            .nodes
+            .values()
+            .map(|n| {
+                let rtt = n.min_rtt_us().map_or("-".to_string(), |r| r.to_string());
+                format!(
+                    "{} {} {} cpus={} rtt_us={rtt}\n",
+                    n.id.0, n.name, n.addr, n.nr_cpus
+                )
+            })
+            .collect();
+        s.jobs = self.jobs.len();
+        let stats = self.rotation.stats();
+        s.switches = stats.switches;
+        s.early_switches = stats.early_switches;
+        s.drain_timeouts = stats.drain_timeouts;
+        s.missed_switches = stats.missed;
+        s.last_switch = self.switch_log.last().to_string();
     }
 }
 

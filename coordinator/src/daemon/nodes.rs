@@ -1,13 +1,27 @@
-//! A node as gangd sees it: its connection, its CPUs, the table it was
-//! last sent, and its clock's offset from gangd's (for merged traces).
+//! A node as gangd sees it: its connection, its CPUs, and its clock's
+//! offset from gangd's (for merged traces); the table it was last sent is
+//! the rotation's (switch/rotation.rs).
+//!
+//! The coordinator's side (`impl Coordinator`): a node joining (refused,
+//! welcomed, its live jobs adopted), its messages dispatched, its
+//! heartbeats, and its loss (its jobs fail, its switch part is dropped).
+//!
+//! Known faults: a node's id is kept by name for gangd's lifetime only
+//! (a restart hands ids out again in join order).
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
-use gang_wire::proto::{NodeId, Placement, ToAgent};
+use log::{info, warn};
 
-use super::net::Outlet;
+use crate::matrix::{self, Cluster};
+use gang_wire::proto::{ExitStatus, FromAgent, NodeId, ToAgent, ToClient};
+use crate::switch::barrier::Outbox;
+
+use super::jobs::Ending;
+use super::net::{self, ConnId, Link};
+use super::{Coordinator, JobId};
 
 /// Heartbeats kept for the clock estimate.
 const CLOCK_SAMPLES: usize = 16;
@@ -17,14 +31,13 @@ const RANK_PORTS: std::ops::Range<u16> = 20000..60000;
 pub struct Node {
     pub id: NodeId,
     pub name: String,
-    pub outlet: Outlet,
+    pub link: Link,
     pub addr: IpAddr,
     /// gangd's address as this node reaches it (for the ranks' PMI_PORT).
     pub gangd_addr: IpAddr,
     pub nr_cpus: u32,
     pub housekeeping: Vec<u32>,
     pub last_seen: Instant,
-    installed: Option<Vec<Vec<Placement>>>,
     next_seq: u64,
     /// Heartbeats in flight: (seq, gangd's monotonic ns when sent).
     sent: VecDeque<(u64, u64)>,
@@ -43,7 +56,7 @@ impl Node {
     pub fn new(
         id: NodeId,
         name: String,
-        outlet: Outlet,
+        link: Link,
         addr: IpAddr,
         nr_cpus: u32,
         housekeeping: Vec<u32>,
@@ -51,13 +64,12 @@ impl Node {
         Self {
             id,
             name,
-            outlet,
+            link,
             addr,
             gangd_addr: addr,
             nr_cpus,
             housekeeping,
             last_seen: Instant::now(),
-            installed: None,
             next_seq: 1,
             sent: VecDeque::new(),
             samples: VecDeque::new(),
@@ -72,7 +84,7 @@ impl Node {
         while self.sent.len() > CLOCK_SAMPLES {
             self.sent.pop_front();
         }
-        self.outlet.send(&ToAgent::Heartbeat { seq });
+        self.link.send(&ToAgent::Heartbeat { seq });
     }
 
     /// An answer: the node's clock was `node_ns` somewhere inside the round
@@ -107,22 +119,6 @@ impl Node {
         self.samples.iter().map(|(rtt, _)| rtt / 1000).min()
     }
 
-    /// Sends `slots` if they differ from what the node has.
-    pub fn install(&mut self, slots: Vec<Vec<Placement>>) -> bool {
-        if self.installed.as_ref() == Some(&slots) {
-            return false;
-        }
-        self.outlet.send(&ToAgent::Schedule {
-            slots: slots.clone(),
-        });
-        self.installed = Some(slots);
-        true
-    }
-
-    pub fn has_schedule(&self) -> bool {
-        self.installed.is_some()
-    }
-
     pub fn next_port(&mut self) -> u16 {
         let p = self.next_port;
         self.next_port = if p + 1 >= RANK_PORTS.end {
@@ -131,5 +127,218 @@ impl Node {
             p + 1
         };
         p
+    }
+}
+
+impl Coordinator {
+    pub(super) fn node_joined(
+        &mut self,
+        conn: ConnId,
+        link: Link,
+        addr: std::net::IpAddr,
+        local: std::net::IpAddr,
+        hello: net::Hello,
+    ) {
+        let name = hello.node.clone();
+        if self.nodes.values().any(|n| n.name == name) {
+            let reason = format!("a node named {name} is already connected");
+            warn!("refusing agent: {reason}");
+            link.send(&ToAgent::Refused { reason });
+            link.close();
+            return;
+        }
+        let housekeeping = match matrix::parse_cpus(&hello.housekeeping_cpus) {
+            Ok(h) => h,
+            Err(e) => {
+                link.send(&ToAgent::Refused { reason: e.clone() });
+                link.close();
+                warn!("refusing node {name}: {e}");
+                return;
+            }
+        };
+        let next = NodeId(self.node_ids.len() as u32);
+        let id = *self.node_ids.entry(name.clone()).or_insert(next);
+        let mut node = Node::new(id, name.clone(), link, addr, hello.nr_cpus, housekeeping);
+        node.gangd_addr = local;
+        if !self.rebuild_cluster(Some(&node), None) {
+            node.link.send(&ToAgent::Refused {
+                reason: format!("node {name} does not fit the matrix"),
+            });
+            node.link.close();
+            return;
+        }
+        // Recorded before the node hears it is in: a restart right after
+        // still waits for it (and its jobs).
+        if let Err(e) = self.state.add_node(&name) {
+            warn!("cannot record node {name} in the state directory: {e}");
+        }
+        node.link.send(&ToAgent::Welcome { node_id: id });
+        node.link.send(&self.knobs.message());
+        info!(
+            "node {name} joined as node {} ({addr}, {} CPUs, agent {})",
+            id.0, hello.nr_cpus, hello.agent_version
+        );
+        self.conn_node.insert(conn, id);
+        self.nodes.insert(id, node);
+        for lj in &hello.jobs {
+            self.adopt(id, &name, lj, &hello.schedule);
+        }
+        self.check_adoption();
+        self.placement_changed();
+        self.publish_status();
+    }
+
+    /// Rebuilds the allocator's cluster from the live nodes, plus `add`,
+    /// minus `remove`. Returns false if the new cluster is invalid.
+    pub(super) fn rebuild_cluster(&mut self, add: Option<&Node>, remove: Option<NodeId>) -> bool {
+        let specs = self
+            .nodes
+            .values()
+            .filter(|n| Some(n.id) != remove)
+            .chain(add)
+            .map(|n| matrix::NodeSpec {
+                id: n.id.0,
+                name: n.name.clone(),
+                nr_cpus: n.nr_cpus,
+                housekeeping: n.housekeeping.clone(),
+            })
+            .collect();
+        match Cluster::new(specs) {
+            Ok(c) => {
+                for dropped in self.alloc.set_cluster(c) {
+                    // gangd fails such jobs before removing their node.
+                    log::debug!("job {dropped} left the matrix with its node");
+                }
+                true
+            }
+            Err(e) => {
+                warn!("cluster refused: {e}");
+                false
+            }
+        }
+    }
+
+    pub(super) fn node_lost(&mut self, id: NodeId, why: &str) {
+        let Some(node) = self.nodes.remove(&id) else {
+            return;
+        };
+        node.link.close();
+        warn!("node {} lost: {why}", node.name);
+        let now = self.now_us();
+        let out = self.rotation.node_lost(id, now);
+        self.send_to_nodes(out);
+        let affected: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.nodes().contains(&id))
+            .map(|(&k, _)| k)
+            .collect();
+        for job in affected {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                let lost: Vec<u32> = j
+                    .live
+                    .iter()
+                    .copied()
+                    .filter(|&r| j.rank_node[r as usize] == id)
+                    .collect();
+                for r in lost {
+                    j.live.remove(&r);
+                    j.exits.insert(r, ExitStatus::Signaled(9));
+                }
+                if j.ending.is_none() {
+                    j.ending = Some(Ending::NodeLost {
+                        node: node.name.clone(),
+                    });
+                }
+            }
+            self.kill_job(job, libc::SIGKILL);
+            self.maybe_end(job);
+        }
+        self.trace_node_lost(id, &node.name);
+        self.rebuild_cluster(None, None);
+        self.placement_changed();
+        self.publish_status();
+    }
+
+    pub(super) fn heartbeats(&mut self) {
+        let timeout = self.cfg.node_timeout;
+        let silent: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|n| n.last_seen.elapsed() > timeout)
+            .map(|n| n.id)
+            .collect();
+        for id in silent {
+            self.node_lost(
+                id,
+                &format!("silent for more than {} ms", timeout.as_millis()),
+            );
+        }
+        for n in self.nodes.values_mut() {
+            n.send_heartbeat();
+        }
+    }
+
+    pub(super) fn on_agent_message(&mut self, node: NodeId, msg: FromAgent) {
+        let now = self.now_us();
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return;
+        };
+        n.last_seen = Instant::now();
+        let name = n.name.clone();
+        match msg {
+            FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
+            FromAgent::Frozen { .. } | FromAgent::Running { .. } | FromAgent::Yielded { .. } => {
+                let out = self.rotation.on_agent(node, &msg, now);
+                self.send_to_nodes(out);
+            }
+            FromAgent::Prepared { job, error } => self.prepared(job, node, error),
+            FromAgent::RankStarted { job, rank, pid } => {
+                log::debug!("job {job} rank {rank} started on {name} as pid {pid}");
+            }
+            FromAgent::RankOutput {
+                job,
+                rank,
+                stream,
+                data,
+            } => {
+                if let Some(conn) = self.jobs.get(&job).and_then(|j| j.client) {
+                    if let Some((o, _)) = self.clients.get(&conn) {
+                        o.send(&ToClient::Output {
+                            job,
+                            rank,
+                            stream,
+                            data,
+                        });
+                    }
+                }
+            }
+            FromAgent::RankExited { job, rank, status } => {
+                self.rank_exited(job, rank, node, status)
+            }
+            FromAgent::TraceChunk { id, data, last } => self.trace_chunk(id, node, data, last),
+            FromAgent::Error { message } => warn!("node {name}: {message}"),
+            FromAgent::Hello { .. } => warn!("node {name} sent a second hello; ignored"),
+            FromAgent::PmiBarrierIn { .. }
+            | FromAgent::PmiFinalized { .. }
+            | FromAgent::PmiFailed { .. }
+            | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
+        }
+    }
+
+    pub(super) fn node_name(&self, id: NodeId) -> Option<String> {
+        self.node_ids
+            .iter()
+            .find(|(_, &v)| v == id)
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Sends each message to its node, if still connected.
+    pub(super) fn send_to_nodes(&self, out: Outbox) {
+        for (n, msg) in out {
+            if let Some(node) = self.nodes.get(&n) {
+                node.link.send(&msg);
+            }
+        }
     }
 }

@@ -6,12 +6,18 @@
 //! finalize and failures here, over the authenticated agent link. gangd
 //! listens on no PMI port. Programs that are not MPI never use it; it
 //! costs a few messages per job.
+//!
+//! The coordinator's side (`impl Coordinator`): a node's PMI message
+//! relayed to the job's nodes, and a PMI failure ending the job.
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use gang_wire::pmi::cluster::Action;
 use gang_wire::pmi::{ClusterPmi, JobFailure};
-use gang_wire::proto::{FromAgent, JobId, NodeId, ToAgent};
+use gang_wire::proto::{ExitStatus, FromAgent, JobId, NodeId, RankFailure, ToAgent};
+
+use super::jobs::Ending;
+use super::Coordinator;
 
 /// What gangd does with a PMI message from an agent.
 #[derive(Debug, Default, PartialEq)]
@@ -87,4 +93,42 @@ fn failure(f: &JobFailure) -> (u32, i32, String) {
         None => format!("PMI: rank {}: {}", f.rank, f.reason),
     };
     (f.rank, code, why)
+}
+
+impl Coordinator {
+    /// A node's PMI relay: answered to the job's nodes; a failure ends the
+    /// job like a rank failure (the other ranks would wait for it).
+    pub(super) fn on_pmi(&mut self, node: NodeId, msg: FromAgent) {
+        let job = job_of(&msg);
+        let pmi = job
+            .and_then(|id| self.jobs.get_mut(&id))
+            .and_then(|j| j.pmi.as_mut());
+        let out = relay(pmi, node, msg);
+        self.send_to_nodes(out.send);
+        if let (Some(id), Some((rank, code, why))) = (job, out.failed) {
+            self.pmi_failed(id, rank, code, why);
+        }
+    }
+
+    /// A PMI failure (an MPI rank aborted, or left before finalize) ends
+    /// the job like a rank failure: the other ranks would wait for it.
+    pub(super) fn pmi_failed(&mut self, id: JobId, rank: u32, code: i32, why: String) {
+        let Some(j) = self.jobs.get(&id) else { return };
+        let node = j
+            .rank_node
+            .get(rank as usize)
+            .and_then(|&n| self.node_name(n))
+            .unwrap_or_default();
+        let j = self.jobs.get_mut(&id).expect("just seen");
+        if j.ending.is_none() {
+            info!("job {id}: {why}: ending it");
+            j.failure = Some(RankFailure {
+                rank,
+                node,
+                status: ExitStatus::Exited(code),
+            });
+            j.ending = Some(Ending::Failed);
+            self.kill_job(id, libc::SIGKILL);
+        }
+    }
 }

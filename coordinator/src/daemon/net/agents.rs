@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Result};
 use log::{info, warn};
 
 use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
-use super::{next_conn, Hello, NetEvent, Outlet};
+use super::{next_conn, Hello, Link, NetEvent};
 use gang_wire::proto::tls::{self, rustls, ServerTls, Session, SessionReader, SessionWriter};
 use gang_wire::proto::{encode, read_frame, FrameDecoder, FromAgent, ToAgent};
 
@@ -100,7 +100,7 @@ fn agent_connection(
     let conn = next_conn();
     let closer_session = session.clone();
     let closer: Arc<dyn Fn() + Send + Sync> = Arc::new(move || closer_session.close());
-    let outlet = Outlet::new(
+    let link = Link::new(
         SessionWriter(session.clone()),
         closer,
         format!("agent{conn}"),
@@ -111,7 +111,7 @@ fn agent_connection(
     );
     post(NetEvent::AgentJoined {
         conn,
-        outlet,
+        link,
         addr,
         local,
         hello,

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use log::warn;
 
 use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
-use super::{next_conn, Cred, NetEvent, Outlet};
+use super::{next_conn, Cred, Link, NetEvent};
 use gang_wire::proto::{FrameDecoder, FromClient};
 
 /// Accepts front ends on the Unix socket at `path` (replacing a stale
@@ -123,8 +123,8 @@ fn client_connection(stream: UnixStream, cred: Cred, _held: Held<u32>, post: imp
     let closer: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
         let _ = closer_stream.shutdown(Shutdown::Both);
     });
-    let outlet = Outlet::new(tx, closer, format!("client{conn}"));
-    post(NetEvent::ClientJoined { conn, outlet, cred });
+    let link = Link::new(tx, closer, format!("client{conn}"));
+    post(NetEvent::ClientJoined { conn, link, cred });
     for msg in first {
         post(NetEvent::Client { conn, msg });
     }

@@ -1,6 +1,6 @@
 //! gangd's connections. Each connection has a reader thread that decodes
 //! frames and posts them to the coordinator's channel, and a writer thread
-//! fed through an [`Outlet`], so the coordinator never blocks on a slow or
+//! fed through a [`Link`], so the coordinator never blocks on a slow or
 //! stopped peer (a front end suspended by Ctrl-Z stops reading its output).
 //!
 //! - agents.rs: the agent port; nodes are admitted by TLS with a
@@ -37,15 +37,16 @@ pub type ConnId = u64;
 /// connection is closed rather than letting gangd's memory grow.
 const MAX_QUEUED: usize = 64 << 20;
 
-/// The sending half of a connection.
+/// The sending half of a connection (the node agent has its own, also
+/// named Link: src/agent/link.rs).
 #[derive(Clone)]
-pub struct Outlet {
+pub struct Link {
     tx: Sender<Vec<u8>>,
     queued: Arc<AtomicUsize>,
     closer: Arc<dyn Fn() + Send + Sync>,
 }
 
-impl Outlet {
+impl Link {
     pub(super) fn new(
         mut sink: impl Write + Send + 'static,
         closer: Arc<dyn Fn() + Send + Sync>,
@@ -119,7 +120,7 @@ pub struct Cred {
 pub enum NetEvent {
     AgentJoined {
         conn: ConnId,
-        outlet: Outlet,
+        link: Link,
         addr: IpAddr,
         /// gangd's own address on this connection: where the node's ranks
         /// reach gangd (the PMI server).
@@ -136,7 +137,7 @@ pub enum NetEvent {
     },
     ClientJoined {
         conn: ConnId,
-        outlet: Outlet,
+        link: Link,
         cred: Cred,
     },
     Client {

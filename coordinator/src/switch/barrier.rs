@@ -17,6 +17,14 @@
 //! A node that is lost, or silent past the phase timeout, is dropped from
 //! the barrier and reported as failed: one dead node must not hold every
 //! other node's gangs frozen. gangd then fails that node's jobs.
+//!
+//! The rotation (rotation.rs) starts one switch at a time and feeds it;
+//! see mod.rs for the whole path of a switch.
+//!
+//! Known faults: a dropped node's late answer is counted as unexpected and
+//! ignored, so a node that was only slow stays behind until the next
+//! switch (or the rotation's catch-up switch); times are gangd's alone
+//! (the nodes' clocks are not compared).
 
 use std::collections::BTreeMap;
 

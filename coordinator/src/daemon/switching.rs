@@ -1,0 +1,126 @@
+//! gangd driving the slot switch (crate::switch, whose top comment walks
+//! one switch through every hop): once per pass of the event loop, the
+//! rotation gets the time, the knobs and a [`Boundary`], a read-only view
+//! of the allocator, the jobs and the nodes; what it queues goes out on the
+//! nodes' links, and the switches it finished go to the switch log and the
+//! status files.
+//!
+//! Only started jobs (every rank spawned) count: a slot whose jobs are all
+//! still preparing is not rotated to, and tables name started jobs only.
+//!
+//! Known faults: the view is rebuilt at every call, costing a pass over the
+//! allocator's jobs each time (cheap at the sizes gangd runs).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::alloc::Allocator;
+use gang_wire::proto::{JobId, NodeId, Placement};
+use crate::switch::rotation::{ClusterView, Table};
+
+use super::jobs::{Job, Phase};
+use super::nodes::Node;
+use super::{pid, Coordinator};
+
+/// What the rotation sees of gangd at a slot boundary.
+pub struct Boundary<'a> {
+    alloc: &'a Allocator,
+    nodes: &'a BTreeMap<NodeId, Node>,
+    /// The jobs whose ranks are all spawned.
+    started: BTreeSet<JobId>,
+}
+
+impl<'a> Boundary<'a> {
+    pub fn new(
+        alloc: &'a Allocator,
+        nodes: &'a BTreeMap<NodeId, Node>,
+        jobs: &BTreeMap<JobId, Job>,
+    ) -> Self {
+        let started = jobs
+            .iter()
+            .filter(|(_, j)| j.phase == Phase::Started)
+            .map(|(&k, _)| k)
+            .collect();
+        Self {
+            alloc,
+            nodes,
+            started,
+        }
+    }
+}
+
+impl ClusterView for Boundary<'_> {
+    fn nodes(&self) -> Vec<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// Each live node's column of the matrix: only started jobs, named by
+    /// id.
+    fn tables(&self) -> Vec<(NodeId, Table)> {
+        self.alloc
+            .node_schedules()
+            .into_iter()
+            .filter(|sched| self.nodes.contains_key(&NodeId(sched.node)))
+            .map(|sched| {
+                let slots = sched
+                    .slots
+                    .iter()
+                    .map(|row| {
+                        row.iter()
+                            .filter(|p| self.started.contains(&pid(p.job)))
+                            .map(|p| Placement {
+                                job: pid(p.job),
+                                cpus: p.cpulist(),
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (NodeId(sched.node), slots)
+            })
+            .collect()
+    }
+
+    fn slots(&self) -> Vec<u32> {
+        self.alloc
+            .rotation()
+            .into_iter()
+            .filter(|&s| {
+                self.alloc
+                    .jobs()
+                    .iter()
+                    .any(|v| v.slots.contains(&s) && self.started.contains(&pid(v.id)))
+            })
+            .map(|s| s as u32)
+            .collect()
+    }
+
+    fn running(&self, slot: u32) -> BTreeSet<(JobId, NodeId)> {
+        self.alloc
+            .jobs()
+            .iter()
+            .filter(|v| v.slots.contains(&(slot as usize)) && self.started.contains(&pid(v.id)))
+            .flat_map(|v| {
+                self.alloc
+                    .nodes_of(v.id)
+                    .into_iter()
+                    .map(move |n| (pid(v.id), NodeId(n)))
+            })
+            .collect()
+    }
+}
+
+impl Coordinator {
+    /// One pass of the slot clock: see crate::switch, steps 2 to 4 and 8.
+    pub(super) fn drive_switch(&mut self) {
+        let now = self.now_us();
+        let view = Boundary::new(&self.alloc, &self.nodes, &self.jobs);
+        let out = self.rotation.tick(now, &self.knobs, &view);
+        self.send_to_nodes(out);
+        let finished = self.rotation.take_finished();
+        for rec in &finished {
+            self.switch_log.write(rec);
+        }
+        if !finished.is_empty() {
+            self.publish_status();
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The slot switch, gangd's side: everything that moves the cluster from
+//! one slot of the Ousterhout matrix to the next. Pure logic (no socket, no
+//! clock, no file but the switch log) so that tests feed it events and time.
+//!
+//! - barrier.rs: [`barrier::SlotSwitch`], one switch (Freeze, Frozen,
+//!   Switch, Running) as a state machine.
+//! - rotation.rs: [`rotation::Rotation`], the slot clock: when the next
+//!   switch is due, to which slot, with which nodes; the tables and knobs
+//!   the nodes must have before it.
+//! - switch_log.rs: [`switch_log::SwitchLog`], one JSON line per finished
+//!   switch.
+//!
+//! One slot switch, step by step (file::function of every hop):
+//! 1. daemon/mod.rs::Coordinator::run_loop sleeps until
+//!    rotation.rs::Rotation::next_wakeup (the end of the slot, or the
+//!    deadline of the switch's phase), or until an event comes, then calls
+//!    daemon/switching.rs::Coordinator::drive_switch.
+//! 2. daemon/switching.rs::Coordinator::drive_switch hands
+//!    rotation.rs::Rotation::tick the time, the knobs and a
+//!    daemon/switching.rs::Boundary (the [`rotation::ClusterView`] of the
+//!    allocator and the nodes: live nodes, their tables, the slots holding
+//!    a started job, who runs in a slot).
+//! 3. rotation.rs::Rotation::tick, between switches, queues the knobs if
+//!    they changed (daemon/knobs.rs::ClusterKnobs::message) and every
+//!    changed table (ToAgent::Schedule; a new table forces a switch), then
+//!    rotation.rs::Rotation::maybe_switch picks the next slot when the slot
+//!    is over (its deadline passed, or every (job, node) running in it
+//!    sent Yielded) and calls barrier.rs::SlotSwitch::start: Freeze {gen,
+//!    from_slot, to_slot} to every node with a table (Barrier::Strict), or
+//!    Switch at once (Barrier::Off).
+//! 4. daemon/switching.rs::Coordinator::drive_switch sends the outbox on
+//!    the nodes' links (daemon/nodes.rs::Coordinator::send_to_nodes,
+//!    daemon/net/mod.rs::Link::send; a writer thread per connection).
+//! 5. Each agent answers Frozen: daemon/net/agents.rs (reader thread) →
+//!    daemon/mod.rs::Coordinator::handle →
+//!    daemon/nodes.rs::Coordinator::on_agent_message →
+//!    rotation.rs::Rotation::on_agent → barrier.rs::SlotSwitch::on_frozen.
+//!    Once no live node owes a Frozen, barrier.rs::SlotSwitch::advance
+//!    queues Switch {gen, slot, slot_ms} to every node still in the
+//!    barrier; daemon/nodes.rs::Coordinator::on_agent_message sends it.
+//! 6. Each agent answers Running (same path, barrier.rs::SlotSwitch::
+//!    on_running); once none owes one the switch is Done with a
+//!    barrier::SwitchRecord.
+//! 7. rotation.rs::Rotation::finish_if_done makes to_slot the slot in
+//!    force, counts the statistics, remembers the nodes left behind (they
+//!    catch up at the next switch), and keeps the record.
+//! 8. daemon/switching.rs::Coordinator::drive_switch takes the records
+//!    (rotation.rs::Rotation::take_finished), writes them
+//!    (switch_log.rs::SwitchLog::write) and publishes the status files
+//!    (daemon/knobs.rs::Coordinator::publish_status).
+//!
+//! Failures on the way: a node silent past its phase's deadline is dropped
+//! by barrier.rs::SlotSwitch::on_tick (step 2 feeds the time); a lost
+//! connection by daemon/nodes.rs::Coordinator::node_lost →
+//! rotation.rs::Rotation::node_lost → barrier.rs::SlotSwitch::on_node_lost.
+//! Neither holds the other nodes frozen.
+//!
+//! Known faults: rotation.rs reads the knobs type from daemon/knobs.rs (an
+//! import upwards); "rotation" also names the BPF standalone timer and
+//! Request::Rotate on the node side.
+
+pub mod barrier;
+pub mod rotation;
+pub mod switch_log;
