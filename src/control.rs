@@ -76,11 +76,12 @@ pub enum Request {
     /// so the coordinator's slot numbers stay valid for `Switch`. A bad CPU
     /// list or a CPU given twice still refuses it.
     Column { slots: Vec<Vec<Placement>> },
-    /// Rotate the explicit schedule in force on the node's own timer
-    /// (slot_ms), e.g. while the coordinator is away, and thaw the gangs a
-    /// freeze left parked. The next `Schedule`, `Column`, `Switch` or
-    /// `Freeze` hands the switches back to commands.
-    Rotate,
+    /// Become autonomous: run the explicit schedule in force on the node's
+    /// own timer (a switch to the next slot every slot_ms), e.g. while the
+    /// coordinator is away, and thaw the gangs a freeze left parked. The
+    /// next `Schedule`, `Column`, `Switch` or `Freeze` hands the switches
+    /// back to commands. (Not gangd's rotation, the cluster's clock.)
+    Autonomous,
 }
 
 /// What a freeze found: how long parking and draining took, and what was
@@ -375,8 +376,8 @@ mod tests {
                 .unwrap();
         assert!(matches!(sched, Request::Schedule { .. }));
         assert_eq!(
-            serde_json::to_string(&Request::Rotate).unwrap(),
-            r#"{"op":"rotate"}"#
+            serde_json::to_string(&Request::Autonomous).unwrap(),
+            r#"{"op":"autonomous"}"#
         );
         let column: Request =
             serde_json::from_str(r#"{"op":"column","slots":[[],[{"gang":"job3","cpus":"1"}]]}"#)
