@@ -217,7 +217,6 @@ mod tests {
         assert!(set_frozen(Path::new("/nonexistent"), true).is_err());
     }
 
-
     /// A directory with a cgroup.freeze file: enough to see what was written.
     fn fake_cgroup(test: &str) -> std::path::PathBuf {
         let dir =

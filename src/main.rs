@@ -306,14 +306,14 @@ fn run(opts: Opts) -> Result<()> {
     });
     let result = if opts.switching.uses_bpf() {
         let cfg = scheduler::Config {
-        cgroup_mount: opts.cgroup_mount.clone(),
-        gang_root: opts.gang_root.clone(),
-        verbose: opts.verbose,
-        exit_dump_len: opts.exit_dump_len,
-        holds,
-        clock,
-        inbox,
-        on_all_yielded,
+            cgroup_mount: opts.cgroup_mount.clone(),
+            gang_root: opts.gang_root.clone(),
+            verbose: opts.verbose,
+            exit_dump_len: opts.exit_dump_len,
+            holds,
+            clock,
+            inbox,
+            on_all_yielded,
         };
         scheduler::run(&cfg, shared, &requests, &shutdown)
     } else {

@@ -25,8 +25,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{
-    MapCore, MapFlags, MapHandle, MapType, OpenObject, ProgramInput, RingBuffer,
-    RingBufferBuilder,
+    MapCore, MapFlags, MapHandle, MapType, OpenObject, ProgramInput, RingBuffer, RingBufferBuilder,
 };
 use log::{info, warn};
 use scx_stats::prelude::*;
@@ -474,4 +473,3 @@ fn run_syscall<T>(prog: &libbpf_rs::ProgramMut<'_>, args: &mut T) -> Result<()> 
     }
     Ok(())
 }
-

@@ -18,9 +18,9 @@ use log::{info, warn};
 
 use crate::control::{self, Request};
 use crate::gangs::gang_name;
-use crate::time::monotonic_ns;
 use crate::knobfs::KnobSet;
 use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
+use crate::time::monotonic_ns;
 
 use super::link::Link;
 use super::mainloop::{self, MainLoop};

@@ -53,8 +53,8 @@ use log::{info, warn};
 use crate::control::Inbox;
 use crate::freezer::FreezeHolds;
 use crate::gangs;
-use crate::switching::YieldSink;
 use crate::knobs::SharedKnobs;
+use crate::switching::YieldSink;
 
 use handler::Handler;
 use link::Link;

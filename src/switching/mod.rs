@@ -216,7 +216,12 @@ pub trait Switcher {
 /// it is recorded, everything else at once. The status files are refreshed
 /// before the answer: whoever reads `mode` after a request returns sees what
 /// the request did.
-pub fn handle(sw: &mut dyn Switcher, request: Request, reply: Sender<Response>, knobs: &SharedKnobs) {
+pub fn handle(
+    sw: &mut dyn Switcher,
+    request: Request,
+    reply: Sender<Response>,
+    knobs: &SharedKnobs,
+) {
     let result = match request {
         Request::Trace { seconds } => match sw.trace(seconds, reply.clone()) {
             Ok(()) => return,
@@ -288,7 +293,11 @@ pub fn recover(gang_root: &Path) {
 
 /// The daemon without BPF (`signal`, `none`): the main loop until
 /// `shutdown`. On the way out every process the node stopped is continued.
-pub fn run_without_bpf(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> Result<()> {
+pub fn run_without_bpf(
+    cfg: &LoopConfig,
+    inbox: &Receiver<Inbox>,
+    shutdown: &AtomicBool,
+) -> Result<()> {
     let source = CgroupProcesses::new(&cfg.gang_root);
     let applied = cfg.knobs.generation();
     let slot_ms = cfg.knobs.snapshot().slot_ms;

@@ -162,7 +162,9 @@ impl<S: ProcessSource> SignalNode<S> {
         self.enforce(slot);
         self.next_timer_switch = match mode {
             Mode::Coordinated => None,
-            _ => self.next_timer_switch.or(Some(Instant::now() + self.slot_len)),
+            _ => self
+                .next_timer_switch
+                .or(Some(Instant::now() + self.slot_len)),
         };
     }
 

@@ -1,5 +1,7 @@
-//! The BPF mode's tables: a coordinator's column (slots of placements by
-//! gang name) resolved into a `SlotTable` of the gangs registered here.
+//! The BPF mode's tables: the gangs registered here (a scan of the gang
+//! root), the table in force (standalone, an explicit schedule, or a
+//! coordinator's column resolved by gang name) and its writing into BPF,
+//! the slot in force re-installed so every CPU follows it at once.
 //!
 //! A column is checked as a whole (every placement valid, no CPU given
 //! twice in a slot), the gangs not (yet) here included, so a node refuses
@@ -12,13 +14,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::Result;
-use log::warn;
+use anyhow::{bail, Context, Result};
+use log::{info, warn};
 
+use crate::bpf_intf::*;
 use crate::control::Placement;
 use crate::cpulist::CpuList;
-use crate::gangs::GangRegistry;
-use crate::slots::{GangId, SlotTable};
+use crate::gangs::{self, GangRegistry};
+use crate::knobs::NodeKnobs;
+use crate::slots::{GangId, SlotTable, MAX_GANGS, MAX_SLOTS};
+
+use super::{BpfScheduler, BpfSwitcher, Mode};
 
 /// The table of a coordinator's column, built into the empty `table`: every
 /// gang of the registry gets its CPUs; the others are left out and
@@ -62,6 +68,195 @@ pub fn column_table(
         }
     }
     Ok((table, absent))
+}
+
+/// Building the table in force and writing it into BPF.
+impl<K: BpfScheduler> BpfSwitcher<K> {
+    /// Registers new gangs, retires gone ones, and rebuilds the table.
+    pub(super) fn scan_gangs(&mut self) -> Result<()> {
+        let dirs = gangs::scan(&self.cfg.gang_root)?;
+        let changes = self.registry.update(&dirs);
+        for name in &changes.refused {
+            warn!("gang {name}: all {MAX_GANGS} gang ids are taken; its tasks run as tasks of no gang");
+        }
+        self.count_ranks();
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.cfg.clock.set_gangs(
+            self.registry
+                .by_id()
+                .iter()
+                .map(|g| (g.name.clone(), g.id as i32))
+                .collect(),
+        );
+        for g in &changes.removed {
+            info!("gang {} (id {}) left: its slot is given back", g.name, g.id);
+            self.bpf.remove_gang(g.cgroup_id);
+            self.table.remove_gang(g.id);
+        }
+        for g in &changes.added {
+            info!(
+                "gang {} (id {}, cgroup {}) joined",
+                g.name, g.id, g.cgroup_id
+            );
+            self.bpf
+                .add_gang(g.cgroup_id, g.id)
+                .with_context(|| format!("registering gang {}", g.name))?;
+        }
+        match (self.mode, &self.column) {
+            (Mode::Standalone, _) => self.table = self.standalone_table(),
+            (_, Some(column)) => self.table = self.column_table(column, false)?.0,
+            _ => {}
+        }
+        self.push_table()
+    }
+
+    /// How many ranks of each gang must yield for its slot to end early.
+    pub(super) fn count_ranks(&mut self) {
+        let mut ranks = vec![0u32; MAX_GANGS];
+        for g in self.registry.by_id() {
+            ranks[g.id as usize] =
+                gangs::count_processes(&gangs::gang_path(&self.cfg.gang_root, &g.name));
+        }
+        self.bpf.set_ranks(&ranks);
+        self.ranks = ranks;
+    }
+
+    pub(super) fn standalone_table(&self) -> SlotTable {
+        let ids: Vec<GangId> = self.registry.by_id().iter().map(|g| g.id).collect();
+        let (table, left_out) =
+            SlotTable::standalone(self.nr_cpus, self.knobs.housekeeping.clone(), &ids);
+        for id in left_out {
+            warn!(
+                "gang {} gets no slot (all slots taken)",
+                self.registry.name_of(id).unwrap_or("?")
+            );
+        }
+        table
+    }
+
+    /// Writes the table into BPF and re-installs the slot in force so every
+    /// CPU follows the new table at once.
+    pub(super) fn push_table(&mut self) -> Result<()> {
+        let masks: Vec<u32> = (0..MAX_GANGS as GangId)
+            .map(|g| self.table.slot_mask(g))
+            .collect();
+        let nr_slots = self.nr_slots() as u32;
+        let (cur, gen) = self.bpf.write_table(&self.table, &masks, nr_slots);
+
+        // Tasks of a gang that lost its last slot must not wait for one.
+        let lost: Vec<usize> = (0..MAX_GANGS)
+            .filter(|&g| self.slot_masks[g] != 0 && masks[g] == 0)
+            .collect();
+        self.slot_masks = masks;
+        for g in lost {
+            self.bpf.rehome_gang(g as GangId)?;
+        }
+
+        self.warn_if_slots_shortened();
+        let n = self.nr_slots() as u32;
+        if n > 0 {
+            self.switch_slot(
+                if cur < n { cur } else { 0 },
+                gen + 1,
+                gang_switch_cause_SWITCH_COMMAND,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_knobs(&mut self, new: &NodeKnobs) -> Result<()> {
+        self.bpf.write_knobs(new);
+        let housekeeping_changed = new.housekeeping != self.knobs.housekeeping;
+        self.knobs = new.clone();
+        self.warn_if_slots_shortened();
+        if housekeeping_changed {
+            self.table = match (self.mode, &self.column) {
+                (Mode::Standalone, _) => self.standalone_table(),
+                // The coordinator's table must not use housekeeping CPUs
+                // either: a column keeps what still fits.
+                (_, Some(column)) => self.column_table(column, false)?.0,
+                _ => SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone()),
+            };
+            self.push_table()?;
+        }
+        self.publish_status();
+        Ok(())
+    }
+
+    /// The BPF timer shortens slots so one round of the table stays within
+    /// GANG_ROTATION_MAX_MS; say so when that changes what the operator set.
+    pub(super) fn warn_if_slots_shortened(&self) {
+        let (n, slot_ms) = (self.nr_slots() as u32, self.knobs.slot_ms);
+        if self.mode != Mode::Coordinated && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS
+        {
+            warn!(
+                "{n} slots of {slot_ms} ms exceed the {gang_limits_GANG_ROTATION_MAX_MS} ms rotation limit: \
+                 slots run {} ms",
+                gang_limits_GANG_ROTATION_MAX_MS / n
+            );
+        }
+    }
+
+    /// The placement API: an explicit slot table by gang name. All or
+    /// nothing: a refused schedule leaves the old one in force.
+    pub(super) fn schedule(&mut self, slots: &[Vec<Placement>]) -> Result<()> {
+        let mut table = SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone());
+        for (s, placements) in slots.iter().enumerate() {
+            for p in placements {
+                let gang = self.registry.get(&p.gang).with_context(|| {
+                    format!("gang {:?} is not known (no populated cgroup of that name below the gang root)", p.gang)
+                })?;
+                let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg)?;
+                table
+                    .place(gang.id, s, &cpus)
+                    .with_context(|| format!("placing gang {}", p.gang))?;
+            }
+        }
+        self.set_mode(Mode::Coordinated);
+        self.column = None;
+        self.min_slots = 0;
+        self.table = table;
+        self.push_table()?;
+        self.thaw();
+        Ok(())
+    }
+
+    /// Slots of the table in force (a column's empty trailing slots count).
+    pub(super) fn nr_slots(&self) -> usize {
+        self.table.nr_slots().max(self.min_slots)
+    }
+
+    pub(super) fn column_table(
+        &self,
+        slots: &[Vec<Placement>],
+        check: bool,
+    ) -> Result<(SlotTable, BTreeSet<String>)> {
+        let table = SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone());
+        column_table(&self.registry, table, slots, check)
+    }
+
+    /// The coordinator's column (see Request::Column). All or nothing.
+    pub(super) fn install_column(&mut self, slots: Vec<Vec<Placement>>) -> Result<()> {
+        if slots.len() > MAX_SLOTS {
+            bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
+        }
+        let (table, absent) = self.column_table(&slots, true)?;
+        if !absent.is_empty() {
+            info!(
+                "schedule: {} have no tasks here (yet): their CPUs stay free until they do",
+                absent.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        self.set_mode(Mode::Coordinated);
+        self.table = table;
+        self.min_slots = slots.len();
+        self.column = Some(slots);
+        self.push_table()?;
+        self.thaw();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

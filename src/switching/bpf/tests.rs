@@ -154,7 +154,10 @@ fn commands_need_an_explicit_schedule_first() {
         slot_ms: 50,
     };
     let e = ask(&mut sw, &knobs, switch).error.unwrap();
-    assert!(e.contains("switch commands need an explicit schedule"), "{e}");
+    assert!(
+        e.contains("switch commands need an explicit schedule"),
+        "{e}"
+    );
     let freeze = Request::Freeze {
         gen: 1,
         drain_timeout_ms: 10,
