@@ -48,7 +48,7 @@ pub enum Request {
     /// Record the trace for `seconds` and return its events.
     Trace { seconds: f64 },
     /// Install an explicit slot table (slots[s] = placements of slot s) and
-    /// stop the standalone rotation: switches then come by `Switch`.
+    /// stop the node's timer: switches then come by `Switch`.
     Schedule { slots: Vec<Vec<Placement>> },
     /// Switch to `slot` now, tagging the switch with generation `gen`.
     /// `slot_ms` (0 or absent: unknown) dates the slot's end in the ranks'
@@ -59,7 +59,7 @@ pub enum Request {
         #[serde(default)]
         slot_ms: u32,
     },
-    /// Back to standalone: one slot per gang, rotated by the BPF timer.
+    /// Back to standalone: one slot per gang, switched on the node's timer.
     Standalone,
     /// First half of a coordinated switch: park the tasks of the slot's
     /// gangs (cgroup freezer), then wait up to `drain_timeout_ms` for their

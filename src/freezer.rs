@@ -12,16 +12,21 @@
 //! scheduler switches the slot and the gangs are thawed: their tasks are
 //! runnable again, but BPF keeps them off CPUs they do not own.
 //!
-//! Who holds a gang frozen (`FreezeHolds`):
-//! Two parties write a gang's `cgroup.freeze`: the slot switch (the
-//! scheduler parks the outgoing gangs at Freeze and thaws them at the next
-//! Switch) and the user (gangd's SuspendJob / ResumeJob, through the agent).
+//! Who holds a gang frozen (`FreezeHolds`): two parties write a gang's
+//! `cgroup.freeze`, the slot switch (the BPF mode, switching/bpf/, parks
+//! the outgoing gangs at Freeze and thaws them at the next Switch) and the
+//! user (gangd's SuspendJob / ResumeJob, through the agent above).
 //! Each only knows its own reason, so a Switch must not thaw a suspended
 //! job, and a ResumeJob must not thaw a gang that a switch has parked. The
 //! cgroup is frozen while either holds it; this table, shared by the agent
 //! and the scheduler's main loop (and kept across scheduler restarts), says
 //! who does. Every decision and the write it leads to happen under one lock,
 //! so a thaw can never slip between a suspend's check and its write.
+//!
+//! Known faults: parking is polled (cgroup.events, every FREEZE_POLL)
+//! rather than watched with inotify; the holds are by gang name, so a job
+//! whose cgroup is removed and made again under the same name inherits
+//! them until `forget`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -58,8 +63,9 @@ pub struct ParkGang {
 }
 
 /// Parks the gangs, waits for every task to be parked and then for the
-/// gangs' TCP sockets to be steady, all within `timeout` from now. The
-/// gangs stay frozen: thaw them with `set_frozen`.
+/// gangs' TCP sockets to be steady (drain.rs), all within `timeout` from
+/// now. The gangs stay frozen: the switch thaws them
+/// (`FreezeHolds::unpark`).
 pub fn park_and_drain(gen: u64, all: &[ParkGang], timeout: Duration) -> io::Result<FrozenReport> {
     let start = Instant::now();
     let (yielded, gangs): (Vec<&ParkGang>, Vec<&ParkGang>) = all.iter().partition(|g| g.yielded);

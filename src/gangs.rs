@@ -7,6 +7,10 @@
 //! A job's gang is the directory `job<ID>` (`gang_name`, `job_of_gang`):
 //! the naming lives here, below both the switching modes and the agent
 //! that makes the directories. `procs` reads one cgroup's processes.
+//!
+//! Known fault: a gang is known by a scan every SCAN_PERIOD, so one made a
+//! moment ago has no id (and no CPUs) until the next scan; requests that
+//! name gangs rescan first.
 
 use std::collections::BTreeMap;
 use std::fs;

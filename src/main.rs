@@ -41,7 +41,7 @@ struct Opts {
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Switching::Bpf)]
     switching: Switching,
 
-    /// Slot length of the node's own rotation (standalone, or while gangd
+    /// Slot length of the node's own timer (standalone, or while gangd
     /// is away), in ms (1-10000).
     #[arg(long, default_value = "50")]
     slot_ms: String,

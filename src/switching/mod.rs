@@ -58,6 +58,7 @@ pub mod sigstop;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -65,12 +66,14 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use log::{info, warn};
 
 use crate::control::{FrozenReport, Inbox, Placement, Request, Response};
+use crate::cpulist::CpuList;
 use crate::gangs;
 use crate::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
+use crate::slots::{GangId, SlotTable, MAX_SLOTS};
 
 use none::NoSwitching;
 use signal::SignalNode;
@@ -209,6 +212,28 @@ pub trait Switcher {
     fn ended(&self) -> bool {
         false
     }
+}
+
+/// A coordinator's column must be valid as a whole, in every mode and
+/// whichever of its gangs are here (what one node refuses, every node
+/// refuses): at most MAX_SLOTS slots, good CPU lists, no CPU given twice in
+/// a slot nor one `empty` (an empty table) keeps back (housekeeping).
+pub fn check_column(mut empty: SlotTable, slots: &[Vec<Placement>]) -> Result<()> {
+    if slots.len() > MAX_SLOTS {
+        bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
+    }
+    let nr_cpus = empty.nr_cpus();
+    let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
+    for (s, placements) in slots.iter().enumerate() {
+        for p in placements {
+            let next = ids.len() as GangId;
+            let id = *ids.entry(p.gang.as_str()).or_insert(next);
+            let cpus = CpuList::parse(&p.cpus, nr_cpus).map_err(anyhow::Error::msg);
+            cpus.and_then(|c| Ok(empty.place(id, s, &c)?))
+                .with_context(|| format!("placing gang {} in slot {s}", p.gang))?;
+        }
+    }
+    Ok(())
 }
 
 /// Takes one request; a freeze is answered by a thread of its own once its

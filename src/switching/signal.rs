@@ -30,10 +30,10 @@ use crate::control::Placement;
 use crate::cpulist::CpuList;
 use crate::drain;
 use crate::knobs::{NodeKnobs, NodeStatus};
-use crate::slots::{GangId, SlotTable, MAX_SLOTS};
+use crate::slots::SlotTable;
 
 use super::sigstop::{wait_parked, ProcessSource, Signaller};
-use super::{FreezeJob, Mode, Switcher, Switching};
+use super::{check_column, FreezeJob, Mode, Switcher, Switching};
 
 /// Longest wait at a switch for the outgoing gangs to stop before the
 /// incoming ones are continued (a process stuck in the kernel, e.g. on a
@@ -192,25 +192,7 @@ impl<S: ProcessSource> SignalNode<S> {
     /// A column must be valid as a whole, like in the BPF mode: good CPU
     /// lists, no CPU given twice in a slot, at most MAX_SLOTS slots.
     fn check(&self, slots: &[Vec<Placement>]) -> Result<Vec<Vec<String>>> {
-        if slots.len() > MAX_SLOTS {
-            bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
-        }
-        let mut whole = SlotTable::new(self.nr_cpus, CpuList::new());
-        let mut ids: Vec<&str> = Vec::new();
-        for (s, placements) in slots.iter().enumerate() {
-            for p in placements {
-                let id = match ids.iter().position(|g| *g == p.gang) {
-                    Some(i) => i,
-                    None => {
-                        ids.push(&p.gang);
-                        ids.len() - 1
-                    }
-                };
-                let cpus = CpuList::parse(&p.cpus, self.nr_cpus).map_err(anyhow::Error::msg);
-                cpus.and_then(|c| Ok(whole.place(id as GangId, s, &c)?))
-                    .with_context(|| format!("placing gang {} in slot {s}", p.gang))?;
-            }
-        }
+        check_column(SlotTable::new(self.nr_cpus, CpuList::new()), slots)?;
         Ok(slots
             .iter()
             .map(|s| {
@@ -255,14 +237,14 @@ impl<S: ProcessSource> SignalNode<S> {
     /// (Request::Autonomous), continuing what a freeze left stopped.
     pub fn autonomous(&mut self) -> Result<()> {
         if self.mode == Mode::Standalone {
-            bail!("no explicit schedule to rotate (node is standalone)");
+            bail!("no explicit schedule to run on this node's timer (node is standalone)");
         }
         self.enforce(self.cur);
         if self.mode != Mode::Autonomous {
             self.mode = Mode::Autonomous;
             self.next_timer_switch = Some(Instant::now() + self.slot_len);
             info!(
-                "rotating the schedule on this node's timer: {} slots of {} ms",
+                "running the schedule on this node's timer: {} slots of {} ms",
                 self.table.len(),
                 self.slot_len.as_millis()
             );

@@ -51,7 +51,7 @@ pub trait ProcessSource {
     /// or does not exist.
     fn processes(&self, gang: &str) -> io::Result<Vec<i32>>;
 
-    /// The gangs that have processes now (for the standalone rotation).
+    /// The gangs that have processes now (for the standalone table).
     fn gangs(&self) -> io::Result<Vec<String>>;
 
     /// The gang's cgroup directory, if it has one (to drain its sockets).

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::none::NoSwitching;
 use super::signal::SignalNode;
-use super::sigstop::{self as signal, process_state, ProcessSource, Signaller, MAX_PASSES};
+use super::sigstop::{self, process_state, ProcessSource, Signaller, MAX_PASSES};
 use super::*;
 use crate::control::{Pending, Placement, Request, Response};
 use crate::knobs::NodeKnobs;
@@ -122,7 +122,7 @@ fn stopped(pid: i32) -> bool {
 
 /// A stop takes effect when the process next runs: wait for it a little.
 fn eventually_stopped(pid: i32) -> bool {
-    signal::wait_parked(&[pid], Instant::now() + Duration::from_secs(5)) && stopped(pid)
+    sigstop::wait_parked(&[pid], Instant::now() + Duration::from_secs(5)) && stopped(pid)
 }
 
 fn all_stopped(pids: &[i32]) -> bool {
@@ -255,7 +255,7 @@ fn recovery_continues_only_processes_left_stopped() {
     .unwrap();
     assert!(eventually_stopped(pids[0]));
     assert_eq!(
-        signal::continue_stopped(&pids),
+        sigstop::continue_stopped(&pids),
         1,
         "the running one gets no SIGCONT"
     );
@@ -629,6 +629,32 @@ fn a_freeze_is_answered_with_its_report_through_the_request_path() {
 }
 
 #[test]
+fn a_column_is_checked_as_a_whole_the_same_in_every_mode() {
+    let place = |gang: &str, cpus: &str| Placement {
+        gang: gang.into(),
+        cpus: cpus.into(),
+    };
+    let empty = || SlotTable::new(4, CpuList::new());
+    let ok = vec![
+        vec![place("a", "0-1"), place("b", "2-3")],
+        vec![place("a", "0-3")],
+    ];
+    assert!(check_column(empty(), &ok).is_ok());
+    let twice = vec![vec![place("a", "0-1"), place("b", "1-2")]];
+    let e = check_column(empty(), &twice).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("placing gang b in slot 0"),
+        "{e:#}"
+    );
+    assert!(check_column(empty(), &[vec![place("a", "9")]]).is_err());
+    let housekeeping = SlotTable::new(4, CpuList::parse("0", 4).unwrap());
+    assert!(check_column(housekeeping, &[vec![place("a", "0")]]).is_err());
+    let too_many = vec![Vec::new(); crate::slots::MAX_SLOTS + 1];
+    let e = check_column(empty(), &too_many).unwrap_err();
+    assert!(e.to_string().contains("slots: at most"), "{e}");
+}
+
+#[test]
 fn the_mode_flag_refuses_none_without_a_coordinator_and_stats_without_bpf() {
     let e = Switching::None.check(false, false).unwrap_err().to_string();
     assert!(e.contains("--switching none needs --coordinator"), "{e}");
@@ -813,7 +839,7 @@ fn on_real_cgroups_a_suspended_gang_stays_frozen_through_every_switch() {
     // b's process is in a cgroup below its gang's: it belongs to the gang.
     join(&root.join("a"), a);
     join(&root.join("b/rank0"), b);
-    let src = signal::CgroupProcesses::new(&root);
+    let src = sigstop::CgroupProcesses::new(&root);
     assert_eq!(src.processes("b").unwrap(), vec![b]);
     let mut node = SignalNode::new(src, 4, 50);
     node.column(&placements(&[&["a"], &["b"]]), false).unwrap();

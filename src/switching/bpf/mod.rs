@@ -283,13 +283,13 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
     /// The node runs its explicit schedule on its own timer.
     fn autonomous(&mut self) -> Result<()> {
         if self.mode == Mode::Standalone {
-            bail!("no explicit schedule to rotate (node is standalone)");
+            bail!("no explicit schedule to run on this node's timer (node is standalone)");
         }
         self.thaw();
         if self.mode != Mode::Autonomous {
             self.set_mode(Mode::Autonomous);
             info!(
-                "rotating the schedule on this node's timer: {} slots of {} ms",
+                "running the schedule on this node's timer: {} slots of {} ms",
                 self.nr_slots(),
                 self.knobs.slot_ms
             );

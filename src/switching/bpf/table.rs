@@ -12,9 +12,9 @@
 //! Known fault: a gang with several placements in one slot gets their
 //! union; nothing says it was meant.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use log::{info, warn};
 
 use crate::bpf_intf::*;
@@ -22,34 +22,31 @@ use crate::control::Placement;
 use crate::cpulist::CpuList;
 use crate::gangs::{self, GangRegistry};
 use crate::knobs::NodeKnobs;
-use crate::slots::{GangId, SlotTable, MAX_GANGS, MAX_SLOTS};
+use crate::slots::{GangId, SlotTable, MAX_GANGS};
 
 use super::{BpfScheduler, BpfSwitcher, Mode};
+use crate::switching::check_column;
 
 /// The table of a coordinator's column, built into the empty `table`: every
 /// gang of the registry gets its CPUs; the others are left out and
-/// returned. With `check`, every placement must be valid, the left-out
-/// gangs' included (the column must be a valid table as a whole); without,
-/// an invalid one is logged and left out.
+/// returned. With `check`, the column must be valid as a whole, the
+/// left-out gangs' placements included (`check_column`); without, an
+/// invalid placement is logged and left out.
 pub fn column_table(
     registry: &GangRegistry,
     mut table: SlotTable,
     slots: &[Vec<Placement>],
     check: bool,
 ) -> Result<(SlotTable, BTreeSet<String>)> {
+    if check {
+        check_column(table.clone(), slots)?;
+    }
     let nr_cpus = table.nr_cpus();
-    let mut whole = table.clone();
-    let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
     let mut absent = BTreeSet::new();
     for (s, placements) in slots.iter().enumerate() {
         for p in placements {
             let mut place = || -> Result<()> {
                 let cpus = CpuList::parse(&p.cpus, nr_cpus).map_err(anyhow::Error::msg)?;
-                if check {
-                    let next = ids.len() as GangId;
-                    let id = *ids.entry(p.gang.as_str()).or_insert(next);
-                    whole.place(id, s, &cpus)?;
-                }
                 match registry.get(&p.gang) {
                     Some(g) => table.place(g.id, s, &cpus)?,
                     None => {
@@ -59,11 +56,10 @@ pub fn column_table(
                 Ok(())
             };
             if let Err(e) = place() {
-                let e = e.context(format!("placing gang {} in slot {s}", p.gang));
-                if check {
-                    return Err(e);
-                }
-                warn!("{e:#}: left out");
+                warn!(
+                    "{:#}: left out",
+                    e.context(format!("placing gang {} in slot {s}", p.gang))
+                );
             }
         }
     }
@@ -239,9 +235,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
     /// The coordinator's column (see Request::Column). All or nothing.
     pub(super) fn install_column(&mut self, slots: Vec<Vec<Placement>>) -> Result<()> {
-        if slots.len() > MAX_SLOTS {
-            bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
-        }
+        // Checks the slot count too (check_column).
         let (table, absent) = self.column_table(&slots, true)?;
         if !absent.is_empty() {
             info!(
