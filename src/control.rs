@@ -4,7 +4,7 @@
 //! cluster coordinator drives.
 //!
 //! The socket thread only parses and forwards: every request is handled by
-//! the scheduler's main loop, which owns the BPF state.
+//! the daemon's main loop (switching/mainloop.rs), which owns the BPF state.
 //!
 //! Only root may use it (a client can reschedule the node and freeze
 //! jobs). Two guards, either one enough: the socket is mode 0600 whatever

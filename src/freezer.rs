@@ -19,7 +19,7 @@
 //! Each only knows its own reason, so a Switch must not thaw a suspended
 //! job, and a ResumeJob must not thaw a gang that a switch has parked. The
 //! cgroup is frozen while either holds it; this table, shared by the agent
-//! and the scheduler's main loop (and kept across scheduler restarts), says
+//! and the daemon's main loop (and kept across scheduler restarts), says
 //! who does. Every decision and the write it leads to happen under one lock,
 //! so a thaw can never slip between a suspend's check and its write.
 //!

@@ -83,7 +83,7 @@ pub fn run(
             holds: cfg.holds.clone(),
             clock: cfg.clock.clone(),
             on_all_yielded: cfg.on_all_yielded.clone(),
-            knobs: knobs.clone(),
+            shared_knobs: knobs.clone(),
         };
         let mut switcher = BpfSwitcher::new(sched, bpf_cfg, knob_values)?;
         mainloop::run(&mut switcher, requests, shutdown, &knobs, generation)?;

@@ -18,9 +18,8 @@
 //!   and the job<->gang naming (crate::gangs).
 //!
 //! While gangd is away the node keeps running its last schedule on its own
-//! timer (Request::Autonomous)
-//! and never kills a rank for it; Hello tells the next gangd which jobs
-//! still live here.
+//! timer (Request::Autonomous) and never kills a rank for it; Hello tells
+//! the next gangd which jobs still live here.
 
 pub mod adopt;
 pub mod cgroup;
@@ -95,7 +94,7 @@ pub struct AgentConfig {
     pub rules: RankRules,
 }
 
-/// Starts the agent thread. `inbox` is the scheduler main loop's (what
+/// Starts the agent thread. `inbox` is the daemon's main loop's (what
 /// control::serve returns); the thread runs until `shutdown` is set. The
 /// sink tells gangd about yields (FromAgent::Yielded).
 pub fn start(

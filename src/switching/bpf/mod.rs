@@ -104,8 +104,8 @@ pub struct BpfConfig {
     /// What the slot clock server hands out (gang names and ids).
     pub clock: Arc<ClockShare>,
     pub on_all_yielded: Option<YieldSink>,
-    /// Where the status is published.
-    pub knobs: Arc<SharedKnobs>,
+    /// The knob files' shared state, where the status is published.
+    pub shared_knobs: Arc<SharedKnobs>,
 }
 
 pub struct BpfSwitcher<K: BpfScheduler> {
@@ -113,7 +113,7 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     cfg: BpfConfig,
     nr_cpus: u32,
     /// The knob values in force.
-    knobs: NodeKnobs,
+    applied: NodeKnobs,
     registry: GangRegistry,
     table: SlotTable,
     slot_masks: Vec<u32>,
@@ -145,7 +145,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             bpf,
             cfg,
             nr_cpus,
-            knobs,
+            applied: knobs,
             registry: GangRegistry::new(),
             table,
             slot_masks: vec![0; MAX_GANGS],
@@ -211,7 +211,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         // timer, slot_ms (the timer's own switches date their slots).
         let slot_len_ns = match self.mode {
             Mode::Coordinated => self.commanded_len_ns,
-            _ => u64::from(self.knobs.slot_ms) * 1_000_000,
+            _ => u64::from(self.applied.slot_ms) * 1_000_000,
         };
         self.bpf
             .switch_slot(slot, gen, cause, slot_len_ns)
@@ -244,7 +244,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     }
 
     fn publish_status(&self) {
-        self.cfg.knobs.set_status(self.status());
+        self.cfg.shared_knobs.set_status(self.status());
     }
 }
 
@@ -291,7 +291,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
             info!(
                 "running the schedule on this node's timer: {} slots of {} ms",
                 self.nr_slots(),
-                self.knobs.slot_ms
+                self.applied.slot_ms
             );
             self.warn_if_slots_shortened();
         }

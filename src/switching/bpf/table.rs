@@ -122,7 +122,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     pub(super) fn standalone_table(&self) -> SlotTable {
         let ids: Vec<GangId> = self.registry.by_id().iter().map(|g| g.id).collect();
         let (table, left_out) =
-            SlotTable::standalone(self.nr_cpus, self.knobs.housekeeping.clone(), &ids);
+            SlotTable::standalone(self.nr_cpus, self.applied.housekeeping.clone(), &ids);
         for id in left_out {
             warn!(
                 "gang {} gets no slot (all slots taken)",
@@ -164,8 +164,8 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
     pub(super) fn apply_knobs(&mut self, new: &NodeKnobs) -> Result<()> {
         self.bpf.write_knobs(new);
-        let housekeeping_changed = new.housekeeping != self.knobs.housekeeping;
-        self.knobs = new.clone();
+        let housekeeping_changed = new.housekeeping != self.applied.housekeeping;
+        self.applied = new.clone();
         self.warn_if_slots_shortened();
         if housekeeping_changed {
             self.table = match (self.mode, &self.column) {
@@ -173,7 +173,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
                 // The coordinator's table must not use housekeeping CPUs
                 // either: a column keeps what still fits.
                 (_, Some(column)) => self.column_table(column, false)?.0,
-                _ => SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone()),
+                _ => SlotTable::new(self.nr_cpus, self.applied.housekeeping.clone()),
             };
             self.push_table()?;
         }
@@ -184,7 +184,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     /// The BPF timer shortens slots so one round of the table stays within
     /// GANG_ROTATION_MAX_MS; say so when that changes what the operator set.
     pub(super) fn warn_if_slots_shortened(&self) {
-        let (n, slot_ms) = (self.nr_slots() as u32, self.knobs.slot_ms);
+        let (n, slot_ms) = (self.nr_slots() as u32, self.applied.slot_ms);
         if self.mode != Mode::Coordinated && n > 1 && slot_ms * n > gang_limits_GANG_ROTATION_MAX_MS
         {
             warn!(
@@ -198,7 +198,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     /// The placement API: an explicit slot table by gang name. All or
     /// nothing: a refused schedule leaves the old one in force.
     pub(super) fn schedule(&mut self, slots: &[Vec<Placement>]) -> Result<()> {
-        let mut table = SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone());
+        let mut table = SlotTable::new(self.nr_cpus, self.applied.housekeeping.clone());
         for (s, placements) in slots.iter().enumerate() {
             for p in placements {
                 let gang = self.registry.get(&p.gang).with_context(|| {
@@ -229,7 +229,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         slots: &[Vec<Placement>],
         check: bool,
     ) -> Result<(SlotTable, BTreeSet<String>)> {
-        let table = SlotTable::new(self.nr_cpus, self.knobs.housekeeping.clone());
+        let table = SlotTable::new(self.nr_cpus, self.applied.housekeeping.clone());
         column_table(&self.registry, table, slots, check)
     }
 

@@ -107,7 +107,7 @@ fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) 
         holds: FreezeHolds::new(),
         clock: ClockShare::new(),
         on_all_yielded: None,
-        knobs: knobs.clone(),
+        shared_knobs: knobs.clone(),
     };
     let sw = BpfSwitcher::new(FakeBpf::default(), cfg, NodeKnobs::new()).unwrap();
     (sw, knobs)
