@@ -257,6 +257,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 mod tests {
     use super::*;
     use crate::gangs::GangDir;
+    use crate::switching::bpf::tests::column;
 
     fn registry(names: &[&str]) -> GangRegistry {
         let mut r = GangRegistry::new();
@@ -271,20 +272,6 @@ mod tests {
             .collect();
         r.update(&dirs);
         r
-    }
-
-    fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
-        slots
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .map(|(g, c)| Placement {
-                        gang: g.to_string(),
-                        cpus: c.to_string(),
-                    })
-                    .collect()
-            })
-            .collect()
     }
 
     #[test]

@@ -113,7 +113,8 @@ fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) 
     (sw, knobs)
 }
 
-fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
+/// A column from (gang, CPUs) pairs by slot.
+pub(super) fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
     slots
         .iter()
         .map(|s| {
