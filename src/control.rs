@@ -4,7 +4,7 @@
 //! cluster coordinator drives.
 //!
 //! The socket thread only parses and forwards: every request is handled by
-//! the scheduler's main loop, which owns the BPF state.
+//! the daemon's main loop (switching/mainloop.rs), which owns the BPF state.
 //!
 //! Only root may use it (a client can reschedule the node and freeze
 //! jobs). Two guards, either one enough: the socket is mode 0600 whatever
@@ -48,7 +48,7 @@ pub enum Request {
     /// Record the trace for `seconds` and return its events.
     Trace { seconds: f64 },
     /// Install an explicit slot table (slots[s] = placements of slot s) and
-    /// stop the standalone rotation: switches then come by `Switch`.
+    /// stop the node's timer: switches then come by `Switch`.
     Schedule { slots: Vec<Vec<Placement>> },
     /// Switch to `slot` now, tagging the switch with generation `gen`.
     /// `slot_ms` (0 or absent: unknown) dates the slot's end in the ranks'
@@ -59,7 +59,7 @@ pub enum Request {
         #[serde(default)]
         slot_ms: u32,
     },
-    /// Back to standalone: one slot per gang, rotated by the BPF timer.
+    /// Back to standalone: one slot per gang, switched on the node's timer.
     Standalone,
     /// First half of a coordinated switch: park the tasks of the slot's
     /// gangs (cgroup freezer), then wait up to `drain_timeout_ms` for their
@@ -76,11 +76,12 @@ pub enum Request {
     /// so the coordinator's slot numbers stay valid for `Switch`. A bad CPU
     /// list or a CPU given twice still refuses it.
     Column { slots: Vec<Vec<Placement>> },
-    /// Rotate the explicit schedule in force on the node's own timer
-    /// (slot_ms), e.g. while the coordinator is away, and thaw the gangs a
-    /// freeze left parked. The next `Schedule`, `Column`, `Switch` or
-    /// `Freeze` hands the switches back to commands.
-    Rotate,
+    /// Become autonomous: run the explicit schedule in force on the node's
+    /// own timer (a switch to the next slot every slot_ms), e.g. while the
+    /// coordinator is away, and thaw the gangs a freeze left parked. The
+    /// next `Schedule`, `Column`, `Switch` or `Freeze` hands the switches
+    /// back to commands. (Not gangd's rotation, the cluster's clock.)
+    Autonomous,
 }
 
 /// What a freeze found: how long parking and draining took, and what was
@@ -375,8 +376,8 @@ mod tests {
                 .unwrap();
         assert!(matches!(sched, Request::Schedule { .. }));
         assert_eq!(
-            serde_json::to_string(&Request::Rotate).unwrap(),
-            r#"{"op":"rotate"}"#
+            serde_json::to_string(&Request::Autonomous).unwrap(),
+            r#"{"op":"autonomous"}"#
         );
         let column: Request =
             serde_json::from_str(r#"{"op":"column","slots":[[],[{"gang":"job3","cpus":"1"}]]}"#)

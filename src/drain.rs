@@ -7,13 +7,23 @@
 //! not yet sent. The kernel answers that through sock_diag (the netlink
 //! interface `ss` uses): one dump of all TCP sockets with their tcp_info and
 //! the cgroup that owns each.
+//!
+//! `drain_parked` is the drain half of every mode's freeze (the cgroup
+//! freezer in freezer.rs, SIGSTOP in switching/signal.rs): once the gangs
+//! are parked, their sockets drain on their own; it waits for that and
+//! writes the freeze report.
+//!
+//! Known fault: only kernel TCP is seen; traffic of other transports
+//! (RDMA, shared memory) is not waited for.
 
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::control::FrozenReport;
 
 // Netlink and sock_diag ABI (linux/netlink.h, linux/sock_diag.h,
 // linux/inet_diag.h).
@@ -355,6 +365,40 @@ pub fn cgroup_ids(gang_dir: &Path) -> io::Result<Vec<u64>> {
         }
     }
     Ok(ids)
+}
+
+/// How often a freeze polls parking and draining.
+pub const FREEZE_POLL: Duration = Duration::from_millis(1);
+
+/// The drain half of a freeze, the same in every mode: the gangs `gangs`
+/// were parked since `start` (`parked`: every task of them really was
+/// before the wait timed out); waits for the TCP sockets of the cgroups
+/// `dirs` (and every cgroup below them) to be steady, within `timeout` from
+/// `start`, and reports. A cgroup that is gone (its job ended a moment ago)
+/// has nothing to drain.
+pub fn drain_parked(
+    gen: u64,
+    gangs: Vec<String>,
+    parked: bool,
+    dirs: &[PathBuf],
+    start: Instant,
+    timeout: Duration,
+) -> io::Result<FrozenReport> {
+    let freeze_us = start.elapsed().as_micros() as u64;
+    let mut ids = Vec::new();
+    for dir in dirs {
+        match cgroup_ids(dir) {
+            Ok(more) => ids.extend(more),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    ids.truncate(MAX_FILTER_CGROUPS);
+    let left = timeout.saturating_sub(start.elapsed());
+    let drain = wait_steady(|| tcp_sockets_of(&ids), left, FREEZE_POLL)?;
+    Ok(FrozenReport::drained(
+        gen, gangs, parked, freeze_us, &drain, start,
+    ))
 }
 
 /// How a wait for steady state ended.

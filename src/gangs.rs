@@ -3,12 +3,23 @@
 //! The registry gives each gang directory a small, stable id (its index in
 //! the BPF maps) for as long as the directory exists and has tasks. A gang
 //! whose directory disappears or empties gives its id, and so its slot, back.
+//!
+//! A job's gang is the directory `job<ID>` (`gang_name`, `job_of_gang`):
+//! the naming lives here, below both the switching modes and the agent
+//! that makes the directories. `procs` reads one cgroup's processes.
+//!
+//! Known fault: a gang is known by a scan every SCAN_PERIOD, so one made a
+//! moment ago has no id (and no CPUs) until the next scan; requests that
+//! name gangs rescan first.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use gang_wire::proto::JobId;
+use nix::unistd::Pid;
 
 use crate::slots::{GangId, MAX_GANGS};
 
@@ -189,9 +200,46 @@ pub fn gang_path(root: &Path, name: &str) -> PathBuf {
     root.join(name)
 }
 
+/// The gang (cgroup directory) name of a job.
+pub fn gang_name(job: JobId) -> String {
+    format!("job{job}")
+}
+
+/// The job whose gang is `name`, if it is a job's.
+pub fn job_of_gang(name: &str) -> Option<JobId> {
+    let id = name.strip_prefix("job")?;
+    if id.starts_with('+') || id.starts_with('0') && id.len() > 1 {
+        return None;
+    }
+    id.parse().ok().map(JobId)
+}
+
+/// The cgroup directory of a job's gang.
+pub fn job_dir(gang_root: &Path, job: JobId) -> PathBuf {
+    gang_path(gang_root, &gang_name(job))
+}
+
+/// The processes of the cgroup (and not of its children: a job makes none).
+pub fn procs(dir: &Path) -> io::Result<Vec<Pid>> {
+    Ok(fs::read_to_string(dir.join("cgroup.procs"))?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .map(Pid::from_raw)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_gang_name_maps_back_to_its_job_and_nothing_else_does() {
+        assert_eq!(job_of_gang(&gang_name(JobId(42))), Some(JobId(42)));
+        assert_eq!(job_of_gang("job0"), Some(JobId(0)));
+        for other in ["job", "jobs", "job+1", "job01", "job-1", "a", "job1x", ""] {
+            assert_eq!(job_of_gang(other), None, "{other:?}");
+        }
+    }
 
     #[test]
     fn processes_are_counted_in_the_gang_and_below() {

@@ -1,11 +1,13 @@
 //! scx_gang: the per-node half of a gang scheduler for Linux clusters.
 //!
-//! The library holds what does not touch the kernel, so it is tested on the
-//! host: CPU lists, the slot table, the gang registry, knob values, the knob
-//! file system, the control protocol and trace analysis, the node agent
-//! that joins a gangd cluster (its scheduling goes through the daemon's main
-//! loop), and the node's switching without BPF (`--switching signal|none`,
-//! switching/: signals, or nothing). The daemon (src/main.rs, src/scheduler.rs) adds the BPF side.
+//! The library holds what does not need the BPF scheduler loaded, so it is
+//! tested on the host: CPU lists, the slot table, the gang registry, knob
+//! values, the knob file system, the control protocol and trace analysis,
+//! the node's switching (switching/: one main loop over the `bpf`, `signal`
+//! and `none` modes), and the node agent that joins a gangd cluster (on
+//! top: its scheduling goes through the main loop). The daemon (src/main.rs)
+//! adds the BPF plumbing (src/scheduler.rs: load, attach, maps, ring
+//! buffers, restart), which the `bpf` mode drives through a trait.
 
 pub mod agent;
 pub mod bpf_intf;

@@ -5,7 +5,6 @@ mod scheduler;
 mod stats;
 
 use std::fs;
-use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,10 +12,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use log::{info, warn};
+use log::warn;
 
-use scx_gang::agent::{self, freeze::FreezeHolds, AgentConfig};
+use scx_gang::agent::{self, AgentConfig};
 use scx_gang::control::{self, Request};
+use scx_gang::freezer::FreezeHolds;
 use gang_wire::knobfs::KnobMount;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::switching::{self, Switching};
@@ -41,7 +41,7 @@ struct Opts {
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Switching::Bpf)]
     switching: Switching,
 
-    /// Slot length of the node's own rotation (standalone, or while gangd
+    /// Slot length of the node's own timer (standalone, or while gangd
     /// is away), in ms (1-10000).
     #[arg(long, default_value = "50")]
     slot_ms: String,
@@ -169,23 +169,6 @@ enum Command {
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
     },
-}
-
-/// What the Scheduler needs from the command line.
-pub struct Config {
-    pub cgroup_mount: PathBuf,
-    pub gang_root: PathBuf,
-    pub verbose: bool,
-    pub exit_dump_len: u32,
-    /// Who holds which gang frozen, shared with the node agent.
-    pub holds: FreezeHolds,
-    /// What the slot clock server hands out.
-    pub clock: Arc<scx_gang::clock::ClockShare>,
-    /// The main loop's inbox (the yield notices thread writes to it).
-    pub inbox: std::sync::mpsc::Sender<control::Inbox>,
-    /// Told (gang name, generation) when every rank of a gang here yielded
-    /// its slot: the node agent tells gangd.
-    pub on_all_yielded: Option<agent::YieldSink>,
 }
 
 fn main() {
@@ -321,42 +304,30 @@ fn run(opts: Opts) -> Result<()> {
     shared.on_change(move || {
         let _ = wake.send(control::Inbox::KnobsChanged);
     });
-    if !opts.switching.uses_bpf() {
+    let result = if opts.switching.uses_bpf() {
+        let cfg = scheduler::Config {
+            cgroup_mount: opts.cgroup_mount.clone(),
+            gang_root: opts.gang_root.clone(),
+            verbose: opts.verbose,
+            exit_dump_len: opts.exit_dump_len,
+            holds,
+            clock,
+            inbox,
+            on_all_yielded,
+        };
+        scheduler::run(&cfg, shared, &requests, &shutdown)
+    } else {
         let cfg = switching::LoopConfig {
             mode: opts.switching,
             gang_root: opts.gang_root.clone(),
             nr_cpus,
             knobs: shared.clone(),
         };
-        let result = switching::run(&cfg, &requests, &shutdown);
-        let _ = fs::remove_file(&opts.socket);
-        let _ = fs::remove_file(&opts.clock_socket);
-        return result;
-    }
-    let cfg = Config {
-        cgroup_mount: opts.cgroup_mount.clone(),
-        gang_root: opts.gang_root.clone(),
-        verbose: opts.verbose,
-        exit_dump_len: opts.exit_dump_len,
-        holds,
-        clock,
-        inbox,
-        on_all_yielded,
+        switching::run_without_bpf(&cfg, &requests, &shutdown)
     };
-
-    let mut open_object = MaybeUninit::uninit();
-    loop {
-        let mut sched =
-            scheduler::Scheduler::init(&cfg, shared.clone(), &requests, &mut open_object)?;
-        let exit = sched.run(shutdown.clone())?;
-        if !exit.should_restart() {
-            break;
-        }
-        info!("restarting scx_gang");
-    }
     let _ = fs::remove_file(&opts.socket);
     let _ = fs::remove_file(&opts.clock_socket);
-    Ok(())
+    result
 }
 
 /// The node's name in the cluster: the one in its certificate, which

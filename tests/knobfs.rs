@@ -60,7 +60,7 @@ impl log::Log for CaptureLog {
         true
     }
     fn log(&self, r: &log::Record) {
-        if r.target().starts_with("scx_gang") || r.target().starts_with("gang_coordinator") {
+        if r.target().starts_with("scx_gang") || r.target().starts_with("gang_wire") {
             LOG_LINES
                 .lock()
                 .unwrap()

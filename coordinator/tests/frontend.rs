@@ -880,10 +880,7 @@ mod end_to_end {
         }
     }
 
-    fn mono_ns() -> u64 {
-        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    }
+    use gang_wire::time::monotonic_ns as mono_ns;
 
     impl Gangd {
         fn start(name: &str, nodes: usize) -> Gangd {

@@ -186,7 +186,10 @@ pub unsafe fn write_page(page: *mut SlotClockPage, snap: &SlotSnapshot) {
     seq.store(odd.wrapping_add(1), Ordering::Release);
 }
 
-/// CLOCK_MONOTONIC now, in ns: the time base of the clock page.
+/// CLOCK_MONOTONIC now, in ns: the time base of the clock page. The
+/// daemons read the same clock through gang_wire::time::monotonic_ns; this
+/// library is linked into users' programs (C ABI) and depends on libc
+/// alone, so it keeps its own four lines rather than the wire crate.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

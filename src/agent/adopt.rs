@@ -28,7 +28,7 @@ use gang_wire::proto::{ExitStatus, JobId};
 use log::{info, warn};
 use serde::{Deserialize, Serialize};
 
-use super::cgroup;
+use crate::gangs;
 
 const JOB_ATTR: &str = "trusted.scx_gang.job";
 const RANK_ATTR: &str = "trusted.scx_gang.rank.";
@@ -121,7 +121,7 @@ pub fn read_job(dir: &Path, job: JobId) -> Result<Found, String> {
     if record.job != job {
         return Err(format!("its record is of job {}, not {job}", record.job));
     }
-    let procs: Vec<u32> = cgroup::procs(dir)
+    let procs: Vec<u32> = gangs::procs(dir)
         .map_err(|e| format!("reading cgroup.procs: {e}"))?
         .into_iter()
         .map(|p| p.as_raw() as u32)
@@ -155,7 +155,7 @@ pub fn scan(gang_root: &Path) -> Vec<Found> {
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(job) = name.to_str().and_then(cgroup::job_of_gang) else {
+        let Some(job) = name.to_str().and_then(gangs::job_of_gang) else {
             continue;
         };
         let dir = entry.path();

@@ -12,31 +12,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::thread::{self, JoinHandle};
 
-use gang_wire::proto::{JobId, JobLimits};
+use gang_wire::proto::JobLimits;
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
-/// The gang (cgroup directory) name of a job.
-pub fn gang_name(job: JobId) -> String {
-    format!("job{job}")
-}
-
-/// The job whose gang is `name`, if it is a job's.
-pub fn job_of_gang(name: &str) -> Option<JobId> {
-    let id = name.strip_prefix("job")?;
-    if id.starts_with('+') || id.starts_with('0') && id.len() > 1 {
-        return None;
-    }
-    id.parse().ok().map(JobId)
-}
-
-pub fn job_dir(gang_root: &Path, job: JobId) -> PathBuf {
-    gang_root.join(gang_name(job))
-}
+use crate::gangs::procs;
 
 /// Creates the job's cgroup (and the gang root if missing), sets its
 /// limits, and opens its cgroup.procs for a child to join with: the write
@@ -176,15 +159,6 @@ fn write_existing(path: &Path, value: &str) -> io::Result<()> {
         .write_all(value.as_bytes())
 }
 
-/// The processes of the cgroup (and not of its children: a job makes none).
-pub fn procs(dir: &Path) -> io::Result<Vec<Pid>> {
-    Ok(fs::read_to_string(dir.join("cgroup.procs"))?
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .map(Pid::from_raw)
-        .collect())
-}
-
 /// Sends `sig` to every process of the cgroup (SIGKILL through cgroup.kill,
 /// which also catches processes forked meanwhile); returns how many there
 /// were.
@@ -215,6 +189,9 @@ pub fn try_remove(dir: &Path) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gangs::job_dir;
+    use gang_wire::proto::JobId;
+    use std::path::PathBuf;
 
     /// A temporary directory standing in for the gang root (cgroup2 with
     /// the pids and memory controllers is not writable on every test host).
@@ -285,14 +262,5 @@ mod tests {
             gang_wire::proto::NODE_MAX_GANGS,
             crate::slots::MAX_GANGS
         );
-    }
-
-    #[test]
-    fn a_job_gang_name_maps_back_to_its_job_and_nothing_else_does() {
-        assert_eq!(job_of_gang(&gang_name(JobId(42))), Some(JobId(42)));
-        assert_eq!(job_of_gang("job0"), Some(JobId(0)));
-        for other in ["job", "jobs", "job+1", "job01", "job-1", "a", "job1x", ""] {
-            assert_eq!(job_of_gang(other), None, "{other:?}");
-        }
     }
 }

@@ -17,10 +17,11 @@ use gang_wire::proto::{Barrier, FromAgent, Gen, Placement, ToAgent};
 use log::{info, warn};
 
 use crate::control::{self, Request};
+use crate::gangs::gang_name;
 use gang_wire::knobfs::KnobSet;
 use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
+use gang_wire::time::monotonic_ns;
 
-use super::cgroup::gang_name;
 use super::link::Link;
 use super::mainloop::{self, MainLoop};
 use super::ranks::{RankSpec, Ranks};
@@ -35,13 +36,6 @@ const EXTRA_WAIT: Duration = Duration::from_secs(5);
 /// Work for the freeze waiter thread.
 pub type Job = Box<dyn FnOnce() + Send>;
 
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns and of the traces.
-pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always there");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
-
 fn micros(since: Instant) -> u64 {
     since.elapsed().as_micros() as u64
 }
@@ -54,10 +48,11 @@ pub struct Handler {
     pub ranks: Ranks,
     /// The last schedule the scheduler took, for Hello.
     pub schedule: Vec<Vec<Placement>>,
-    /// A schedule of gangd's is in force: the node can rotate it alone.
+    /// A schedule of gangd's is in force: the node can run it alone.
     commanded: bool,
-    /// The node rotates it alone (gangd was lost) until the next command.
-    rotating: bool,
+    /// The node runs it on its own timer (gangd was lost, the node is
+    /// autonomous) until the next command.
+    autonomous: bool,
     drain_timeout_ms: u32,
     barrier: Option<Barrier>,
     freeze_waiter: Sender<Job>,
@@ -102,7 +97,7 @@ impl Handler {
             ranks,
             schedule: Vec::new(),
             commanded: false,
-            rotating: false,
+            autonomous: false,
             drain_timeout_ms: 0,
             barrier: None,
             freeze_waiter,
@@ -260,7 +255,7 @@ impl Handler {
                 );
                 self.schedule = slots;
                 self.commanded = true;
-                self.rotating = false;
+                self.autonomous = false;
             }
             Err(e) => self.error(format!("schedule refused: {e}")),
         }
@@ -280,7 +275,7 @@ impl Handler {
                     slot,
                     switch_us: micros(start),
                 });
-                self.rotating = false;
+                self.autonomous = false;
             }
             Err(e) => self.error(format!("switch to slot {slot} (gen {gen}) refused: {e}")),
         }
@@ -293,7 +288,7 @@ impl Handler {
     /// barrier and its jobs failed.
     fn freeze(&mut self, gen: Gen, from_slot: u32, to_slot: u32, drain_timeout_ms: u32) {
         let received = Instant::now();
-        self.rotating = false;
+        self.autonomous = false;
         let answer = self.main.submit(Request::Freeze {
             gen: gen.0,
             drain_timeout_ms: drain_timeout_ms as u64,
@@ -369,19 +364,19 @@ impl Handler {
         }
     }
 
-    /// gangd is gone: the node rotates its last schedule on its own so the
+    /// gangd is gone: the node runs its last schedule on its own timer so the
     /// jobs keep running (and thaws what a freeze in flight left parked).
     pub fn on_lost(&mut self) {
-        if !self.commanded || self.rotating {
+        if !self.commanded || self.autonomous {
             return;
         }
-        match self.main.call(Request::Rotate, REQUEST_TIMEOUT) {
+        match self.main.call(Request::Autonomous, REQUEST_TIMEOUT) {
             Ok(_) => {
                 info!(
                     "rotating the last schedule ({} slots) on this node until gangd is back",
                     self.schedule.len()
                 );
-                self.rotating = true;
+                self.autonomous = true;
             }
             Err(e) => warn!("cannot rotate the last schedule alone: {e}"),
         }

@@ -13,17 +13,17 @@
 //! - pmi.rs: MPI bootstrap, each rank's PMI_FD served here and relayed to
 //!   gangd.
 //! - prepare.rs: may a job start here?
-//! - freeze.rs: who holds a gang frozen (switch or suspension), shared
-//!   with the scheduler.
+//! - Below the agent (it imports them, they never import it): who holds a
+//!   gang frozen (crate::freezer::FreezeHolds, shared with the switching)
+//!   and the job<->gang naming (crate::gangs).
 //!
-//! While gangd is away the node keeps rotating its last schedule on its own
-//! and never kills a rank for it; Hello tells the next gangd which jobs
-//! still live here.
+//! While gangd is away the node keeps running its last schedule on its own
+//! timer (Request::Autonomous) and never kills a rank for it; Hello tells
+//! the next gangd which jobs still live here.
 
 pub mod adopt;
 pub mod cgroup;
 mod ends;
-pub mod freeze;
 mod handler;
 pub mod link;
 pub mod mainloop;
@@ -50,10 +50,11 @@ use gang_wire::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
 use log::{info, warn};
 
 use crate::control::Inbox;
+use crate::freezer::FreezeHolds;
+use crate::gangs;
 use crate::knobs::SharedKnobs;
+use crate::switching::YieldSink;
 
-use freeze::FreezeHolds;
-pub use handler::monotonic_ns;
 use handler::Handler;
 use link::Link;
 use mainloop::MainLoop;
@@ -93,11 +94,7 @@ pub struct AgentConfig {
     pub rules: RankRules,
 }
 
-/// What the scheduler calls when every rank of a gang on this node yielded
-/// its slot: (gang name, generation).
-pub type YieldSink = Arc<dyn Fn(&str, u64) + Send + Sync>;
-
-/// Starts the agent thread. `inbox` is the scheduler main loop's (what
+/// Starts the agent thread. `inbox` is the daemon's main loop's (what
 /// control::serve returns); the thread runs until `shutdown` is set. The
 /// sink tells gangd about yields (FromAgent::Yielded).
 pub fn start(
@@ -130,7 +127,7 @@ pub fn start(
     let sink: YieldSink = Arc::new(move |gang: &str, gen: u64| {
         // Only jobs' gangs are the cluster's business; a yield notice is
         // worthless once gangd is away (the switch it would hasten is over).
-        if let Some(job) = cgroup::job_of_gang(gang) {
+        if let Some(job) = gangs::job_of_gang(gang) {
             if yields.is_connected() {
                 yields.send(FromAgent::Yielded {
                     gen: gang_wire::proto::Gen(gen),

@@ -34,9 +34,11 @@ use log::{info, warn};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::freezer::FreezeHolds;
+use crate::gangs;
+
 use super::adopt::{self, JobRecord};
 use super::cgroup;
-use super::freeze::FreezeHolds;
 use super::link::Link;
 use super::pmi::{self, PmiRelays};
 use super::prepare;
@@ -145,7 +147,7 @@ impl Ranks {
         self.inner
             .gang_root
             .as_deref()
-            .map(|root| cgroup::job_dir(root, job))
+            .map(|root| gangs::job_dir(root, job))
     }
 
     /// Jobs with live ranks here, for Hello.

@@ -25,6 +25,7 @@ use crate::control::{self, FrozenReport, Inbox, RawTrace, Request, Response};
 /// The node hardening's attacks: users, limits, paths, restarts.
 mod hardening;
 use crate::knobs::NodeKnobs;
+use gang_wire::time::monotonic_ns;
 
 mod pmi;
 
@@ -117,7 +118,7 @@ fn accept_all() -> Answer {
     })
 }
 
-/// The next request other than `Rotate`... or exactly the next one.
+/// The next request other than `Autonomous`... or exactly the next one.
 fn next_request(seen: &Receiver<Request>) -> Request {
     seen.recv_timeout(Duration::from_secs(10))
         .expect("the agent sent no request to the main loop")
@@ -619,7 +620,7 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
     // A refused schedule is not the last schedule: Hello still has the first.
     drop(conn);
     wait_for_log(&["lost gangd", "gangd closed the connection"]);
-    assert_eq!(next_request(&agent.seen), Request::Rotate);
+    assert_eq!(next_request(&agent.seen), Request::Autonomous);
     let conn = gangd.accept(2).unwrap();
     match conn.hello {
         FromAgent::Hello { schedule, .. } => assert_eq!(schedule, slots),
@@ -920,7 +921,7 @@ fn ranks_outlive_gangd_and_are_reported_to_the_next_one() {
     assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
     assert!(matches!(next_request(&agent.seen), Request::Column { .. }));
     drop(conn);
-    assert_eq!(next_request(&agent.seen), Request::Rotate);
+    assert_eq!(next_request(&agent.seen), Request::Autonomous);
     wait_for_log(&["rotating the last schedule"]);
     std::thread::sleep(Duration::from_millis(800));
 

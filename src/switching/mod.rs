@@ -1,26 +1,37 @@
-//! How the node daemon switches its gangs (`scx_gang --switching MODE`).
+//! How the node daemon switches its gangs (`scx_gang --switching MODE`):
+//! where a slot switch happens on the node.
 //!
-//! - `bpf` (default): the sched_ext scheduler (src/scheduler.rs, bpf/). A
-//!   switch sets the slot and kicks every CPU: within microseconds only the
-//!   new slot's gangs run, on the CPUs given to them.
-//! - `signal`: no BPF scheduler. Classic signal-based gang scheduling, the
-//!   baseline this project is measured against (Slurm's gang scheduler
-//!   suspends jobs the same way): at a switch the outgoing gangs get
-//!   SIGSTOP, the incoming ones SIGCONT, and the kernel's scheduler runs
-//!   whatever is not stopped. It needs nothing from the kernel but signals,
-//!   and costs what the BPF mode avoids: a signal per process per switch, a
-//!   listing of every gang's cgroup.procs (again after each signal, for
-//!   processes forked meanwhile), a wait until the stops took effect, and no
-//!   coordination at CPU level (which CPU runs what is the kernel's choice;
-//!   tasks of no gang compete with the slot's gangs as they like). Why
-//!   SIGSTOP and not the cgroup freezer: SIGSTOP is what the existing gang
-//!   schedulers use (the baseline must be theirs), no process can catch,
-//!   block or ignore it, and the freezer stays free for what it already
-//!   does here, suspending a job at the operator's request.
-//! - `none`: no BPF scheduler and no switching at all; the agent still
-//!   starts the ranks. The kernel's scheduler, or any sched_ext scheduler
-//!   the operator attached separately, runs them (the evaluation's EEVDF and
-//!   scx_bpfland runs).
+//! Every mode is a `Switcher`: it installs a table (the coordinator's
+//! column, an explicit schedule, or one slot per gang standalone), switches
+//! to a slot on command or on its own timer, parks the slot's gangs for a
+//! coordinated switch (Freeze, drained by drain.rs) and thaws them at the
+//! next switch, and reports its status. One main loop (mainloop.rs) feeds
+//! it the requests of the control socket and the agent, the knob changes,
+//! the time, and the periodic rescan; one `handle` turns a `Request` into
+//! the switcher's calls and the answer.
+//!
+//! - `bpf` (default, bpf/): the sched_ext scheduler (its plumbing, load,
+//!   attach, maps and ring buffers, is src/scheduler.rs; the program is
+//!   bpf/). A switch sets the slot and kicks every CPU: within
+//!   microseconds only the new slot's gangs run, on the CPUs given to them.
+//! - `signal` (signal.rs, sigstop.rs): no BPF scheduler. Classic
+//!   signal-based gang scheduling, the baseline this project is measured
+//!   against (Slurm's gang scheduler suspends jobs the same way): at a
+//!   switch the outgoing gangs get SIGSTOP, the incoming ones SIGCONT, and
+//!   the kernel's scheduler runs whatever is not stopped. It needs nothing
+//!   from the kernel but signals, and costs what the BPF mode avoids: a
+//!   signal per process per switch, a listing of every gang's cgroup.procs
+//!   (again after each signal, for processes forked meanwhile), a wait until
+//!   the stops took effect, and no coordination at CPU level (which CPU runs
+//!   what is the kernel's choice; tasks of no gang compete with the slot's
+//!   gangs as they like). Why SIGSTOP and not the cgroup freezer: SIGSTOP is
+//!   what the existing gang schedulers use (the baseline must be theirs), no
+//!   process can catch, block or ignore it, and the freezer stays free for
+//!   what it already does here, suspending a job at the operator's request.
+//! - `none` (none.rs): no BPF scheduler and no switching at all; the agent
+//!   still starts the ranks. The kernel's scheduler, or any sched_ext
+//!   scheduler the operator attached separately, runs them (the
+//!   evaluation's EEVDF and scx_bpfland runs).
 //!
 //! Without BPF the daemon keeps its knob files, its control socket and the
 //! node agent; knobs only BPF uses (fill, housekeeping_cpus,
@@ -29,40 +40,52 @@
 //! and the runtime library carries on without it) and the voluntary-yield
 //! notices exist only with BPF.
 //!
-//! - signal.rs: stopping and continuing a gang's processes.
-//! - node.rs: the signal mode's schedule, switches, freeze and timer.
-//! - none.rs: the none mode's node, which does nothing.
-//! - this file: the mode flag, and the main loop of both modes.
+//! The words: the node's `Mode` is standalone (one slot per gang, the
+//! node's timer switches), coordinated (gangd's table, gangd's switch
+//! commands) or autonomous (gangd's table, the node's timer: gangd is
+//! away). "Rotation" is gangd's cluster clock, never the node's timer.
+//!
+//! Known faults: the BPF mode's timer switches happen in BPF (the
+//! `timer_rotation` flag of the program), the signal mode's in `tick`;
+//! the `none` mode accepts every request and does nothing, so a status
+//! file there shows what gangd asked, not what runs.
 
-pub mod node;
+pub mod bpf;
+pub mod mainloop;
 pub mod none;
 pub mod signal;
+pub mod sigstop;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use log::{info, warn};
 
 use crate::control::{FrozenReport, Inbox, Placement, Request, Response};
+use crate::cpulist::CpuList;
 use crate::gangs;
-use crate::knobs::{NodeStatus, SharedKnobs};
+use crate::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
+use crate::slots::{GangId, SlotTable, MAX_SLOTS};
 
-use node::SignalNode;
-use none::Passive;
-use signal::{CgroupProcesses, ProcessSource};
+use none::NoSwitching;
+use signal::SignalNode;
+use sigstop::{CgroupProcesses, ProcessSource};
 
-/// How long the main loop sleeps at most when nothing happens.
-const IDLE_PERIOD: Duration = Duration::from_millis(50);
-/// How often held gangs are checked for new processes (and the standalone
-/// table for new gangs), and the status files refreshed.
-const SCAN_PERIOD: Duration = Duration::from_millis(100);
+/// How long the main loop sleeps at most when nothing happens (every
+/// wake-up preempts a gang task somewhere, so it stays rare). Control
+/// requests and knob writes wake it at once.
+pub const IDLE_PERIOD: Duration = Duration::from_millis(50);
+/// How often the gang root is scanned for new, emptied or removed gangs
+/// (and held gangs for new processes), and the status files refreshed.
+pub const SCAN_PERIOD: Duration = Duration::from_millis(100);
 
 /// The node daemon's switching mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -110,81 +133,129 @@ impl Switching {
     }
 }
 
+/// Who switches the node's slots now (the status file `mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One slot per gang, switched on this node's timer every slot_ms.
+    Standalone,
+    /// An explicit slot table (the coordinator's); switches come by command.
+    Coordinated,
+    /// The explicit slot table, switched on this node's timer every
+    /// slot_ms (the coordinator is away); the next command takes over again.
+    Autonomous,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Standalone => "standalone",
+            Mode::Coordinated => "coordinated",
+            Mode::Autonomous => "autonomous",
+        }
+    }
+}
+
 /// The wait of a freeze, run on a thread of its own: its report.
 pub type FreezeJob = Box<dyn FnOnce() -> io::Result<FrozenReport> + Send>;
 
-/// What a node does with the scheduling requests when no BPF scheduler
-/// runs (the `signal` and `none` modes).
-pub trait LocalSwitching {
+/// Told (gang name, generation) when every rank of a gang on this node
+/// yielded its slot (BPF only): the node agent tells gangd.
+pub type YieldSink = Arc<dyn Fn(&str, u64) + Send + Sync>;
+
+/// One switching mode, as the main loop and `handle` drive it.
+pub trait Switcher {
+    /// Which mode this is.
+    fn switching(&self) -> Switching;
     /// A coordinator's column (Request::Column), or with `strict` an
-    /// explicit schedule (Request::Schedule).
-    fn column(&mut self, slots: &[Vec<Placement>], strict: bool) -> Result<()>;
-    fn switch(&mut self, slot: u32, gen: u64) -> Result<()>;
-    fn rotate(&mut self) -> Result<()>;
+    /// explicit schedule (Request::Schedule). All or nothing.
+    fn column(&mut self, slots: Vec<Vec<Placement>>, strict: bool) -> Result<()>;
+    /// A switch command: `slot` is in force from now, for `slot_ms` (0:
+    /// unknown).
+    fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32) -> Result<()>;
+    /// Become autonomous: the table in force on this node's timer.
+    fn autonomous(&mut self) -> Result<()>;
+    /// Back to standalone: one slot per gang, on this node's timer.
     fn standalone(&mut self) -> Result<()>;
+    /// Parks the gangs of the slot in force; the returned job waits for
+    /// them to park and drain (on a thread of its own).
     fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob>;
-    /// The node's own timer.
-    fn tick(&mut self, now: Instant);
-    fn next_wake(&self) -> Option<Instant>;
-    /// Periodic upkeep (new gangs, new processes).
+    /// Records a trace of `seconds` and answers `reply` with it once done;
+    /// Err: refused (the caller answers).
+    fn trace(&mut self, _seconds: f64, _reply: Sender<Response>) -> Result<()> {
+        bail!(
+            "trace needs --switching bpf (this node runs --switching {}: no BPF scheduler records what runs where)",
+            self.switching().name()
+        )
+    }
+    /// Every rank of gang `gang` (BPF id) yielded in generation `gen`.
+    fn all_yielded(&mut self, _gang: i32, _gen: u64) {}
+    /// The knob values changed.
+    fn knobs_changed(&mut self, knobs: &NodeKnobs) -> Result<()>;
+    /// Work of every loop turn before the wait (events, traces, stats).
+    fn poll(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The longest wait of the loop now.
+    fn period(&self) -> Duration {
+        IDLE_PERIOD
+    }
+    /// The node's own timer: switches that are due at `now`.
+    fn tick(&mut self, _now: Instant) {}
+    /// When `tick` has work next, if ever.
+    fn next_wake(&self) -> Option<Instant> {
+        None
+    }
+    /// Periodic upkeep (new gangs, new processes), every SCAN_PERIOD.
     fn rescan(&mut self);
-    fn set_slot_ms(&mut self, slot_ms: u32);
     fn status(&self) -> NodeStatus;
+    /// The switcher cannot go on (the BPF scheduler exited).
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
-impl<S: ProcessSource> LocalSwitching for SignalNode<S> {
-    fn column(&mut self, slots: &[Vec<Placement>], strict: bool) -> Result<()> {
-        SignalNode::column(self, slots, strict)
+/// A coordinator's column must be valid as a whole, in every mode and
+/// whichever of its gangs are here (what one node refuses, every node
+/// refuses): at most MAX_SLOTS slots, good CPU lists, no CPU given twice in
+/// a slot nor one `empty` (an empty table) keeps back (housekeeping).
+pub fn check_column(mut empty: SlotTable, slots: &[Vec<Placement>]) -> Result<()> {
+    if slots.len() > MAX_SLOTS {
+        bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
     }
-    fn switch(&mut self, slot: u32, gen: u64) -> Result<()> {
-        SignalNode::switch(self, slot, gen)
+    let nr_cpus = empty.nr_cpus();
+    let mut ids: BTreeMap<&str, GangId> = BTreeMap::new();
+    for (s, placements) in slots.iter().enumerate() {
+        for p in placements {
+            let next = ids.len() as GangId;
+            let id = *ids.entry(p.gang.as_str()).or_insert(next);
+            let cpus = CpuList::parse(&p.cpus, nr_cpus).map_err(anyhow::Error::msg);
+            cpus.and_then(|c| Ok(empty.place(id, s, &c)?))
+                .with_context(|| format!("placing gang {} in slot {s}", p.gang))?;
+        }
     }
-    fn rotate(&mut self) -> Result<()> {
-        SignalNode::rotate(self)
-    }
-    fn standalone(&mut self) -> Result<()> {
-        SignalNode::standalone(self)
-    }
-    fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
-        SignalNode::freeze(self, gen, timeout)
-    }
-    fn tick(&mut self, now: Instant) {
-        SignalNode::tick(self, now)
-    }
-    fn next_wake(&self) -> Option<Instant> {
-        SignalNode::next_wake(self)
-    }
-    fn rescan(&mut self) {
-        SignalNode::rescan(self)
-    }
-    fn set_slot_ms(&mut self, slot_ms: u32) {
-        SignalNode::set_slot_ms(self, slot_ms)
-    }
-    fn status(&self) -> NodeStatus {
-        SignalNode::status(self)
-    }
+    Ok(())
 }
 
 /// Takes one request; a freeze is answered by a thread of its own once its
-/// wait is over (the loop goes on meanwhile), everything else at once. The
-/// status files are refreshed before the answer: whoever reads `mode` after
-/// a request returns sees what the request did.
+/// wait is over (the loop goes on meanwhile), a trace by the switcher when
+/// it is recorded, everything else at once. The status files are refreshed
+/// before the answer: whoever reads `mode` after a request returns sees what
+/// the request did.
 pub fn handle(
-    local: &mut dyn LocalSwitching,
-    mode: Switching,
+    sw: &mut dyn Switcher,
     request: Request,
     reply: Sender<Response>,
     knobs: &SharedKnobs,
 ) {
     let result = match request {
-        Request::Trace { .. } => Err(anyhow::anyhow!(
-            "trace needs --switching bpf (this node runs --switching {}: no BPF scheduler records what runs where)",
-            mode.name()
-        )),
+        Request::Trace { seconds } => match sw.trace(seconds, reply.clone()) {
+            Ok(()) => return,
+            Err(e) => Err(e),
+        },
         Request::Freeze {
             gen,
             drain_timeout_ms,
-        } => match local.freeze(gen, Duration::from_millis(drain_timeout_ms)) {
+        } => match sw.freeze(gen, Duration::from_millis(drain_timeout_ms)) {
             Ok(job) => {
                 std::thread::spawn(move || {
                     let response = match job() {
@@ -201,23 +272,23 @@ pub fn handle(
             }
             Err(e) => Err(e),
         },
-        Request::Column { slots } => local.column(&slots, false),
-        Request::Schedule { slots } => local.column(&slots, true),
-        Request::Switch { slot, gen, .. } => local.switch(slot, gen),
-        Request::Rotate => local.rotate(),
-        Request::Standalone => local.standalone(),
+        Request::Column { slots } => sw.column(slots, false),
+        Request::Schedule { slots } => sw.column(slots, true),
+        Request::Switch { slot, gen, slot_ms } => sw.switch(slot, gen, slot_ms),
+        Request::Autonomous => sw.autonomous(),
+        Request::Standalone => sw.standalone(),
     };
-    knobs.set_status(local.status());
+    knobs.set_status(sw.status());
     let _ = reply.send(match result {
         Ok(()) => Response::ok(),
         Err(e) => Response::error(format!("{e:#}")),
     });
 }
 
-/// What the main loop of the `signal` and `none` modes needs.
+/// What the `signal` and `none` modes need.
 pub struct LoopConfig {
     pub mode: Switching,
-    pub gang_root: std::path::PathBuf,
+    pub gang_root: PathBuf,
     pub nr_cpus: u32,
     pub knobs: Arc<SharedKnobs>,
 }
@@ -235,7 +306,7 @@ pub fn recover(gang_root: &Path) {
     };
     for d in dirs {
         let pids = source.processes(&d.name).unwrap_or_default();
-        let n = signal::continue_stopped(&pids);
+        let n = sigstop::continue_stopped(&pids);
         if n > 0 {
             warn!(
                 "gang {}: {n} processes were left stopped (a daemon killed mid-slot?): continued",
@@ -245,18 +316,20 @@ pub fn recover(gang_root: &Path) {
     }
 }
 
-/// The daemon's main loop without BPF: requests from the control socket
-/// and the agent, the node's timer, the periodic rescan and the status
-/// files, until `shutdown`. On the way out every process the node stopped
-/// is continued.
-pub fn run(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> Result<()> {
+/// The daemon without BPF (`signal`, `none`): the main loop until
+/// `shutdown`. On the way out every process the node stopped is continued.
+pub fn run_without_bpf(
+    cfg: &LoopConfig,
+    inbox: &Receiver<Inbox>,
+    shutdown: &AtomicBool,
+) -> Result<()> {
     let source = CgroupProcesses::new(&cfg.gang_root);
-    let mut applied = cfg.knobs.generation();
+    let applied = cfg.knobs.generation();
     let slot_ms = cfg.knobs.snapshot().slot_ms;
-    let mut local: Box<dyn LocalSwitching> = match cfg.mode {
+    let mut sw: Box<dyn Switcher> = match cfg.mode {
         Switching::Signal => Box::new(SignalNode::new(source, cfg.nr_cpus, slot_ms)),
-        Switching::None => Box::new(Passive::new(source)),
-        Switching::Bpf => bail!("the bpf mode runs the BPF scheduler's own loop"),
+        Switching::None => Box::new(NoSwitching::new(source)),
+        Switching::Bpf => bail!("the bpf mode needs the BPF scheduler loaded (src/scheduler.rs)"),
     };
     info!(
         "scx_gang --switching {}: no BPF scheduler; gang root {}; the ranks run under {}",
@@ -264,33 +337,10 @@ pub fn run(cfg: &LoopConfig, inbox: &Receiver<Inbox>, shutdown: &AtomicBool) -> 
         cfg.gang_root.display(),
         kernel_scheduler()
     );
-    local.rescan();
-    cfg.knobs.set_status(local.status());
-    let mut last_scan = Instant::now();
-    while !shutdown.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let mut wait = IDLE_PERIOD.min(SCAN_PERIOD.saturating_sub(last_scan.elapsed()));
-        if let Some(at) = local.next_wake() {
-            wait = wait.min(at.saturating_duration_since(now));
-        }
-        if let Ok(msg) = inbox.recv_timeout(wait) {
-            take(local.as_mut(), cfg, msg);
-        }
-        while let Ok(msg) = inbox.try_recv() {
-            take(local.as_mut(), cfg, msg);
-        }
-        if cfg.knobs.generation() != applied {
-            applied = cfg.knobs.generation();
-            local.set_slot_ms(cfg.knobs.snapshot().slot_ms);
-        }
-        local.tick(Instant::now());
-        if last_scan.elapsed() >= SCAN_PERIOD {
-            last_scan = Instant::now();
-            local.rescan();
-            cfg.knobs.set_status(local.status());
-        }
-    }
-    drop(local);
+    sw.rescan();
+    cfg.knobs.set_status(sw.status());
+    mainloop::run(sw.as_mut(), inbox, shutdown, &cfg.knobs, applied)?;
+    drop(sw);
     info!("scx_gang stopping: every process it stopped was continued");
     Ok(())
 }
@@ -305,14 +355,4 @@ fn kernel_scheduler() -> String {
         return format!("the sched_ext scheduler {:?}", ops.trim());
     }
     "the kernel's fair scheduler (no sched_ext scheduler attached)".into()
-}
-
-fn take(local: &mut dyn LocalSwitching, cfg: &LoopConfig, msg: Inbox) {
-    match msg {
-        Inbox::Request(p) => handle(local, cfg.mode, p.request, p.reply, &cfg.knobs),
-        // The loop applies knob changes.
-        Inbox::KnobsChanged => {}
-        // Only the BPF scheduler sends these.
-        Inbox::AllYielded { .. } => {}
-    }
 }

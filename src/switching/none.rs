@@ -3,25 +3,29 @@
 //! sched_ext scheduler the operator attached separately) runs them. The
 //! coordinator's scheduling requests are accepted so that gangd's rotation
 //! goes on unchanged, and do nothing.
+//!
+//! Known fault: the status files show the coordinator's slot numbers,
+//! though nothing here enforces them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::control::{FrozenReport, Placement};
-use crate::knobs::NodeStatus;
+use crate::knobs::{NodeKnobs, NodeStatus};
 
-use super::signal::ProcessSource;
-use super::{FreezeJob, LocalSwitching};
+use super::sigstop::ProcessSource;
+use super::{FreezeJob, Switcher, Switching};
 
-pub struct Passive<S: ProcessSource> {
+/// The `none` mode: accepts every scheduling request, switches nothing.
+pub struct NoSwitching<S: ProcessSource> {
     source: S,
     /// What the coordinator last said (for the status files only).
     nr_slots: usize,
     slot: u32,
 }
 
-impl<S: ProcessSource> Passive<S> {
+impl<S: ProcessSource> NoSwitching<S> {
     pub fn new(source: S) -> Self {
         Self {
             source,
@@ -31,18 +35,22 @@ impl<S: ProcessSource> Passive<S> {
     }
 }
 
-impl<S: ProcessSource> LocalSwitching for Passive<S> {
-    fn column(&mut self, slots: &[Vec<Placement>], _strict: bool) -> Result<()> {
+impl<S: ProcessSource> Switcher for NoSwitching<S> {
+    fn switching(&self) -> Switching {
+        Switching::None
+    }
+
+    fn column(&mut self, slots: Vec<Vec<Placement>>, _strict: bool) -> Result<()> {
         self.nr_slots = slots.len();
         Ok(())
     }
 
-    fn switch(&mut self, slot: u32, _gen: u64) -> Result<()> {
+    fn switch(&mut self, slot: u32, _gen: u64, _slot_ms: u32) -> Result<()> {
         self.slot = slot;
         Ok(())
     }
 
-    fn rotate(&mut self) -> Result<()> {
+    fn autonomous(&mut self) -> Result<()> {
         Ok(())
     }
 
@@ -63,15 +71,11 @@ impl<S: ProcessSource> LocalSwitching for Passive<S> {
         }))
     }
 
-    fn tick(&mut self, _now: Instant) {}
-
-    fn next_wake(&self) -> Option<Instant> {
-        None
+    fn knobs_changed(&mut self, _knobs: &NodeKnobs) -> Result<()> {
+        Ok(())
     }
 
     fn rescan(&mut self) {}
-
-    fn set_slot_ms(&mut self, _slot_ms: u32) {}
 
     fn status(&self) -> NodeStatus {
         let gangs = self.source.gangs().unwrap_or_default();

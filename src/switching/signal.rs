@@ -1,360 +1,422 @@
-//! Stopping and continuing whole gangs with SIGSTOP and SIGCONT.
+//! The `signal` mode's node: the schedule by gang name, the slot in force,
+//! and what a switch, a freeze or the node's timer stops and continues
+//! (the stopping itself: sigstop.rs).
 //!
-//! A gang's processes come from a `ProcessSource` (on a node: the
-//! cgroup.procs files of the gang's cgroup and every cgroup below it; in
-//! tests: any processes a test spawned). The `Signaller` remembers every
-//! process it stopped, so that it continues exactly those, and all of them
-//! when it is dropped: a job is never left stopped by a daemon that exits.
+//! The table is the coordinator's column (slots of placements by gang
+//! name; the CPUs are checked like the BPF mode checks them but otherwise
+//! unused: a stopped process gives up every CPU, a continued one goes
+//! wherever the kernel puts it) or, standalone, one slot per gang found
+//! below the gang root. At any moment the gangs of the table that are not
+//! in the slot in force are held stopped; so are the slot's own gangs after
+//! a freeze, until the next switch. A gang in no slot is never stopped, and
+//! one the table drops is continued at once.
 //!
-//! A stop is a race with fork: a process forked between the listing and the
-//! signal is not in the list. Once SIGSTOP is queued to a process, a fork of
-//! it that has not finished yet is restarted (the kernel refuses to finish
-//! a fork while a group-wide signal is pending), so every child that
-//! escapes was already in the cgroup when the signal was sent: listing
-//! again after signalling catches it. The stop repeats until a pass finds
-//! nothing new (MAX_PASSES at most: a fork bomb gets a warning, not a hang).
+//! A switch stops the outgoing gangs first and waits (briefly) until they
+//! really stopped, then continues the incoming ones: no moment where both
+//! run, like the BPF mode. Gangs that gain processes while held (a rank
+//! started late, a fork) are caught by the periodic `rescan`.
 //!
-//! SIGSTOP takes effect when the process next returns to user space (the
-//! kernel kicks a running one at once), so a stopped process holds no lock
-//! in the kernel, like one parked by the cgroup freezer: its socket traffic
-//! drains on its own. `wait_parked` tells when every thread really stopped.
-//!
-//! Interplay with the freezer (a job suspended by the operator): a frozen
-//! task does not act on SIGSTOP until it is thawed, and SIGCONT does not
-//! thaw it (a stopped task in a frozen cgroup goes from the stop straight
-//! into the freezer). Nothing here writes cgroup.freeze.
+//! Known fault: the wait for stopped processes polls /proc (a switch costs
+//! a read per process), and a process stuck in the kernel delays the
+//! incoming gangs by SWITCH_STOP_WAIT.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use log::warn;
-use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use anyhow::{bail, Context, Result};
+use log::{info, warn};
 
-use crate::agent::cgroup;
-use crate::freezer;
-use crate::gangs;
+use crate::control::Placement;
+use crate::cpulist::CpuList;
+use crate::drain;
+use crate::knobs::{NodeKnobs, NodeStatus};
+use crate::slots::SlotTable;
 
-/// Listing passes of one stop: the first, and re-listings for processes
-/// forked meanwhile. Two are enough unless the gang forks without pause.
-pub const MAX_PASSES: u32 = 8;
+use super::sigstop::{wait_parked, ProcessSource, Signaller};
+use super::{check_column, FreezeJob, Mode, Switcher, Switching};
 
-/// Where a gang's processes are found.
-pub trait ProcessSource {
-    /// The processes (thread group ids) of `gang` now; empty if it has none
-    /// or does not exist.
-    fn processes(&self, gang: &str) -> io::Result<Vec<i32>>;
+/// Longest wait at a switch for the outgoing gangs to stop before the
+/// incoming ones are continued (a process stuck in the kernel, e.g. on a
+/// dead file server, must not hold every switch).
+const SWITCH_STOP_WAIT: Duration = Duration::from_millis(50);
 
-    /// The gangs that have processes now (for the standalone rotation).
-    fn gangs(&self) -> io::Result<Vec<String>>;
-
-    /// The gang's cgroup directory, if it has one (to drain its sockets).
-    fn cgroup_dir(&self, _gang: &str) -> Option<PathBuf> {
-        None
-    }
-
-    /// The gang is parked by the cgroup freezer (a suspended job): its
-    /// processes do not act on SIGSTOP until they are thawed.
-    fn is_frozen(&self, _gang: &str) -> bool {
-        false
-    }
+pub struct SignalNode<S: ProcessSource> {
+    signaller: Signaller<S>,
+    nr_cpus: u32,
+    mode: Mode,
+    /// slots[s]: the gangs of slot s, by name.
+    table: Vec<Vec<String>>,
+    cur: usize,
+    gen: u64,
+    switches: u64,
+    /// Gangs that must be stopped now.
+    held: BTreeSet<String>,
+    slot_len: Duration,
+    /// The timer's next switch (standalone, autonomous).
+    next_timer_switch: Option<Instant>,
 }
 
-/// A node's gangs: the cgroups right below the gang root.
-#[derive(Clone, Debug)]
-pub struct CgroupProcesses {
-    root: PathBuf,
-}
-
-impl CgroupProcesses {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
-    }
-}
-
-impl ProcessSource for CgroupProcesses {
-    fn processes(&self, gang: &str) -> io::Result<Vec<i32>> {
-        let mut pids = Vec::new();
-        processes_below(&gangs::gang_path(&self.root, gang), &mut pids)?;
-        Ok(pids)
-    }
-
-    fn gangs(&self) -> io::Result<Vec<String>> {
-        let mut names: Vec<String> = gangs::scan(&self.root)?
-            .into_iter()
-            .filter(|d| d.populated)
-            .map(|d| d.name)
-            .collect();
-        names.sort();
-        Ok(names)
-    }
-
-    fn cgroup_dir(&self, gang: &str) -> Option<PathBuf> {
-        Some(gangs::gang_path(&self.root, gang))
-    }
-
-    fn is_frozen(&self, gang: &str) -> bool {
-        freezer::is_frozen(&gangs::gang_path(&self.root, gang))
-    }
-}
-
-/// The processes of the cgroup `dir` and of every cgroup below it. A
-/// cgroup removed while it is read has none.
-fn processes_below(dir: &Path, out: &mut Vec<i32>) -> io::Result<()> {
-    match cgroup::procs(dir) {
-        Ok(pids) => out.extend(pids.into_iter().map(Pid::as_raw)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            processes_below(&entry.path(), out)?;
-        }
-    }
-    Ok(())
-}
-
-/// What one stop of a gang did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StopReport {
-    /// Processes stopped by this call (not those stopped before).
-    pub newly_stopped: Vec<i32>,
-    /// Listings made.
-    pub passes: u32,
-    /// The last allowed pass still found new processes: some may run.
-    pub escaped: bool,
-}
-
-/// Stops and continues gangs, and remembers whom it stopped.
-pub struct Signaller<S: ProcessSource> {
-    source: S,
-    /// Processes stopped and not continued yet, by gang.
-    stopped: BTreeMap<String, BTreeSet<i32>>,
-}
-
-impl<S: ProcessSource> Signaller<S> {
-    pub fn new(source: S) -> Self {
+impl<S: ProcessSource> SignalNode<S> {
+    /// A standalone node (its table is filled by the first `rescan`).
+    pub fn new(source: S, nr_cpus: u32, slot_ms: u32) -> Self {
         Self {
-            source,
-            stopped: BTreeMap::new(),
+            signaller: Signaller::new(source),
+            nr_cpus,
+            mode: Mode::Standalone,
+            table: Vec::new(),
+            cur: 0,
+            gen: 0,
+            switches: 0,
+            held: BTreeSet::new(),
+            slot_len: Duration::from_millis(slot_ms.into()),
+            next_timer_switch: None,
         }
     }
 
-    pub fn source(&self) -> &S {
-        &self.source
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
-    /// Stops every process of `gang` that is not stopped yet, listing again
-    /// until a pass finds nothing new. Calling it again only costs a
-    /// listing, and catches processes that joined the gang since.
-    pub fn stop(&mut self, gang: &str) -> StopReport {
-        let mut report = StopReport::default();
-        let stopped = self.stopped.entry(gang.to_string()).or_default();
-        loop {
-            let pids = match self.source.processes(gang) {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!("gang {gang}: listing its processes: {e}; stopping what is known");
-                    break;
-                }
-            };
-            report.passes += 1;
-            let new: Vec<i32> = pids.into_iter().filter(|p| !stopped.contains(p)).collect();
-            if new.is_empty() {
-                break;
-            }
-            if report.passes > MAX_PASSES {
-                report.escaped = true;
-                warn!(
-                    "gang {gang}: still new processes after {MAX_PASSES} passes (forking without pause?): {} may run out of its slot",
-                    new.len()
-                );
-                break;
-            }
-            for pid in new {
-                match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
-                    Ok(()) => {
-                        stopped.insert(pid);
-                        report.newly_stopped.push(pid);
-                    }
-                    // It exited meanwhile.
-                    Err(Errno::ESRCH) => {}
-                    Err(e) => warn!("gang {gang}: SIGSTOP to {pid}: {e}"),
-                }
-            }
-        }
-        if stopped.is_empty() {
-            self.stopped.remove(gang);
-        }
-        report
+    pub fn current_slot(&self) -> usize {
+        self.cur
     }
 
-    /// Continues every process of `gang` this signaller stopped; returns
-    /// how many were signalled.
-    pub fn continue_gang(&mut self, gang: &str) -> usize {
-        let Some(pids) = self.stopped.remove(gang) else {
-            return 0;
+    pub fn switches(&self) -> u64 {
+        self.switches
+    }
+
+    pub fn table(&self) -> &[Vec<String>] {
+        &self.table
+    }
+
+    pub fn signaller(&self) -> &Signaller<S> {
+        &self.signaller
+    }
+
+    /// The slot length of the node's timer, from the next slot on.
+    pub fn set_slot_ms(&mut self, slot_ms: u32) {
+        self.slot_len = Duration::from_millis(slot_ms.into());
+    }
+
+    /// Every gang of the table (in any slot).
+    fn table_gangs(&self) -> BTreeSet<String> {
+        self.table.iter().flatten().cloned().collect()
+    }
+
+    /// Makes `slot` the slot in force: stops the gangs of the table that
+    /// are not in it (and waits for them to stop), then continues every
+    /// other gang this node stopped (incoming, dropped from the table, or
+    /// parked by a freeze).
+    fn enforce(&mut self, slot: usize) {
+        let slot_gangs: BTreeSet<String> = self
+            .table
+            .get(slot)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let held: BTreeSet<String> = self
+            .table_gangs()
+            .difference(&slot_gangs)
+            .cloned()
+            .collect();
+        let mut stopping = Vec::new();
+        for gang in &held {
+            let report = self.signaller.stop(gang);
+            // A suspended job's processes stop only once it is thawed.
+            if !self.signaller.source().is_frozen(gang) {
+                stopping.extend(report.newly_stopped);
+            }
+        }
+        if !wait_parked(&stopping, Instant::now() + SWITCH_STOP_WAIT) {
+            warn!(
+                "slot {slot}: outgoing processes still running after {} ms; continuing the incoming gangs anyway",
+                SWITCH_STOP_WAIT.as_millis()
+            );
+        }
+        for gang in self.signaller.stopped_gangs() {
+            if !held.contains(&gang) {
+                self.signaller.continue_gang(&gang);
+            }
+        }
+        self.held = held;
+        self.cur = slot;
+    }
+
+    fn switch_to(&mut self, slot: usize, gen: u64) {
+        self.enforce(slot);
+        self.gen = gen;
+        self.switches += 1;
+    }
+
+    /// Installs a new table and re-installs the slot in force in it (the
+    /// first slot if it has no such slot any more).
+    fn install(&mut self, mode: Mode, table: Vec<Vec<String>>) {
+        self.mode = mode;
+        self.table = table;
+        let slot = if self.cur < self.table.len() {
+            self.cur
+        } else {
+            0
         };
-        for &pid in &pids {
-            match kill(Pid::from_raw(pid), Signal::SIGCONT) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(e) => warn!("gang {gang}: SIGCONT to {pid}: {e}"),
+        self.enforce(slot);
+        self.next_timer_switch = match mode {
+            Mode::Coordinated => None,
+            _ => self
+                .next_timer_switch
+                .or(Some(Instant::now() + self.slot_len)),
+        };
+    }
+
+    /// The coordinator's column (Request::Column), or with `strict` an
+    /// explicit schedule (Request::Schedule: every gang must have
+    /// processes here). All or nothing: a refused table leaves the old one.
+    pub fn column(&mut self, slots: &[Vec<Placement>], strict: bool) -> Result<()> {
+        let table = self.check(slots)?;
+        if strict {
+            let known: BTreeSet<String> = self
+                .signaller
+                .source()
+                .gangs()
+                .context("listing the gangs")?
+                .into_iter()
+                .collect();
+            if let Some(unknown) = table.iter().flatten().find(|g| !known.contains(*g)) {
+                bail!("gang {unknown:?} is not known (no populated cgroup of that name below the gang root)");
             }
         }
-        pids.len()
+        self.install(Mode::Coordinated, table);
+        Ok(())
     }
 
-    /// Continues everything this signaller stopped.
-    pub fn continue_all(&mut self) {
-        let gangs: Vec<String> = self.stopped.keys().cloned().collect();
-        for gang in gangs {
-            self.continue_gang(&gang);
+    /// A column must be valid as a whole, like in the BPF mode: good CPU
+    /// lists, no CPU given twice in a slot, at most MAX_SLOTS slots.
+    fn check(&self, slots: &[Vec<Placement>]) -> Result<Vec<Vec<String>>> {
+        check_column(SlotTable::new(self.nr_cpus, CpuList::new()), slots)?;
+        Ok(slots
+            .iter()
+            .map(|s| {
+                // A gang may have several placements in a slot: once is enough.
+                let mut names: Vec<String> = Vec::new();
+                for p in s {
+                    if !names.contains(&p.gang) {
+                        names.push(p.gang.clone());
+                    }
+                }
+                names
+            })
+            .collect())
+    }
+
+    /// A take-over by the coordinator's commands after the node ran the
+    /// table on its own timer.
+    fn take_command(&mut self) {
+        if self.mode == Mode::Autonomous {
+            self.mode = Mode::Coordinated;
+            self.next_timer_switch = None;
+            info!("switch commands resume");
         }
     }
 
-    /// Gangs with processes stopped by this signaller.
-    pub fn stopped_gangs(&self) -> Vec<String> {
-        self.stopped.keys().cloned().collect()
-    }
-
-    /// Processes of `gang` stopped by this signaller.
-    pub fn stopped_of(&self, gang: &str) -> Vec<i32> {
-        self.stopped
-            .get(gang)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default()
-    }
-
-    /// Forgets processes that exited (so their ids, once reused, are never
-    /// signalled).
-    pub fn forget_exited(&mut self) {
-        for pids in self.stopped.values_mut() {
-            pids.retain(|&p| process_exists(p));
+    pub fn switch(&mut self, slot: u32, gen: u64) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("switch commands need an explicit schedule first (node is standalone)");
         }
-        self.stopped.retain(|_, pids| !pids.is_empty());
-    }
-}
-
-impl<S: ProcessSource> Drop for Signaller<S> {
-    fn drop(&mut self) {
-        self.continue_all();
-    }
-}
-
-fn process_exists(pid: i32) -> bool {
-    !matches!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH))
-}
-
-/// The state letter of a task (its /proc/.../stat), None if it is gone.
-fn task_state(stat: &Path) -> Option<char> {
-    let text = fs::read_to_string(stat).ok()?;
-    // "pid (comm) S ...": comm may hold anything, even ") ".
-    text.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The state letter of a process's main thread ('R', 'S', 'T', ...), None
-/// if it is gone.
-pub fn process_state(pid: i32) -> Option<char> {
-    task_state(&PathBuf::from(format!("/proc/{pid}/stat")))
-}
-
-/// Every thread of `pid` is stopped, or the process is dead or gone: it
-/// runs no more until continued.
-pub fn is_parked(pid: i32) -> bool {
-    let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
-        Ok(t) => t,
-        Err(_) => return true,
-    };
-    tasks.flatten().all(|t| {
-        matches!(
-            task_state(&t.path().join("stat")),
-            None | Some('T' | 't' | 'Z' | 'X' | 'x')
-        )
-    })
-}
-
-/// Waits until every process of `pids` is parked, or `deadline`; true if
-/// they all were. Polls with a short, growing pause (a stop takes effect
-/// within microseconds on an idle machine, later on a busy one).
-pub fn wait_parked(pids: &[i32], deadline: Instant) -> bool {
-    let mut pause = Duration::from_micros(20);
-    let mut left: Vec<i32> = pids.to_vec();
-    loop {
-        left.retain(|&p| !is_parked(p));
-        if left.is_empty() {
-            return true;
+        if slot as usize >= self.table.len() {
+            bail!(
+                "slot {slot} does not exist (the schedule has {} slots)",
+                self.table.len()
+            );
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return false;
+        self.take_command();
+        self.switch_to(slot as usize, gen);
+        Ok(())
+    }
+
+    /// Run the coordinator's table on this node's timer
+    /// (Request::Autonomous), continuing what a freeze left stopped.
+    pub fn autonomous(&mut self) -> Result<()> {
+        if self.mode == Mode::Standalone {
+            bail!("no explicit schedule to run on this node's timer (node is standalone)");
         }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
-}
-
-/// Continues the processes of `pids` that are stopped (a daemon killed
-/// before it could continue them left them so); returns how many. Others
-/// get no signal: a program may act on SIGCONT.
-pub fn continue_stopped(pids: &[i32]) -> usize {
-    pids.iter()
-        .filter(|&&p| process_state(p) == Some('T'))
-        .filter(|&&p| kill(Pid::from_raw(p), Signal::SIGCONT).is_ok())
-        .count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_task_state_is_read_after_the_command_name_whatever_it_holds() {
-        let dir = std::env::temp_dir().join(format!("scx-gang-stat-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let stat = dir.join("stat");
-        fs::write(&stat, "42 (evil) S (x) T 1 2 3\n").unwrap();
-        assert_eq!(task_state(&stat), Some('T'));
-        fs::write(&stat, "42 (burn) R 1 2 3\n").unwrap();
-        assert_eq!(task_state(&stat), Some('R'));
-        assert_eq!(task_state(&dir.join("gone")), None);
-        let _ = fs::remove_dir_all(&dir);
+        self.enforce(self.cur);
+        if self.mode != Mode::Autonomous {
+            self.mode = Mode::Autonomous;
+            self.next_timer_switch = Some(Instant::now() + self.slot_len);
+            info!(
+                "running the schedule on this node's timer: {} slots of {} ms",
+                self.table.len(),
+                self.slot_len.as_millis()
+            );
+        }
+        Ok(())
     }
 
-    #[test]
-    fn a_gang_lists_the_processes_of_its_cgroup_and_of_those_below() {
-        let root = std::env::temp_dir().join(format!("scx-gang-procs-{}", std::process::id()));
-        let sub = root.join("job1/rank0");
-        fs::create_dir_all(&sub).unwrap();
-        fs::write(root.join("job1/cgroup.procs"), "10\n11\n").unwrap();
-        fs::write(sub.join("cgroup.procs"), "12\n").unwrap();
-        let source = CgroupProcesses::new(&root);
-        let mut pids = source.processes("job1").unwrap();
-        pids.sort();
-        assert_eq!(pids, vec![10, 11, 12]);
-        assert!(
-            source.processes("job9").unwrap().is_empty(),
-            "no cgroup, no processes"
+    /// Back to standalone: one slot per gang found here, on the timer.
+    pub fn standalone(&mut self) -> Result<()> {
+        let gangs = self
+            .signaller
+            .source()
+            .gangs()
+            .context("listing the gangs")?;
+        self.install(
+            Mode::Standalone,
+            gangs.into_iter().map(|g| vec![g]).collect(),
         );
-        let _ = fs::remove_dir_all(&root);
+        Ok(())
     }
 
-    #[test]
-    fn this_process_is_running_and_not_parked() {
-        let me = std::process::id() as i32;
-        assert!(matches!(process_state(me), Some('R' | 'S')));
-        assert!(!is_parked(me));
-        assert!(
-            is_parked(i32::MAX),
-            "a process that does not exist runs no more"
-        );
+    /// The first half of a coordinated switch: stops the gangs of the slot
+    /// in force now and returns the wait for them to park and for their TCP
+    /// traffic to drain (within `timeout`), to run on a thread of its own.
+    pub fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
+        if self.mode == Mode::Standalone {
+            bail!("freeze needs an explicit schedule first (node is standalone)");
+        }
+        let start = Instant::now();
+        self.take_command();
+        let gangs: Vec<String> = self.table.get(self.cur).cloned().unwrap_or_default();
+        let mut pids = Vec::new();
+        let mut dirs = Vec::new();
+        for gang in &gangs {
+            self.signaller.stop(gang);
+            self.held.insert(gang.clone());
+            if !self.signaller.source().is_frozen(gang) {
+                pids.extend(self.signaller.stopped_of(gang));
+            }
+            dirs.extend(self.signaller.source().cgroup_dir(gang));
+        }
+        // The drain half is every mode's (drain.rs): a stopped process,
+        // like a frozen one, holds no socket lock.
+        Ok(Box::new(move || {
+            let parked = wait_parked(&pids, start + timeout);
+            drain::drain_parked(gen, gangs, parked, &dirs, start, timeout)
+        }))
+    }
+
+    /// The timer's switch, if due (standalone or autonomous, two slots or
+    /// more).
+    pub fn tick(&mut self, now: Instant) {
+        let Some(due) = self.next_timer_switch else {
+            return;
+        };
+        if now < due {
+            return;
+        }
+        if self.table.len() >= 2 {
+            let next = (self.cur + 1) % self.table.len();
+            self.switch_to(next, self.gen + 1);
+        }
+        // Slots are counted from now: a late wake-up does not shorten the next.
+        self.next_timer_switch = Some(now + self.slot_len);
+    }
+
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.next_timer_switch
+    }
+
+    /// Periodic upkeep: standalone, a slot for every gang and none for gone
+    /// ones; processes that joined held gangs are stopped; exited ones are
+    /// forgotten.
+    pub fn rescan(&mut self) {
+        if self.mode == Mode::Standalone {
+            match self.signaller.source().gangs() {
+                Ok(gangs) => {
+                    let table: Vec<Vec<String>> = gangs.into_iter().map(|g| vec![g]).collect();
+                    if table != self.table {
+                        info!(
+                            "standalone: {} gangs, one slot each: {}",
+                            table.len(),
+                            table
+                                .iter()
+                                .flatten()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        self.install(Mode::Standalone, table);
+                    }
+                }
+                Err(e) => warn!("listing the gangs: {e}"),
+            }
+        }
+        for gang in self.held.clone() {
+            self.signaller.stop(&gang);
+        }
+        self.signaller.forget_exited();
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        let gangs: Vec<String> = self.table_gangs().into_iter().collect();
+        let lines = gangs
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mask = self
+                    .table
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.contains(g))
+                    .fold(0u64, |m, (s, _)| m | 1 << s);
+                let ranks = self
+                    .signaller
+                    .source()
+                    .processes(g)
+                    .map(|p| p.len())
+                    .unwrap_or(0);
+                format!(
+                    "{i} {g} slots={mask:#x} ranks={ranks} stopped={}",
+                    self.signaller.stopped_of(g).len()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        NodeStatus {
+            mode: self.mode.name().into(),
+            current_slot: self.cur as u32,
+            switches: self.switches,
+            nr_gangs: gangs.len() as u32,
+            nr_slots: self.table.len() as u32,
+            gangs: lines,
+        }
+    }
+}
+
+impl<S: ProcessSource> Switcher for SignalNode<S> {
+    fn switching(&self) -> Switching {
+        Switching::Signal
+    }
+    fn column(&mut self, slots: Vec<Vec<Placement>>, strict: bool) -> Result<()> {
+        SignalNode::column(self, &slots, strict)
+    }
+    /// The slot lasts until the next command: slot_ms matters only to the
+    /// BPF mode's slot clock.
+    fn switch(&mut self, slot: u32, gen: u64, _slot_ms: u32) -> Result<()> {
+        SignalNode::switch(self, slot, gen)
+    }
+    fn autonomous(&mut self) -> Result<()> {
+        SignalNode::autonomous(self)
+    }
+    fn standalone(&mut self) -> Result<()> {
+        SignalNode::standalone(self)
+    }
+    fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
+        SignalNode::freeze(self, gen, timeout)
+    }
+    fn knobs_changed(&mut self, knobs: &NodeKnobs) -> Result<()> {
+        self.set_slot_ms(knobs.slot_ms);
+        Ok(())
+    }
+    fn tick(&mut self, now: Instant) {
+        SignalNode::tick(self, now)
+    }
+    fn next_wake(&self) -> Option<Instant> {
+        SignalNode::next_wake(self)
+    }
+    fn rescan(&mut self) {
+        SignalNode::rescan(self)
+    }
+    fn status(&self) -> NodeStatus {
+        SignalNode::status(self)
     }
 }

@@ -11,9 +11,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::node::{Mode, SignalNode};
-use super::none::Passive;
-use super::signal::{self, process_state, ProcessSource, Signaller, MAX_PASSES};
+use super::none::NoSwitching;
+use super::signal::SignalNode;
+use super::sigstop::{self, process_state, ProcessSource, Signaller, MAX_PASSES};
 use super::*;
 use crate::control::{Pending, Placement, Request, Response};
 use crate::knobs::NodeKnobs;
@@ -122,7 +122,7 @@ fn stopped(pid: i32) -> bool {
 
 /// A stop takes effect when the process next runs: wait for it a little.
 fn eventually_stopped(pid: i32) -> bool {
-    signal::wait_parked(&[pid], Instant::now() + Duration::from_secs(5)) && stopped(pid)
+    sigstop::wait_parked(&[pid], Instant::now() + Duration::from_secs(5)) && stopped(pid)
 }
 
 fn all_stopped(pids: &[i32]) -> bool {
@@ -255,7 +255,7 @@ fn recovery_continues_only_processes_left_stopped() {
     .unwrap();
     assert!(eventually_stopped(pids[0]));
     assert_eq!(
-        signal::continue_stopped(&pids),
+        sigstop::continue_stopped(&pids),
         1,
         "the running one gets no SIGCONT"
     );
@@ -398,7 +398,7 @@ fn switch_and_freeze_need_a_schedule_and_an_existing_slot() {
     let e = node.switch(0, 1).unwrap_err().to_string();
     assert!(e.contains("need an explicit schedule"), "{e}");
     assert!(node.freeze(1, Duration::ZERO).is_err());
-    assert!(node.rotate().is_err());
+    assert!(node.autonomous().is_err());
     node.column(&placements(&[&["a"], &[]]), false).unwrap();
     node.switch(1, 2)
         .expect("an empty trailing slot is still a slot");
@@ -477,7 +477,7 @@ fn rotate_continues_what_a_freeze_stopped_and_runs_the_table_on_the_timer() {
         "coordinated: switches come by command"
     );
     node.freeze(1, Duration::from_millis(100)).unwrap()().unwrap();
-    node.rotate().unwrap();
+    node.autonomous().unwrap();
     assert_eq!(node.mode(), Mode::Autonomous);
     assert!(none_stopped(&a), "the frozen slot runs again");
     node.set_slot_ms(20);
@@ -518,7 +518,7 @@ fn the_status_files_show_the_table_and_who_is_stopped() {
 
 // ---- requests, the none mode, the main loop ------------------------------------------------
 
-fn ask(local: &mut dyn LocalSwitching, mode: Switching, request: Request) -> Response {
+fn ask(local: &mut dyn Switcher, mode: Switching, request: Request) -> Response {
     ask_with(
         &SharedKnobs::new(NodeKnobs::default(), 4),
         local,
@@ -530,12 +530,13 @@ fn ask(local: &mut dyn LocalSwitching, mode: Switching, request: Request) -> Res
 /// A request through `handle`, with the status files of `knobs`.
 fn ask_with(
     knobs: &SharedKnobs,
-    local: &mut dyn LocalSwitching,
+    local: &mut dyn Switcher,
     mode: Switching,
     request: Request,
 ) -> Response {
+    assert_eq!(local.switching(), mode);
     let (tx, rx) = mpsc::channel();
-    handle(local, mode, request, tx, knobs);
+    handle(local, request, tx, knobs);
     rx.recv_timeout(Duration::from_secs(10)).expect("an answer")
 }
 
@@ -565,9 +566,9 @@ fn trace_is_refused_without_bpf() {
     for (mode, mut local) in [
         (
             Switching::Signal,
-            Box::new(SignalNode::new(src.clone(), 4, 50)) as Box<dyn LocalSwitching>,
+            Box::new(SignalNode::new(src.clone(), 4, 50)) as Box<dyn Switcher>,
         ),
-        (Switching::None, Box::new(Passive::new(src.clone()))),
+        (Switching::None, Box::new(NoSwitching::new(src.clone()))),
     ] {
         let r = ask(local.as_mut(), mode, Request::Trace { seconds: 1.0 });
         assert!(!r.ok);
@@ -580,7 +581,7 @@ fn none_mode_accepts_every_scheduling_request_and_stops_nothing() {
     let src = FakeSource::default();
     let a = src.gang("a", 1);
     let b = src.gang("b", 1);
-    let mut local = Passive::new(src.clone());
+    let mut local = NoSwitching::new(src.clone());
     let m = Switching::None;
     for request in [
         Request::Column {
@@ -591,7 +592,7 @@ fn none_mode_accepts_every_scheduling_request_and_stops_nothing() {
             gen: 1,
             slot_ms: 100,
         },
-        Request::Rotate,
+        Request::Autonomous,
         Request::Standalone,
     ] {
         assert!(ask(&mut local, m, request).ok);
@@ -625,6 +626,32 @@ fn a_freeze_is_answered_with_its_report_through_the_request_path() {
     assert!(r.ok, "{r:?}");
     assert_eq!(r.frozen.unwrap().gangs, vec!["a".to_string()]);
     assert!(all_stopped(&a));
+}
+
+#[test]
+fn a_column_is_checked_as_a_whole_the_same_in_every_mode() {
+    let place = |gang: &str, cpus: &str| Placement {
+        gang: gang.into(),
+        cpus: cpus.into(),
+    };
+    let empty = || SlotTable::new(4, CpuList::new());
+    let ok = vec![
+        vec![place("a", "0-1"), place("b", "2-3")],
+        vec![place("a", "0-3")],
+    ];
+    assert!(check_column(empty(), &ok).is_ok());
+    let twice = vec![vec![place("a", "0-1"), place("b", "1-2")]];
+    let e = check_column(empty(), &twice).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("placing gang b in slot 0"),
+        "{e:#}"
+    );
+    assert!(check_column(empty(), &[vec![place("a", "9")]]).is_err());
+    let housekeeping = SlotTable::new(4, CpuList::parse("0", 4).unwrap());
+    assert!(check_column(housekeeping, &[vec![place("a", "0")]]).is_err());
+    let too_many = vec![Vec::new(); crate::slots::MAX_SLOTS + 1];
+    let e = check_column(empty(), &too_many).unwrap_err();
+    assert!(e.to_string().contains("slots: at most"), "{e}");
 }
 
 #[test]
@@ -674,7 +701,7 @@ fn the_main_loop_switches_real_processes_and_continues_them_at_shutdown() {
     let (inbox, requests) = mpsc::channel();
     let shutdown = Arc::new(AtomicBool::new(false));
     let stop = shutdown.clone();
-    let daemon = std::thread::spawn(move || run(&cfg, &requests, &stop));
+    let daemon = std::thread::spawn(move || run_without_bpf(&cfg, &requests, &stop));
     let call = |request: Request| {
         let (reply, answer) = mpsc::channel();
         inbox
@@ -721,7 +748,7 @@ fn standalone_without_a_coordinator_rotates_the_gangs_of_the_root() {
     let (_inbox, requests) = mpsc::channel();
     let shutdown = Arc::new(AtomicBool::new(false));
     let stop = shutdown.clone();
-    let daemon = std::thread::spawn(move || run(&cfg, &requests, &stop));
+    let daemon = std::thread::spawn(move || run_without_bpf(&cfg, &requests, &stop));
     // Sample both for a while: each is stopped some of the time, never
     // both at once (beyond a sample caught mid-switch).
     // 200 samples (at least 2 ms apart: a few slots of 30 ms however
@@ -812,7 +839,7 @@ fn on_real_cgroups_a_suspended_gang_stays_frozen_through_every_switch() {
     // b's process is in a cgroup below its gang's: it belongs to the gang.
     join(&root.join("a"), a);
     join(&root.join("b/rank0"), b);
-    let src = signal::CgroupProcesses::new(&root);
+    let src = sigstop::CgroupProcesses::new(&root);
     assert_eq!(src.processes("b").unwrap(), vec![b]);
     let mut node = SignalNode::new(src, 4, 50);
     node.column(&placements(&[&["a"], &["b"]]), false).unwrap();

@@ -9,6 +9,7 @@
 //! Known faults: a node's id is kept by name for gangd's lifetime only
 //! (a restart hands ids out again in join order).
 
+use gang_wire::time::monotonic_ns;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
@@ -46,12 +47,6 @@ pub struct Node {
     next_port: u16,
 }
 
-/// gangd's CLOCK_MONOTONIC, the clock of the agents' traces.
-pub fn mono_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-}
-
 impl Node {
     pub fn new(
         id: NodeId,
@@ -80,7 +75,7 @@ impl Node {
     pub fn send_heartbeat(&mut self) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.sent.push_back((seq, mono_ns()));
+        self.sent.push_back((seq, monotonic_ns()));
         while self.sent.len() > CLOCK_SAMPLES {
             self.sent.pop_front();
         }
@@ -97,7 +92,7 @@ impl Node {
         if node_ns == 0 {
             return;
         }
-        let rtt = mono_ns().saturating_sub(sent_ns);
+        let rtt = monotonic_ns().saturating_sub(sent_ns);
         let offset = (sent_ns + rtt / 2) as i64 - node_ns as i64;
         self.samples.push_back((rtt, offset));
         while self.samples.len() > CLOCK_SAMPLES {

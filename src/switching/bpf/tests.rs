@@ -1,0 +1,269 @@
+//! The BPF mode's switching logic against a fake scheduler: what it
+//! writes into BPF for each request (the real scheduler is only exercised
+//! by the VM tests). The gangs are plain directories of a fake gang root.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use super::*;
+use crate::clock::ClockShare;
+use crate::control::Request;
+use crate::switching::handle;
+
+/// Records what the switching logic asks of BPF.
+#[derive(Default)]
+struct FakeBpf {
+    gangs: BTreeMap<u64, GangId>,
+    /// Slot in force and its generation.
+    cur: (u32, u64),
+    nr_slots: u32,
+    timer: bool,
+    /// (slot, gen, slot_len_ns) of every switch.
+    switched: Vec<(u32, u64, u64)>,
+    rehomed: Vec<GangId>,
+    released: Vec<GangId>,
+}
+
+impl BpfScheduler for FakeBpf {
+    fn nr_cpus(&self) -> u32 {
+        4
+    }
+    fn exited(&self) -> bool {
+        false
+    }
+    fn add_gang(&mut self, cgroup_id: u64, gang: GangId) -> Result<()> {
+        self.gangs.insert(cgroup_id, gang);
+        Ok(())
+    }
+    fn remove_gang(&mut self, cgroup_id: u64) {
+        self.gangs.remove(&cgroup_id);
+    }
+    fn set_ranks(&mut self, _ranks: &[u32]) {}
+    fn write_table(&mut self, _table: &SlotTable, _masks: &[u32], nr_slots: u32) -> (u32, u64) {
+        self.nr_slots = nr_slots;
+        self.cur
+    }
+    fn write_knobs(&mut self, _knobs: &NodeKnobs) {}
+    fn set_timer_switching(&mut self, on: bool) {
+        self.timer = on;
+    }
+    fn switch_slot(&mut self, slot: u32, gen: u64, _cause: u32, slot_len_ns: u64) -> Result<()> {
+        self.cur = (slot, gen);
+        self.switched.push((slot, gen, slot_len_ns));
+        Ok(())
+    }
+    fn rehome_gang(&mut self, gang: GangId) -> Result<()> {
+        self.rehomed.push(gang);
+        Ok(())
+    }
+    fn release_parked(&mut self, gang: GangId) -> Result<()> {
+        self.released.push(gang);
+        Ok(())
+    }
+    fn current(&self) -> (u32, u64) {
+        self.cur
+    }
+    fn done_gen(&self, _gang: GangId) -> u64 {
+        0
+    }
+    fn switches(&self) -> u64 {
+        self.switched.len() as u64
+    }
+    fn slot_ends(&self, _gang: GangId) -> gang_slot_ends {
+        unsafe { std::mem::zeroed() }
+    }
+    fn trace_start(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn trace_stop(&mut self) {}
+    fn take_events(&mut self) -> Vec<TraceEvent> {
+        Vec::new()
+    }
+    fn serve_stats(&mut self, _nr_gangs: u64, _nr_slots: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A gang root of plain directories, each with a cgroup.events that says
+/// it is populated.
+fn gang_root(test: &str, gangs: &[&str]) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("scx-gang-bpf-{}-{test}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    for g in gangs {
+        let dir = root.join(g);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+    }
+    root
+}
+
+fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) {
+    let knobs = SharedKnobs::new(NodeKnobs::new(), 4);
+    let cfg = BpfConfig {
+        gang_root: root.to_path_buf(),
+        holds: FreezeHolds::new(),
+        clock: ClockShare::new(),
+        on_all_yielded: None,
+        shared_knobs: knobs.clone(),
+    };
+    let sw = BpfSwitcher::new(FakeBpf::default(), cfg, NodeKnobs::new()).unwrap();
+    (sw, knobs)
+}
+
+/// A column from (gang, CPUs) pairs by slot.
+pub(super) fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
+    slots
+        .iter()
+        .map(|s| {
+            s.iter()
+                .map(|(g, c)| Placement {
+                    gang: g.to_string(),
+                    cpus: c.to_string(),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn ask(sw: &mut BpfSwitcher<FakeBpf>, knobs: &SharedKnobs, request: Request) -> Response {
+    let (tx, rx) = mpsc::channel();
+    handle(sw, request, tx, knobs);
+    rx.recv_timeout(Duration::from_secs(10)).expect("an answer")
+}
+
+#[test]
+fn standalone_gives_each_gang_a_slot_on_the_bpf_timer() {
+    let root = gang_root("standalone", &["job1", "job2"]);
+    let (sw, _) = switcher(&root);
+    assert_eq!(sw.mode, Mode::Standalone);
+    assert_eq!(sw.bpf.gangs.len(), 2, "both gangs registered");
+    assert_eq!(sw.bpf.nr_slots, 2);
+    assert_eq!(sw.status().mode, "standalone");
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn commands_need_an_explicit_schedule_first() {
+    let root = gang_root("refused", &["job1"]);
+    let (mut sw, knobs) = switcher(&root);
+    let switch = Request::Switch {
+        slot: 0,
+        gen: 1,
+        slot_ms: 50,
+    };
+    let e = ask(&mut sw, &knobs, switch).error.unwrap();
+    assert!(
+        e.contains("switch commands need an explicit schedule"),
+        "{e}"
+    );
+    let freeze = Request::Freeze {
+        gen: 1,
+        drain_timeout_ms: 10,
+    };
+    let e = ask(&mut sw, &knobs, freeze).error.unwrap();
+    assert!(e.contains("freeze needs an explicit schedule"), "{e}");
+    let e = ask(&mut sw, &knobs, Request::Autonomous).error.unwrap();
+    assert!(e.contains("node is standalone"), "{e}");
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_column_stops_the_timer_and_a_switch_lasts_what_the_coordinator_said() {
+    let root = gang_root("column", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")], &[]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    assert!(!sw.bpf.timer, "coordinated: only commands switch");
+    assert_eq!(sw.bpf.nr_slots, 3, "the column's empty slot counts");
+    assert_eq!(knobs.status.lock().unwrap().mode, "coordinated");
+    let r = ask(
+        &mut sw,
+        &knobs,
+        Request::Switch {
+            slot: 1,
+            gen: 9,
+            slot_ms: 40,
+        },
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(sw.bpf.switched.last(), Some(&(1, 9, 40_000_000)));
+    let r = ask(
+        &mut sw,
+        &knobs,
+        Request::Switch {
+            slot: 3,
+            gen: 10,
+            slot_ms: 40,
+        },
+    );
+    assert!(r.error.unwrap().contains("slot 3 does not exist"));
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn autonomous_runs_the_table_on_the_timer_until_the_next_command() {
+    let root = gang_root("autonomous", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    assert!(ask(&mut sw, &knobs, Request::Autonomous).ok);
+    assert!(sw.bpf.timer);
+    assert_eq!(knobs.status.lock().unwrap().mode, "autonomous");
+    let switch = Request::Switch {
+        slot: 0,
+        gen: 5,
+        slot_ms: 50,
+    };
+    assert!(ask(&mut sw, &knobs, switch).ok);
+    assert!(!sw.bpf.timer, "a command takes over again");
+    assert_eq!(knobs.status.lock().unwrap().mode, "coordinated");
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_freeze_parks_the_slots_gangs_until_the_next_switch() {
+    let root = gang_root("freeze", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let freeze = Request::Freeze {
+        gen: 3,
+        drain_timeout_ms: 50,
+    };
+    let r = ask(&mut sw, &knobs, freeze);
+    // No freezer here: the plain cgroup.freeze file is written, the wait
+    // for "frozen 1" times out.
+    let report = r.frozen.expect("a freeze report");
+    assert_eq!(report.gangs, vec!["job1".to_string()]);
+    assert_eq!(sw.bpf.released.len(), 1, "its yielded tasks are let run");
+    assert_eq!(
+        fs::read_to_string(root.join("job1/cgroup.freeze")).unwrap(),
+        "1"
+    );
+    let switch = Request::Switch {
+        slot: 1,
+        gen: 4,
+        slot_ms: 50,
+    };
+    assert!(ask(&mut sw, &knobs, switch).ok);
+    assert_eq!(
+        fs::read_to_string(root.join("job1/cgroup.freeze")).unwrap(),
+        "0",
+        "the switch thaws it"
+    );
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_gang_that_loses_its_last_slot_stops_waiting_for_one() {
+    let root = gang_root("rehome", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let id2 = sw.registry.get("job2").unwrap().id;
+    let only_job1 = column(&[&[("job1", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: only_job1 }).ok);
+    assert_eq!(sw.bpf.rehomed, vec![id2]);
+    let _ = fs::remove_dir_all(&root);
+}

@@ -1,0 +1,72 @@
+//! The node daemon's one main loop, the same for every switching mode.
+//!
+//! Everything that switches slots or writes BPF state happens on this one
+//! thread: the control socket, the agent, the knob files and the BPF
+//! notices only send it work (`Inbox`). Each turn: the switcher's own
+//! polling (BPF: trace events, finished traces, stats requests), a wait for
+//! the inbox bounded by the switcher's period, its timer and the next
+//! rescan; every message waiting; the knobs if they changed; the timer;
+//! every SCAN_PERIOD the rescan and the status files.
+//!
+//! Known fault: the wait is polled (IDLE_PERIOD at most), so a BPF
+//! scheduler that exits is noticed up to one period late.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{handle, Switcher, SCAN_PERIOD};
+use crate::control::Inbox;
+use crate::knobs::SharedKnobs;
+
+/// Runs `sw` until `shutdown` is set or the switcher ended; `applied` is
+/// the generation of the knob values the switcher started with. An error
+/// (knobs the BPF scheduler refused) ends the loop.
+pub fn run(
+    sw: &mut dyn Switcher,
+    inbox: &Receiver<Inbox>,
+    shutdown: &AtomicBool,
+    knobs: &SharedKnobs,
+    mut applied: u64,
+) -> Result<()> {
+    let mut last_scan = Instant::now();
+    while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
+        sw.poll()?;
+        let now = Instant::now();
+        let mut wait = sw
+            .period()
+            .min(SCAN_PERIOD.saturating_sub(last_scan.elapsed()));
+        if let Some(at) = sw.next_wake() {
+            wait = wait.min(at.saturating_duration_since(now));
+        }
+        if let Ok(msg) = inbox.recv_timeout(wait) {
+            take(sw, msg, knobs);
+        }
+        while let Ok(msg) = inbox.try_recv() {
+            take(sw, msg, knobs);
+        }
+        // Knob writes only wake the loop; this applies them.
+        if knobs.generation() != applied {
+            applied = knobs.generation();
+            sw.knobs_changed(&knobs.snapshot())?;
+        }
+        sw.tick(Instant::now());
+        if last_scan.elapsed() >= SCAN_PERIOD {
+            last_scan = Instant::now();
+            sw.rescan();
+            knobs.set_status(sw.status());
+        }
+    }
+    Ok(())
+}
+
+fn take(sw: &mut dyn Switcher, msg: Inbox, knobs: &SharedKnobs) {
+    match msg {
+        Inbox::Request(p) => handle(sw, p.request, p.reply, knobs),
+        // The loop applies knob changes.
+        Inbox::KnobsChanged => {}
+        Inbox::AllYielded { gang, gen } => sw.all_yielded(gang, gen),
+    }
+}
