@@ -14,13 +14,13 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use log::warn;
 
+use gang_wire::knobfs::KnobMount;
+use gang_wire::trace;
 use scx_gang::agent::{self, AgentConfig};
 use scx_gang::control::{self, Request};
 use scx_gang::freezer::FreezeHolds;
-use gang_wire::knobfs::KnobMount;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::switching::{self, Switching};
-use gang_wire::trace;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -241,14 +241,12 @@ fn run(opts: Opts) -> Result<()> {
     // A missing or unsafe key is a startup error, not something to retry.
     let cluster = match &opts.coordinator {
         Some(addr) => {
-            let tls = gang_wire::proto::tls::ClientTls::load(&opts.tls_dir).with_context(
-                || {
-                    format!(
-                        "loading the node's certificate from {} (gangd ca issue NODE --out DIR)",
-                        opts.tls_dir.display()
-                    )
-                },
-            )?;
+            let tls = gang_wire::proto::tls::ClientTls::load(&opts.tls_dir).with_context(|| {
+                format!(
+                    "loading the node's certificate from {} (gangd ca issue NODE --out DIR)",
+                    opts.tls_dir.display()
+                )
+            })?;
             let node = node_name(opts.node_name.as_deref(), &tls.node)?;
             Some((addr.clone(), std::sync::Arc::new(tls), node))
         }

@@ -31,6 +31,7 @@ use log::{info, warn};
 use scx_stats::prelude::*;
 use scx_utils::{scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo};
 
+use gang_wire::trace::TraceEvent;
 use scx_gang::bpf_intf::*;
 use scx_gang::clock::ClockShare;
 use scx_gang::control::Inbox;
@@ -42,7 +43,6 @@ use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
 use scx_gang::switching::bpf::{BpfConfig, BpfScheduler, BpfSwitcher};
 use scx_gang::switching::{mainloop, YieldSink};
-use gang_wire::trace::TraceEvent;
 
 use crate::bpf_skel::*;
 use crate::stats::Metrics;

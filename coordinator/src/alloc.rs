@@ -33,8 +33,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::matrix::{Cluster, Entry, JobId, Matrix, NODE_MAX_SLOTS};
+use crate::matrix::{Cluster, Entry, Matrix, NODE_MAX_SLOTS};
 pub use error::AllocError;
+use gang_wire::proto::JobId;
 pub use view::{JobView, NodeJob, NodeSchedule, RankCpu, SlotPlacement};
 
 /// How cells are chosen within a slot.

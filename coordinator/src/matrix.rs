@@ -21,18 +21,13 @@ pub const NODE_MAX_CPUS: u32 = 256;
 /// Every node holds every slot of the matrix, so the matrix never has more.
 pub const NODE_MAX_SLOTS: usize = 16;
 
-// The most gangs a node holds is the wire's (gang_wire::proto::
-// NODE_MAX_GANGS): no node ever gets more jobs than that (alloc/gangcap.rs).
-pub use gang_wire::proto::NODE_MAX_GANGS;
-
 /// A node's identifier, chosen by whoever describes the cluster. Columns are
 /// ordered by it.
 pub type NodeId = u32;
 
-// A job's identifier is the wire's (gang_wire::proto::JobId): ids are
-// handed out in submission order, so comparing two ids compares their
-// submission times.
-pub use gang_wire::proto::JobId;
+// A job's identifier is the wire's: ids are handed out in submission
+// order, so comparing two ids compares their submission times.
+use gang_wire::proto::JobId;
 
 /// One column of the matrix: a CPU of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

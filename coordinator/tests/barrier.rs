@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gang_wire::proto::{Barrier, Gen, NodeId, ToAgent};
 use gang_coordinator::switch::barrier::*;
+use gang_wire::proto::{Barrier, Gen, NodeId, ToAgent};
 use proptest::prelude::*;
 
 const G: Gen = Gen(7);

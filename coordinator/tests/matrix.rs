@@ -5,7 +5,8 @@
 use gang_coordinator::alloc::{
     AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings,
 };
-use gang_coordinator::matrix::{Cell, Cluster, JobId, NodeSpec};
+use gang_coordinator::matrix::{Cell, Cluster, NodeSpec};
+use gang_wire::proto::JobId;
 
 /// Nodes named a, b, c, ... with these CPU counts, no housekeeping CPUs.
 fn cluster(shape: &[u32]) -> Cluster {

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gang_coordinator::alloc::{
     AllocError, Allocator, JobSpec, JobState, JobView, Policy, Settings,
 };
-use gang_coordinator::matrix::{Cell, Cluster, JobId, NodeSpec};
+use gang_coordinator::matrix::{Cell, Cluster, NodeSpec};
+use gang_wire::proto::JobId;
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]

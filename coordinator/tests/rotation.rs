@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 
 use gang_coordinator::daemon::knobs::ClusterKnobs;
-use gang_wire::proto::{Barrier, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
 use gang_coordinator::switch::barrier::Outbox;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table, PHASE_TIMEOUT_US};
+use gang_wire::proto::{Barrier, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
 
 /// 100 ms slots, strict barrier, 200 ms drain timeout.
 fn knobs() -> ClusterKnobs {

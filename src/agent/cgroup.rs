@@ -111,7 +111,9 @@ pub fn join_before_exec(cmd: &mut Command, procs: File) -> io::Result<CgroupJoin
             }
             let mut ok = 0u8;
             if libc::read(child_go_r, (&mut ok as *mut u8).cast(), 1) != 1 {
-                return Err(io::Error::other("the daemon did not move it into its cgroup"));
+                return Err(io::Error::other(
+                    "the daemon did not move it into its cgroup",
+                ));
             }
             Ok(())
         });
@@ -119,8 +121,7 @@ pub fn join_before_exec(cmd: &mut Command, procs: File) -> io::Result<CgroupJoin
     let mover = thread::Builder::new()
         .name("cgroup-join".into())
         .spawn(move || {
-            let (mut pid_r, mut go_w, mut procs) =
-                (File::from(OwnedFd::from(pid_r)), File::from(OwnedFd::from(go_w)), procs);
+            let (mut pid_r, mut go_w, mut procs) = (File::from(pid_r), File::from(go_w), procs);
             let mut pid = [0u8; 4];
             pid_r.read_exact(&mut pid)?;
             procs.write_all(i32::from_ne_bytes(pid).to_string().as_bytes())?;
@@ -258,9 +259,6 @@ mod tests {
 
     #[test]
     fn the_clusters_gang_limit_is_the_schedulers() {
-        assert_eq!(
-            gang_wire::proto::NODE_MAX_GANGS,
-            crate::slots::MAX_GANGS
-        );
+        assert_eq!(gang_wire::proto::NODE_MAX_GANGS, crate::slots::MAX_GANGS);
     }
 }

@@ -18,8 +18,8 @@ use log::{info, warn};
 
 use crate::control::{self, Request};
 use crate::gangs::gang_name;
-use gang_wire::knobfs::KnobSet;
 use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
+use gang_wire::knobfs::KnobSet;
 use gang_wire::time::monotonic_ns;
 
 use super::link::Link;

@@ -4,7 +4,8 @@
 use std::fmt;
 
 use super::{JobState, Policy};
-use crate::matrix::{JobId, NODE_MAX_SLOTS};
+use crate::matrix::NODE_MAX_SLOTS;
+use gang_wire::proto::JobId;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AllocError {

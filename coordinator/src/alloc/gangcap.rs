@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use super::Allocator;
-use crate::matrix::{JobId, NODE_MAX_GANGS};
+use gang_wire::proto::{JobId, NODE_MAX_GANGS};
 
 impl Allocator {
     /// The jobs with a cell on each node, in any slot.
@@ -45,7 +45,8 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use crate::alloc::{Allocator, JobSpec, JobState, Policy, Settings};
-    use crate::matrix::{Cluster, NodeSpec, NODE_MAX_GANGS};
+    use crate::matrix::{Cluster, NodeSpec};
+    use gang_wire::proto::NODE_MAX_GANGS;
 
     fn node(id: u32, nr_cpus: u32) -> NodeSpec {
         NodeSpec {

@@ -8,7 +8,8 @@
 //! are and the new values apply to what is placed next.
 
 use super::{AllocError, Allocator, Job, JobSpec, JobState, Need, Policy, Settings};
-use crate::matrix::{Cell, Cluster, Entry, JobId, Matrix, NODE_MAX_SLOTS};
+use crate::matrix::{Cell, Cluster, Entry, Matrix, NODE_MAX_SLOTS};
+use gang_wire::proto::JobId;
 
 impl Allocator {
     /// Moves every job onto `cluster`, cell for cell. Jobs with a cell the

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::{scs, Allocator, Job, JobState, Policy};
-use crate::matrix::{format_cpus, Cell, JobId, NodeId};
+use crate::matrix::{format_cpus, Cell, NodeId};
+use gang_wire::proto::JobId;
 
 /// One job as the front end shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ use gang_wire::proto::{FromClient, LiveJob, NodeId, Placement};
 
 use super::jobs::{Job, Phase};
 use super::net::Cred;
-use super::{aid, Coordinator, ADOPTION_GRACE};
+use super::{Coordinator, ADOPTION_GRACE};
 
 /// The most ranks an adopted job may claim: 256 nodes of NODE_MAX_CPUS
 /// CPUs, far above any cluster gangd runs, and small enough to allocate.
@@ -119,7 +119,7 @@ impl Coordinator {
                 .iter()
                 .map(|&cpu| matrix::Cell { node: node.0, cpu })
                 .collect();
-            if let Err(e) = self.alloc.adopt(aid(lj.job), spec, *slot, &cells) {
+            if let Err(e) = self.alloc.adopt(lj.job, spec, *slot, &cells) {
                 warn!("node {node_name}: {e}; its ranks keep running unscheduled");
             }
         }

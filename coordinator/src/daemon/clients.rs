@@ -14,7 +14,7 @@ use gang_wire::proto::{FromClient, JobId, JobInfo, JobLimits, JobState, ToClient
 
 use super::jobs::{Job, Phase};
 use super::net::{ConnId, Cred};
-use super::{aid, pid, user_name, Coordinator, ADOPTION_GRACE};
+use super::{user_name, Coordinator, ADOPTION_GRACE};
 
 impl Coordinator {
     pub(super) fn reply(&self, conn: ConnId, msg: ToClient) {
@@ -222,7 +222,6 @@ impl Coordinator {
                     .replace(&format!("{internal:?}"), &format!("{name:?}"))
                     .replace(&internal, &name),
             })?;
-        let id = pid(id);
         info!(
             "job {id} ({name}, {ranks} ranks) submitted by uid {}",
             cred.uid
@@ -237,7 +236,7 @@ impl Coordinator {
         );
         if self
             .alloc
-            .job(aid(id))
+            .job(id)
             .is_some_and(|v| v.state == AllocState::Queued)
         {
             // Accepted now; it starts when room appears.
@@ -253,7 +252,7 @@ impl Coordinator {
         self.jobs
             .iter()
             .map(|(&id, j)| {
-                let view = self.alloc.job(aid(id));
+                let view = self.alloc.job(id);
                 let state = match view.as_ref().map(|v| v.state) {
                     Some(AllocState::Suspended) => JobState::Suspended,
                     Some(AllocState::Running) if j.phase == Phase::Started => JobState::Running,

@@ -21,7 +21,7 @@ use crate::alloc::JobState as AllocState;
 use gang_wire::proto::{ExitStatus, JobId, NodeId, RankFailure, ToAgent, ToClient};
 
 use super::net::{ConnId, Cred};
-use super::{aid, Coordinator};
+use super::Coordinator;
 
 /// A SIGKILL'd rank that never reports is given up on after this long.
 const KILL_GRACE: Duration = Duration::from_secs(10);
@@ -190,7 +190,7 @@ impl Coordinator {
                 j.phase == Phase::Queued
                     && self
                         .alloc
-                        .job(aid(id))
+                        .job(id)
                         .is_some_and(|v| v.state != AllocState::Queued)
             })
             .map(|(&k, _)| k)
@@ -202,7 +202,7 @@ impl Coordinator {
     }
 
     pub(super) fn prepare(&mut self, id: JobId) {
-        let Some(view) = self.alloc.job(aid(id)) else {
+        let Some(view) = self.alloc.job(id) else {
             return;
         };
         let rank_node: Vec<NodeId> = view.rank_cells.iter().map(|c| NodeId(c.node)).collect();
@@ -236,7 +236,7 @@ impl Coordinator {
             let client = j.client;
             let accepted = j.accepted;
             self.jobs.remove(&id);
-            let _ = self.alloc.finish(aid(id));
+            let _ = self.alloc.finish(id);
             if let Some(conn) = client {
                 if accepted {
                     self.reply(
@@ -362,9 +362,9 @@ impl Coordinator {
 
     pub(super) fn suspend(&mut self, id: JobId, suspend: bool) -> Result<(), String> {
         let r = if suspend {
-            self.alloc.suspend(aid(id))
+            self.alloc.suspend(id)
         } else {
-            self.alloc.resume(aid(id))
+            self.alloc.resume(id)
         };
         r.map_err(|e| e.to_string())?;
         let j = &self.jobs[&id];
@@ -389,7 +389,7 @@ impl Coordinator {
             return;
         }
         let j = self.jobs.remove(&id).expect("just seen");
-        let _ = self.alloc.finish(aid(id));
+        let _ = self.alloc.finish(id);
         let exit_code = exit_code(&j);
         let summary = summary(id.0, &j);
         info!("{summary}");

@@ -46,12 +46,12 @@ use anyhow::{Context, Result};
 use log::info;
 
 use crate::alloc::{Allocator, Settings};
-use gang_wire::knobfs::KnobMount;
-use crate::matrix::{self, Cluster};
-use gang_wire::proto::tls::ServerTls;
-use gang_wire::proto::{JobId, JobLimits, NodeId};
+use crate::matrix::Cluster;
 use crate::switch::rotation::Rotation;
 use crate::switch::switch_log::SwitchLog;
+use gang_wire::knobfs::KnobMount;
+use gang_wire::proto::tls::ServerTls;
+use gang_wire::proto::{JobId, JobLimits, NodeId};
 
 use jobs::Job;
 use knobs::{ClusterKnobs, KnobFiles, KnobWrite, Status};
@@ -127,14 +127,6 @@ pub struct Coordinator {
     /// Set once every node known before the start has rejoined (or the
     /// adoption grace has passed): jobs are accepted from then on.
     adoption_over: bool,
-}
-
-fn aid(id: JobId) -> matrix::JobId {
-    matrix::JobId(id.0)
-}
-
-fn pid(id: matrix::JobId) -> JobId {
-    JobId(id.0)
 }
 
 fn settings(k: &ClusterKnobs) -> Settings {

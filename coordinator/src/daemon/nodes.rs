@@ -17,8 +17,8 @@ use std::time::Instant;
 use log::{info, warn};
 
 use crate::matrix::{self, Cluster};
-use gang_wire::proto::{ExitStatus, FromAgent, NodeId, ToAgent, ToClient};
 use crate::switch::barrier::Outbox;
+use gang_wire::proto::{ExitStatus, FromAgent, NodeId, ToAgent, ToClient};
 
 use super::jobs::Ending;
 use super::net::{self, ConnId, Link};

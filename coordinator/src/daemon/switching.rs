@@ -14,12 +14,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::alloc::Allocator;
-use gang_wire::proto::{JobId, NodeId, Placement};
 use crate::switch::rotation::{ClusterView, Table};
+use gang_wire::proto::{JobId, NodeId, Placement};
 
 use super::jobs::{Job, Phase};
 use super::nodes::Node;
-use super::{pid, Coordinator};
+use super::Coordinator;
 
 /// What the rotation sees of gangd at a slot boundary.
 pub struct Boundary<'a> {
@@ -66,9 +66,9 @@ impl ClusterView for Boundary<'_> {
                     .iter()
                     .map(|row| {
                         row.iter()
-                            .filter(|p| self.started.contains(&pid(p.job)))
+                            .filter(|p| self.started.contains(&p.job))
                             .map(|p| Placement {
-                                job: pid(p.job),
+                                job: p.job,
                                 cpus: p.cpulist(),
                             })
                             .collect()
@@ -87,7 +87,7 @@ impl ClusterView for Boundary<'_> {
                 self.alloc
                     .jobs()
                     .iter()
-                    .any(|v| v.slots.contains(&s) && self.started.contains(&pid(v.id)))
+                    .any(|v| v.slots.contains(&s) && self.started.contains(&v.id))
             })
             .map(|s| s as u32)
             .collect()
@@ -97,12 +97,12 @@ impl ClusterView for Boundary<'_> {
         self.alloc
             .jobs()
             .iter()
-            .filter(|v| v.slots.contains(&(slot as usize)) && self.started.contains(&pid(v.id)))
+            .filter(|v| v.slots.contains(&(slot as usize)) && self.started.contains(&v.id))
             .flat_map(|v| {
                 self.alloc
                     .nodes_of(v.id)
                     .into_iter()
-                    .map(move |n| (pid(v.id), NodeId(n)))
+                    .map(move |n| (v.id, NodeId(n)))
             })
             .collect()
     }

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use gang_wire::proto::{FromClient, RankFailure, ToClient};
 use client::{describe, Client, ClientError};
+use gang_wire::proto::{FromClient, RankFailure, ToClient};
 
 /// A line on stderr; never panics (eprintln! does when stderr is gone,
 /// e.g. after SIGHUP closed the terminal).

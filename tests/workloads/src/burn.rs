@@ -60,7 +60,7 @@ fn worker(stop: &Stop, yield_every: u64) -> u64 {
     let mut acc = 0u64;
     loop {
         // A safe point of an iterative program: the end of an iteration.
-        if yield_every > 0 && units % yield_every == 0 {
+        if yield_every > 0 && units.is_multiple_of(yield_every) {
             gangrt::yield_point();
         }
         match stop {
@@ -141,7 +141,7 @@ fn main() {
             "--busy-window" => {
                 let mut secs = || -> f64 {
                     let v: f64 = val().parse().unwrap_or_else(|_| usage());
-                    if !(v >= 0.0) {
+                    if v.is_nan() || v < 0.0 {
                         usage()
                     }
                     v

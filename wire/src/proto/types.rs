@@ -206,7 +206,6 @@ pub enum Barrier {
     Off,
 }
 
-
 /// Limits of one job on each node it runs on (its cgroup's pids.max and
 /// memory.max): asked for with `gang run --max-pids/--max-memory`, capped
 /// by gangd's maximum; None: the node's default.
