@@ -8,14 +8,14 @@
 //! Known faults: the scale is always linear from 0, so a policy far above
 //! the others flattens their bars.
 
-use super::axes::{frame, grid, panel_area, reference, Scale, PANEL_H, PANEL_W};
+use super::axes::{frame, grid, reference, Scale, PANEL_W};
 use super::bars::{draw_bars, Bars};
-use super::page::{empty_figure, header, header_width, Swatch};
+use super::page::{empty_figure, Page, Swatch};
 use super::MAKESPAN_TITLE;
-use super::{esc, policies_of, policies_of_any, policy_items, shared_workloads, style};
+use super::{esc, policies_of_any, policy_items, shared_workloads, style};
+use super::{workload_panels, WorkloadPanel};
 use crate::metrics::Analysis;
 use crate::DEDICATED;
-use gang_plot::Doc;
 
 pub fn makespan_svg(a: &Analysis) -> String {
     let ws: Vec<String> = shared_workloads(a)
@@ -40,13 +40,16 @@ pub fn makespan_svg(a: &Analysis) -> String {
         "Makespan (first submit to last end of a batch of MPL identical jobs) / (MPL × dedicated time), mean over reps;",
         "below 1: sharing the cluster gains; a missing cell is a gap.",
     ];
-    let width = (20.0 + cols as f64 * PANEL_W).max(header_width(MAKESPAN_TITLE, &sub));
-    let mut d = Doc::new();
-    let top = header(&mut d, width, MAKESPAN_TITLE, &sub, &items);
-    for (pi, w) in ws.iter().enumerate() {
-        let area = panel_area(pi, cols, top, PANEL_W);
-        let mpls = a.mpls_of(w);
-        let pols = policies_of(a, w);
+    let mut page = Page::new(20.0 + cols as f64 * PANEL_W, MAKESPAN_TITLE, &sub, &items);
+    let (d, top) = (&mut page.doc, page.top);
+    for panel in workload_panels(a, &ws, cols, top) {
+        let WorkloadPanel {
+            w,
+            area,
+            mpls,
+            cats,
+            pols,
+        } = panel;
         let series: Vec<(String, &str, Vec<Option<f64>>)> = pols
             .iter()
             .map(|p| {
@@ -63,10 +66,9 @@ pub fn makespan_svg(a: &Analysis) -> String {
             .collect();
         vals.push(1.0);
         let scale = Scale::fit(&vals, false, 0.0, 1.25);
-        let cats: Vec<String> = mpls.iter().map(|m| m.to_string()).collect();
         d.raw(&format!("<g class=\"panel\" data-workload=\"{}\">", esc(w)));
         frame(
-            &mut d,
+            d,
             &area,
             &scale,
             &format!("workload {w}"),
@@ -79,16 +81,11 @@ pub fn makespan_svg(a: &Analysis) -> String {
             series,
             cat_key: ("mpl", cats),
         };
-        draw_bars(&mut d, &area, &scale, &b);
-        reference(&mut d, &area, &scale, 1.0, "");
+        draw_bars(d, &area, &scale, &b);
+        reference(d, &area, &scale, 1.0, "");
         d.raw("</g>");
     }
-    d.finish(
-        width,
-        top + rows as f64 * PANEL_H + 10.0,
-        MAKESPAN_TITLE,
-        "",
-    )
+    page.finish(rows)
 }
 
 #[cfg(test)]

@@ -139,6 +139,39 @@ fn shared_workloads(a: &Analysis) -> Vec<String> {
         .collect()
 }
 
+/// The panel of one workload in a figure with a panel per workload.
+struct WorkloadPanel<'a> {
+    w: &'a str,
+    area: axes::Area,
+    /// Its MPLs, ascending (the categories along x) and as labels.
+    mpls: Vec<u32>,
+    cats: Vec<String>,
+    /// Policies (not the baseline) with a cell of the workload.
+    pols: Vec<String>,
+}
+
+/// The panels of `ws`, `cols` a row, the first row at `top`.
+fn workload_panels<'a>(
+    a: &Analysis,
+    ws: &'a [String],
+    cols: usize,
+    top: f64,
+) -> Vec<WorkloadPanel<'a>> {
+    ws.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let mpls = a.mpls_of(w);
+            WorkloadPanel {
+                w,
+                area: axes::panel_area(i, cols, top, axes::PANEL_W),
+                cats: mpls.iter().map(|m| m.to_string()).collect(),
+                mpls,
+                pols: policies_of(a, w),
+            }
+        })
+        .collect()
+}
+
 /// Policies (not the baseline) with a cell in any of `ws`.
 fn policies_of_any(a: &Analysis, ws: &[String]) -> Vec<String> {
     a.shared_policies()

@@ -8,6 +8,7 @@
 //! Known faults: widths are estimated from the number of characters, so a
 //! title of wide letters may pass the right edge.
 
+use super::axes::PANEL_H;
 use super::style::{marker, Style, OUTLINE};
 use super::{stroke, text};
 use gang_plot::{element, flow, text_width, Doc};
@@ -61,15 +62,8 @@ fn legend(d: &mut Doc, x0: f64, y: f64, width: f64, items: &[(Swatch, String)]) 
     last_y + 20.0
 }
 
-/// Title (the question), subtitle (what is plotted), legend; returns the y
-/// where panels may start.
-pub fn header(
-    d: &mut Doc,
-    width: f64,
-    title: &str,
-    subtitle: &[&str],
-    items: &[(Swatch, String)],
-) -> f64 {
+/// The figure's title (its question), top left.
+fn title_text(d: &mut Doc, title: &str) {
     text(
         d,
         (20.0, 28.0),
@@ -79,35 +73,59 @@ pub fn header(
         " font-weight=\"bold\"",
         title,
     );
-    let mut y = 48.0;
-    for s in subtitle {
-        text(d, (20.0, y), 12.0, "start", "#444444", "", s);
-        y += 16.0;
-    }
-    legend(d, 20.0, y + 6.0, width - 40.0, items) + 22.0
 }
 
-/// Width a figure needs for its title and subtitle.
-pub fn header_width(title: &str, subtitle: &[&str]) -> f64 {
-    let s = subtitle
-        .iter()
-        .map(|l| text_width(l, 12.0))
-        .fold(0.0, f64::max);
-    40.0 + text_width(title, 17.0).max(s)
+/// A figure being drawn: its header is there, its panels come below `top`.
+pub struct Page {
+    pub doc: Doc,
+    /// At least what the panels need, and what the header needs.
+    pub width: f64,
+    /// Where the panels start.
+    pub top: f64,
+    title: &'static str,
+}
+
+impl Page {
+    /// Title (the question), subtitle (what is plotted), legend, on a page
+    /// `panels_w` wide or wider if the header needs it.
+    pub fn new(
+        panels_w: f64,
+        title: &'static str,
+        subtitle: &[&str],
+        items: &[(Swatch, String)],
+    ) -> Page {
+        let sub_w = subtitle
+            .iter()
+            .map(|l| text_width(l, 12.0))
+            .fold(0.0, f64::max);
+        let width = panels_w.max(40.0 + text_width(title, 17.0).max(sub_w));
+        let mut doc = Doc::new();
+        title_text(&mut doc, title);
+        let mut y = 48.0;
+        for s in subtitle {
+            text(&mut doc, (20.0, y), 12.0, "start", "#444444", "", s);
+            y += 16.0;
+        }
+        let top = legend(&mut doc, 20.0, y + 6.0, width - 40.0, items) + 22.0;
+        Page {
+            doc,
+            width,
+            top,
+            title,
+        }
+    }
+
+    /// The document, `rows` rows of panels high.
+    pub fn finish(self, rows: usize) -> String {
+        let height = self.top + rows as f64 * PANEL_H + 10.0;
+        self.doc.finish(self.width, height, self.title, "")
+    }
 }
 
 /// A figure with nothing to show (the file exists and says why).
 pub fn empty_figure(title: &str, why: &str) -> String {
     let mut d = Doc::new();
-    text(
-        &mut d,
-        (20.0, 28.0),
-        17.0,
-        "start",
-        "#000000",
-        " font-weight=\"bold\"",
-        title,
-    );
+    title_text(&mut d, title);
     text(
         &mut d,
         (20.0, 70.0),

@@ -8,12 +8,12 @@
 //! Known faults: a configuration some policy did not run shows only the
 //! policies that did, so panels may differ in their categories.
 
-use super::axes::{frame, grid, panel_area, reference, Scale, PAD_L, PAD_R, PANEL_H, PANEL_W};
-use super::page::{empty_figure, header, header_width, Swatch};
+use super::axes::{frame, grid, panel_area, reference, Scale, PAD_L, PAD_R, PANEL_W};
+use super::page::{empty_figure, Page, Swatch};
 use super::style::OUTLINE;
 use super::{esc, policy_items, rotated, style, text, value_label, HALO, SHORT_TITLE};
 use crate::metrics::Analysis;
-use gang_plot::{element, Doc};
+use gang_plot::element;
 
 /// The FIFO bars and their legend swatch.
 const FIFO_FILL: &str = "#BBBBBB";
@@ -48,10 +48,9 @@ pub fn short_job_svg(a: &Analysis) -> String {
         "Response time (s) of a short job submitted while L long jobs run, mean over reps, next to what it would take",
         "in a FIFO queue behind them (computed from dedicated times) and alone on the cluster. A missing value is a gap.",
     ];
-    let width = (20.0 + cols as f64 * pw).max(header_width(SHORT_TITLE, &sub));
-    let pw = (width - 20.0) / cols as f64;
-    let mut d = Doc::new();
-    let top = header(&mut d, width, SHORT_TITLE, &sub, &items);
+    let mut page = Page::new(20.0 + cols as f64 * pw, SHORT_TITLE, &sub, &items);
+    let pw = (page.width - 20.0) / cols as f64;
+    let (d, top) = (&mut page.doc, page.top);
     for (ci, (w, behind, lw)) in confs.iter().enumerate() {
         let area = panel_area(ci, cols, top, pw);
         let recs: Vec<_> = all_pols
@@ -75,7 +74,7 @@ pub fn short_job_svg(a: &Analysis) -> String {
         let scale = Scale::fit(&vals, false, 0.0, 1.3);
         d.raw(&format!("<g class=\"panel\" data-workload=\"{}\">", esc(w)));
         frame(
-            &mut d,
+            d,
             &area,
             &scale,
             &format!("{w} behind {behind} × {lw}"),
@@ -118,7 +117,7 @@ pub fn short_job_svg(a: &Analysis) -> String {
                 let cx = x + bw / 2.0 + 3.5;
                 let ly = y - 4.0;
                 text(
-                    &mut d,
+                    d,
                     (cx, ly),
                     10.0,
                     "start",
@@ -131,7 +130,7 @@ pub fn short_job_svg(a: &Analysis) -> String {
         }
         if let Some(ded) = recs.iter().find_map(|s| s.dedicated_s) {
             reference(
-                &mut d,
+                d,
                 &area,
                 &scale,
                 ded,
@@ -140,7 +139,7 @@ pub fn short_job_svg(a: &Analysis) -> String {
         }
         d.raw("</g>");
     }
-    d.finish(width, top + rows as f64 * PANEL_H + 10.0, SHORT_TITLE, "")
+    page.finish(rows)
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@
 //! Known faults: with many policies the labels of one MPL may reach the
 //! next MPL's points.
 
-use super::axes::{frame, grid, panel_area, reference, Scale, PANEL_H, PANEL_W};
-use super::page::{empty_figure, header, header_width, Swatch};
+use super::axes::{frame, grid, reference, Scale, PANEL_W};
+use super::page::{empty_figure, Page, Swatch};
 use super::style::marker;
-use super::{esc, policies_of, policies_of_any, policy_items, shared_workloads, style, text};
-use super::{value_label, HALO, SLOWDOWN_TITLE};
+use super::{esc, policies_of_any, policy_items, shared_workloads, style, text};
+use super::{value_label, workload_panels, WorkloadPanel, HALO, SLOWDOWN_TITLE};
 use crate::metrics::Analysis;
 use gang_plot::{element, Doc, PathData};
 
@@ -78,14 +78,16 @@ pub fn slowdown_svg(a: &Analysis) -> String {
         "Mean slowdown of a job (its response time / the same workload alone on the cluster) at each multiprogramming level;",
         "values printed at each point; a missing cell is a gap.",
     ];
-    let width = (20.0 + cols as f64 * PANEL_W).max(header_width(SLOWDOWN_TITLE, &sub));
-    let mut d = Doc::new();
-    let top = header(&mut d, width, SLOWDOWN_TITLE, &sub, &items);
-
-    for (pi, w) in ws.iter().enumerate() {
-        let area = panel_area(pi, cols, top, PANEL_W);
-        let mpls = a.mpls_of(w);
-        let pols = policies_of(a, w);
+    let mut page = Page::new(20.0 + cols as f64 * PANEL_W, SLOWDOWN_TITLE, &sub, &items);
+    let (d, top) = (&mut page.doc, page.top);
+    for panel in workload_panels(a, &ws, cols, top) {
+        let WorkloadPanel {
+            w,
+            area,
+            mpls,
+            cats,
+            pols,
+        } = panel;
         let mut vals = vec![1.0];
         for p in &pols {
             for m in &mpls {
@@ -96,10 +98,9 @@ pub fn slowdown_svg(a: &Analysis) -> String {
             }
         }
         let scale = Scale::fit(&vals, true, 8.0, 1.08);
-        let cats: Vec<String> = mpls.iter().map(|m| m.to_string()).collect();
         d.raw(&format!("<g class=\"panel\" data-workload=\"{}\">", esc(w)));
         frame(
-            &mut d,
+            d,
             &area,
             &scale,
             &format!("workload {w}"),
@@ -107,7 +108,7 @@ pub fn slowdown_svg(a: &Analysis) -> String {
             "MPL (jobs sharing the cluster)",
             &cats,
         );
-        reference(&mut d, &area, &scale, 1.0, "dedicated");
+        reference(d, &area, &scale, 1.0, "dedicated");
         let n = pols.len();
         let slot = area.w / mpls.len() as f64;
         let dodge = (slot * 0.3 / n.max(1) as f64).min(7.0);
@@ -131,7 +132,7 @@ pub fn slowdown_svg(a: &Analysis) -> String {
                     })
                 })
                 .collect();
-            lines(&mut d, &pts, st.colour);
+            lines(d, &pts, st.colour);
             for (i, pt) in pts.iter().enumerate() {
                 let Some(Point { x, y, max, v }) = pt else {
                     continue;
@@ -169,7 +170,7 @@ pub fn slowdown_svg(a: &Analysis) -> String {
             for (y, j) in ys {
                 let l = &ls[j];
                 text(
-                    &mut d,
+                    d,
                     (x, y),
                     10.0,
                     "start",
@@ -181,12 +182,7 @@ pub fn slowdown_svg(a: &Analysis) -> String {
         }
         d.raw("</g>");
     }
-    d.finish(
-        width,
-        top + rows as f64 * PANEL_H + 10.0,
-        SLOWDOWN_TITLE,
-        "",
-    )
+    page.finish(rows)
 }
 
 #[cfg(test)]

@@ -10,12 +10,11 @@
 //! Known faults: the panel widens with workloads × policies and has no
 //! upper bound.
 
-use super::axes::{frame, panel_area, Scale, PAD_L, PAD_R, PANEL_H, PANEL_W};
+use super::axes::{frame, panel_area, Scale, PAD_L, PAD_R, PANEL_W};
 use super::bars::{draw_bars, Bars};
-use super::page::{empty_figure, header, header_width};
+use super::page::{empty_figure, Page};
 use super::{policy_items, shared_workloads, style, SWITCH_TITLE};
 use crate::metrics::Analysis;
-use gang_plot::Doc;
 
 pub fn switch_overhead_svg(a: &Analysis) -> String {
     let pols: Vec<String> = a
@@ -67,15 +66,14 @@ pub fn switch_overhead_svg(a: &Analysis) -> String {
         "Per-switch overhead in ms = (makespan - MPL × dedicated time) / slot switches, mean over reps, at each workload's highest MPL.",
         "A throughput estimate: meaningful for compute-bound workloads (ep); noise can make it negative. Missing: a gap.",
     ];
-    let width = (20.0 + pw).max(header_width(SWITCH_TITLE, &sub));
-    let pw = width - 20.0;
-    let mut d = Doc::new();
-    let top = header(&mut d, width, SWITCH_TITLE, &sub, &items);
+    let mut page = Page::new(20.0 + pw, SWITCH_TITLE, &sub, &items);
+    let pw = page.width - 20.0;
+    let (d, top) = (&mut page.doc, page.top);
     let area = panel_area(0, 1, top, pw);
     let cats: Vec<String> = ws.iter().map(|(w, m)| format!("{w} (mpl={m})")).collect();
     d.raw("<g class=\"panel\">");
     frame(
-        &mut d,
+        d,
         &area,
         &scale,
         "per-switch overhead by workload",
@@ -85,7 +83,7 @@ pub fn switch_overhead_svg(a: &Analysis) -> String {
     );
     let keys = ws.iter().map(|(w, _)| w.clone()).collect();
     draw_bars(
-        &mut d,
+        d,
         &area,
         &scale,
         &Bars {
@@ -95,7 +93,7 @@ pub fn switch_overhead_svg(a: &Analysis) -> String {
         },
     );
     d.raw("</g>");
-    d.finish(width, top + PANEL_H + 10.0, SWITCH_TITLE, "")
+    page.finish(1)
 }
 
 #[cfg(test)]
