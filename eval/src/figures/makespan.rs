@@ -42,14 +42,14 @@ pub fn makespan_svg(a: &Analysis) -> String {
     ];
     let mut page = Page::new(20.0 + cols as f64 * PANEL_W, MAKESPAN_TITLE, &sub, &items);
     let (d, top) = (&mut page.doc, page.top);
-    for panel in workload_panels(a, &ws, cols, top) {
-        let WorkloadPanel {
-            w,
-            area,
-            mpls,
-            cats,
-            pols,
-        } = panel;
+    for WorkloadPanel {
+        w,
+        area,
+        mpls,
+        cats,
+        pols,
+    } in workload_panels(a, &ws, cols, top)
+    {
         let series: Vec<(String, &str, Vec<Option<f64>>)> = pols
             .iter()
             .map(|p| {

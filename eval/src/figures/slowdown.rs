@@ -80,14 +80,14 @@ pub fn slowdown_svg(a: &Analysis) -> String {
     ];
     let mut page = Page::new(20.0 + cols as f64 * PANEL_W, SLOWDOWN_TITLE, &sub, &items);
     let (d, top) = (&mut page.doc, page.top);
-    for panel in workload_panels(a, &ws, cols, top) {
-        let WorkloadPanel {
-            w,
-            area,
-            mpls,
-            cats,
-            pols,
-        } = panel;
+    for WorkloadPanel {
+        w,
+        area,
+        mpls,
+        cats,
+        pols,
+    } in workload_panels(a, &ws, cols, top)
+    {
         let mut vals = vec![1.0];
         for p in &pols {
             for m in &mpls {
