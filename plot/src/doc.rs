@@ -84,7 +84,7 @@ impl PathData {
         PathData::default()
     }
 
-    /// One command and its numbers: `cmd(b'M', &[x, y])` is "M x y".
+    /// One command and its numbers: `cmd('M', &[x, y])` writes "Mx y".
     pub fn cmd(&mut self, cmd: char, args: &[f64]) -> &mut Self {
         self.0.push(cmd);
         for (i, a) in args.iter().enumerate() {

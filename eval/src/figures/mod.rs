@@ -38,7 +38,6 @@ mod style;
 mod switch;
 
 pub use axes::Scale;
-pub use gang_plot::esc;
 pub use makespan::makespan_svg;
 pub use short_job::short_job_svg;
 pub use slowdown::slowdown_svg;
@@ -46,7 +45,7 @@ pub use style::{style, Marker, Style};
 pub use switch::switch_overhead_svg;
 
 use crate::metrics::Analysis;
-use gang_plot::{num, Doc};
+use gang_plot::{esc, num, Doc};
 use page::Swatch;
 
 pub const SLOWDOWN_TITLE: &str = "How much slower does each job run when jobs share the cluster?";
