@@ -79,6 +79,23 @@ pub(crate) struct LegendGang {
     pub share_of_gang_time: f64,
 }
 
+/// The legend's gangs, ordered by id (so by colour): `(name, id, share of
+/// CPU, share of gang time)` each.
+pub(crate) fn legend_gangs<'a>(
+    gangs: impl Iterator<Item = (&'a String, i32, f64, f64)>,
+) -> Vec<LegendGang> {
+    let mut v: Vec<LegendGang> = gangs
+        .map(|(name, id, cpu, gang)| LegendGang {
+            id,
+            name: name.clone(),
+            share_of_cpu: cpu,
+            share_of_gang_time: gang,
+        })
+        .collect();
+    v.sort_by_key(|g| g.id);
+    v
+}
+
 /// Figures of the legend.
 pub(crate) struct Legend {
     /// In the order shown.
@@ -383,17 +400,11 @@ fn title_lines(trace: &Trace) -> (String, String) {
 pub fn render_svg(trace: &Trace) -> String {
     let s = &trace.summary;
     let (title, subtitle) = title_lines(trace);
-    let mut gangs: Vec<LegendGang> = s
-        .gangs
-        .iter()
-        .map(|(name, g)| LegendGang {
-            id: g.id,
-            name: name.clone(),
-            share_of_cpu: g.share_of_cpu,
-            share_of_gang_time: g.share_of_gang_time,
-        })
-        .collect();
-    gangs.sort_by_key(|g| g.id);
+    let gangs = legend_gangs(
+        s.gangs
+            .iter()
+            .map(|(n, g)| (n, g.id, g.share_of_cpu, g.share_of_gang_time)),
+    );
     let timeline = Timeline {
         title,
         subtitle,
