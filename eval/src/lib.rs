@@ -15,7 +15,7 @@
 //! - [`targets`]: the evaluation's claims checked against the metrics (met,
 //!   NOT met, or n/a with the reason).
 //! - [`report`]: CSV files and the text summary (tables), and writing them.
-//! - [`svg`]: hand-written SVG figures, one per question, with a fixed
+//! - [`figures`]: hand-written SVG figures, one per question, with a fixed
 //!   colour-blind-friendly colour per policy.
 //! - [`check`]: is the run complete? Every expected job, cell and baseline
 //!   record present and ok, or the list of what is not.
@@ -27,10 +27,10 @@
 
 pub mod bench;
 pub mod check;
+pub mod figures;
 pub mod metrics;
 pub mod records;
 pub mod report;
-pub mod svg;
 pub mod targets;
 
 /// Policy names the evaluation knows (their colours are fixed).

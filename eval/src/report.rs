@@ -1,5 +1,5 @@
 //! results.csv, short.csv and summary.txt, and writing the report directory
-//! (the figures come from [`crate::svg`]).
+//! (the figures come from [`crate::figures`]).
 
 use crate::metrics::{Analysis, CellStats};
 use crate::records::Log;
@@ -428,7 +428,7 @@ pub fn write_report(
     put("results.csv", &results_csv(a))?;
     put("short.csv", &short_csv(a))?;
     put("summary.txt", &summary)?;
-    for (name, svg) in crate::svg::figures(a) {
+    for (name, svg) in crate::figures::figures(a) {
         put(name, &svg)?;
     }
     Ok(Written { files, summary })

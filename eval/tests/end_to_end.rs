@@ -4,7 +4,7 @@
 //! figures are well formed; `gang-eval check` passes on the complete run and
 //! names what a broken one lacks; bad input and bad arguments exit 2.
 
-use gang_eval::svg::well_formed;
+use gang_plot::well_formed;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-use super::svg::{self, Legend, LegendGang, Row, Timeline};
+use super::svg::{self, Legend, Row, Timeline};
 use super::*;
 
 /// One node's raw trace as it came from gangd.
@@ -367,17 +367,11 @@ pub fn render_cluster_svg(ct: &ClusterTrace) -> String {
     }
     switches.sort_unstable();
 
-    let mut gangs: Vec<LegendGang> = ct
-        .gangs
-        .iter()
-        .map(|(name, g)| LegendGang {
-            id: g.id,
-            name: name.clone(),
-            share_of_cpu: g.share_of_cpu,
-            share_of_gang_time: g.share_of_gang_time,
-        })
-        .collect();
-    gangs.sort_by_key(|g| g.id);
+    let gangs = svg::legend_gangs(
+        ct.gangs
+            .iter()
+            .map(|(n, g)| (n, g.id, g.share_of_cpu, g.share_of_gang_time)),
+    );
     let k = &ct.skew_us;
     let title = format!(
         "scx_gang on {} nodes: {}, overlap {:.2}%, switch skew p50 {} / p99 {} ({} switches)",

@@ -9,10 +9,15 @@
 //! The drawing itself works on a [`Timeline`] (labelled rows of intervals,
 //! switch times, legend figures), so that the cluster view (cluster.rs)
 //! draws many nodes' CPUs the same way as [`render_svg`] draws one node's.
+//! The document, escaping, numbers, ticks, text widths and the legend's
+//! flow come from the shared toolkit, gang-plot.
+//!
+//! Known faults: row labels and legend entries are sized by an estimate of
+//! their text width, so a long name may overrun its room.
 
 use super::*;
+use gang_plot::{esc, flow, nice_step, num, text_width, tick_label, ticks, Doc, PathData};
 use std::borrow::Cow;
-use std::fmt::Write;
 
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 70.0;
@@ -59,62 +64,6 @@ fn colour(style: Style) -> String {
     }
 }
 
-/// Escapes text for XML content and attribute values.
-pub(crate) fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Control characters are not allowed in XML 1.0 at all.
-            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A coordinate with at most two decimals and no trailing zeros: keeps the
-/// file small without visible loss.
-fn num(v: f64) -> String {
-    let s = format!("{:.2}", v);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s.is_empty() || s == "-0" {
-        "0".into()
-    } else {
-        s.into()
-    }
-}
-
-/// A 1-2-5 step giving about `target` ticks over `range`.
-fn nice_step(range: f64, target: f64) -> f64 {
-    if range.is_nan() || range <= 0.0 || !range.is_finite() {
-        return 1.0;
-    }
-    let raw = range / target;
-    let mag = 10f64.powf(raw.log10().floor());
-    let m = raw / mag;
-    let f = if m <= 1.0 {
-        1.0
-    } else if m <= 2.0 {
-        2.0
-    } else if m <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    f * mag
-}
-
-/// Tick label with just enough decimals for `step`.
-fn tick_label(v: f64, step: f64) -> String {
-    let decimals = (-step.log10().floor()).max(0.0) as usize;
-    format!("{:.*}", decimals.min(9), v)
-}
-
 /// One row of the picture: a label (e.g. "cpu3") and what ran there, in
 /// time order, on the timeline's clock.
 pub(crate) struct Row<'a> {
@@ -128,6 +77,23 @@ pub(crate) struct LegendGang {
     pub name: String,
     pub share_of_cpu: f64,
     pub share_of_gang_time: f64,
+}
+
+/// The legend's gangs, ordered by id (so by colour): `(name, id, share of
+/// CPU, share of gang time)` each.
+pub(crate) fn legend_gangs<'a>(
+    gangs: impl Iterator<Item = (&'a String, i32, f64, f64)>,
+) -> Vec<LegendGang> {
+    let mut v: Vec<LegendGang> = gangs
+        .map(|(name, id, cpu, gang)| LegendGang {
+            id,
+            name: name.clone(),
+            share_of_cpu: cpu,
+            share_of_gang_time: gang,
+        })
+        .collect();
+    v.sort_by_key(|g| g.id);
+    v
 }
 
 /// Figures of the legend.
@@ -177,16 +143,15 @@ impl Layout {
         } else {
             4.0
         };
-        // About 7 px per character at 12 px sans; never narrower than the
-        // classic margin, never more than a third of the picture.
+        // Never narrower than the classic margin, never more than a third
+        // of the picture.
         let font = f64::min(row_h, 12.0);
         let longest = t
             .rows
             .iter()
-            .map(|r| r.label.chars().count())
-            .max()
-            .unwrap_or(0);
-        let left = (10.0 + longest as f64 * 7.0 * font / 12.0).clamp(LEFT, WIDTH / 3.0);
+            .map(|r| text_width(&r.label, font))
+            .fold(0.0, f64::max);
+        let left = (10.0 + longest).clamp(LEFT, WIDTH / 3.0);
         let plot_w = WIDTH - left - RIGHT;
         let dur = t.end_ns.saturating_sub(t.start_ns);
         let scale = if dur == 0 { 0.0 } else { plot_w / dur as f64 };
@@ -223,29 +188,20 @@ fn push_merged(segs: &mut Vec<(f64, f64)>, x0: f64, x1: f64) {
 }
 
 /// Rectangle subpaths for one row's segments.
-fn rects(d: &mut String, segs: &[(f64, f64)], y: f64, h: f64) {
+fn rects(d: &mut PathData, segs: &[(f64, f64)], y: f64, h: f64) {
     for &(x0, x1) in segs {
-        let w = num(x1 - x0);
-        let _ = write!(d, "M{} {}h{}v{}h-{}z", num(x0), num(y), w, num(h), w);
+        d.rect(x0, y, x1 - x0, h);
     }
 }
 
-fn draw_rows(svg: &mut String, t: &Timeline, lay: &Layout) {
-    let mut paths: BTreeMap<Style, String> = BTreeMap::new();
-    let mut hatch = String::new();
-    let mut marks = String::new();
-    let mut outlines = String::new();
+fn draw_rows(svg: &mut Doc, t: &Timeline, lay: &Layout) {
+    let mut paths: BTreeMap<Style, PathData> = BTreeMap::new();
+    let mut hatch = PathData::new();
+    let mut marks = PathData::new();
+    let mut outlines = PathData::new();
     for (i, row) in t.rows.iter().enumerate() {
         let y = lay.row_y(i);
-        let _ = write!(
-            outlines,
-            "M{} {}h{}v{}h-{}z",
-            num(lay.left),
-            num(y),
-            num(lay.plot_w),
-            num(lay.row_h),
-            num(lay.plot_w)
-        );
+        outlines.rect(lay.left, y, lay.plot_w, lay.row_h);
         let mut segs: BTreeMap<Style, Vec<(f64, f64)>> = BTreeMap::new();
         let mut over: Vec<(f64, f64)> = Vec::new();
         let mut over_marks: Vec<(f64, f64)> = Vec::new();
@@ -273,32 +229,25 @@ fn draw_rows(svg: &mut String, t: &Timeline, lay: &Layout) {
         rects(&mut hatch, &over, y, lay.row_h);
         rects(&mut marks, &over_marks, y, (lay.row_h / 5.0).max(1.5));
     }
-    let _ = writeln!(
-        svg,
-        r##"<path fill="#ffffff" stroke="#cccccc" stroke-width="0.5" d="{outlines}"/>"##
+    svg.path(
+        &outlines,
+        r##" fill="#ffffff" stroke="#cccccc" stroke-width="0.5""##,
     );
     for (style, d) in &paths {
-        let _ = writeln!(svg, r#"<path fill="{}" d="{d}"/>"#, colour(*style));
+        svg.path(d, &format!(r#" fill="{}""#, colour(*style)));
     }
-    if !hatch.is_empty() {
-        let _ = writeln!(svg, r#"<path fill="url(#hatch)" d="{hatch}"/>"#);
-        let _ = writeln!(svg, r#"<path fill="{OVERLAP_COLOUR}" d="{marks}"/>"#);
-    }
+    // Both empty when nothing overlapped.
+    svg.path(&hatch, r#" fill="url(#hatch)""#);
+    svg.path(&marks, &format!(r#" fill="{OVERLAP_COLOUR}""#));
     let font = lay.row_h.min(12.0);
+    let attrs = format!(r#" font-size="{}" text-anchor="end""#, num(font));
     for (i, row) in t.rows.iter().enumerate() {
         let y = lay.row_y(i) + lay.row_h / 2.0 + font * 0.35;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" font-size="{}" text-anchor="end">{}</text>"#,
-            num(lay.left - 6.0),
-            num(y),
-            num(font),
-            xml_escape(&row.label)
-        );
+        svg.text((lay.left - 6.0, y), &attrs, &row.label);
     }
 }
 
-fn draw_switches(svg: &mut String, t: &Timeline, lay: &Layout) {
+fn draw_switches(svg: &mut Doc, t: &Timeline, lay: &Layout) {
     let bottom = lay.rows_bottom(t.rows.len());
     let xs: Vec<f64> = t.switches.iter().map(|&ts| lay.x(ts)).collect();
     // Lines through the rows help while slots are several pixels wide; when
@@ -309,61 +258,47 @@ fn draw_switches(svg: &mut String, t: &Timeline, lay: &Layout) {
         _ => f64::INFINITY,
     };
     let y_end = if mean_gap >= 6.0 { bottom } else { TOP - 1.0 };
-    let mut d = String::new();
+    let mut d = PathData::new();
     let mut last_x = f64::NEG_INFINITY;
     for x in xs {
         // Lines closer than a pixel look like one: draw one.
         if x - last_x >= 1.0 {
-            let _ = write!(d, "M{} {}V{}", num(x), num(TOP - 5.0), num(y_end));
+            d.cmd('M', &[x, TOP - 5.0]).cmd('V', &[y_end]);
             last_x = x;
         }
     }
-    if !d.is_empty() {
-        let _ = writeln!(
-            svg,
-            r##"<path stroke="#333333" stroke-width="0.6" stroke-opacity="0.6" d="{d}"/>"##
-        );
-    }
+    svg.path(
+        &d,
+        r##" stroke="#333333" stroke-width="0.6" stroke-opacity="0.6""##,
+    );
 }
 
 /// Time axis under the rows; returns the y below it.
-fn draw_axis(svg: &mut String, t: &Timeline, lay: &Layout) -> f64 {
+fn draw_axis(svg: &mut Doc, t: &Timeline, lay: &Layout) -> f64 {
     let y = lay.rows_bottom(t.rows.len()) + 4.0;
     let dur_ms = t.end_ns.saturating_sub(t.start_ns) as f64 / 1e6;
     let step = nice_step(dur_ms, 10.0);
-    let mut d = format!("M{} {}h{}", num(lay.left), num(y), num(lay.plot_w));
-    let mut labels = String::new();
-    let n = if dur_ms > 0.0 {
-        (dur_ms / step + 1e-9).floor() as u64
-    } else {
-        0
-    };
-    for i in 0..=n {
-        let v = i as f64 * step;
+    let mut d = PathData::new();
+    d.cmd('M', &[lay.left, y]).cmd('h', &[lay.plot_w]);
+    let mut labels = Vec::new();
+    for v in ticks(0.0, dur_ms, step) {
         let x = if dur_ms > 0.0 {
             lay.left + v / dur_ms * lay.plot_w
         } else {
             lay.left
         };
-        let _ = write!(d, "M{} {}v5", num(x), num(y));
-        let _ = writeln!(
-            labels,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            num(x),
-            num(y + 17.0),
-            tick_label(v, step)
-        );
+        d.cmd('M', &[x, y]).cmd('v', &[5.0]);
+        labels.push((x, tick_label(v, step)));
     }
-    let _ = writeln!(
-        svg,
-        r##"<path stroke="#000000" stroke-width="1" fill="none" d="{d}"/>"##
-    );
-    svg.push_str(&labels);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">time (ms since start)</text>"#,
-        num(lay.left + lay.plot_w / 2.0),
-        num(y + 33.0)
+    svg.path(&d, r##" stroke="#000000" stroke-width="1" fill="none""##);
+    let middle = r#" text-anchor="middle""#;
+    for (x, label) in labels {
+        svg.text((x, y + 17.0), middle, &label);
+    }
+    svg.text(
+        (lay.left + lay.plot_w / 2.0, y + 33.0),
+        middle,
+        "time (ms since start)",
     );
     y + 44.0
 }
@@ -373,7 +308,7 @@ fn pct(v: f64) -> String {
 }
 
 /// Legend entries: (swatch fill, text). Returns the y below the legend.
-fn draw_legend(svg: &mut String, legend: &Legend, lay: &Layout, y0: f64) -> f64 {
+fn draw_legend(svg: &mut Doc, legend: &Legend, lay: &Layout, y0: f64) -> f64 {
     let s = legend;
     let mut items: Vec<(String, String)> = Vec::new();
     for g in &s.gangs {
@@ -404,25 +339,21 @@ fn draw_legend(svg: &mut String, legend: &Legend, lay: &Layout, y0: f64) -> f64 
         format!("overlap (red): {} of gang time", pct(s.overlap_fraction)),
     ));
 
-    // Flow layout: items advance by their estimated text width (about 7 px
-    // per character at 12 px sans) and wrap at the right edge.
-    let (mut x, mut y) = (lay.left, y0);
-    for (fill, text) in &items {
-        let w = 19.0 + text.chars().count() as f64 * 7.0 + 24.0;
-        if x > lay.left && x + w > WIDTH - RIGHT {
-            x = lay.left;
-            y += 20.0;
-        }
-        let _ = writeln!(
-            svg,
+    // Items advance by their estimated text width and wrap at the right edge.
+    let widths: Vec<f64> = items
+        .iter()
+        .map(|(_, text)| 19.0 + text_width(text, 12.0) + 24.0)
+        .collect();
+    let (at, y) = flow(&widths, (lay.left, y0), WIDTH - RIGHT - lay.left, 20.0);
+    for ((fill, text), (x, y)) in items.iter().zip(at) {
+        svg.raw(&format!(
             r##"<rect x="{}" y="{}" width="14" height="12" fill="{fill}" stroke="#666666" stroke-width="0.5"/><text x="{}" y="{}">{}</text>"##,
             num(x),
             num(y),
             num(x + 19.0),
             num(y + 10.5),
-            xml_escape(text)
-        );
-        x += w;
+            esc(text)
+        ));
     }
     y + 28.0
 }
@@ -469,17 +400,11 @@ fn title_lines(trace: &Trace) -> (String, String) {
 pub fn render_svg(trace: &Trace) -> String {
     let s = &trace.summary;
     let (title, subtitle) = title_lines(trace);
-    let mut gangs: Vec<LegendGang> = s
-        .gangs
-        .iter()
-        .map(|(name, g)| LegendGang {
-            id: g.id,
-            name: name.clone(),
-            share_of_cpu: g.share_of_cpu,
-            share_of_gang_time: g.share_of_gang_time,
-        })
-        .collect();
-    gangs.sort_by_key(|g| g.id);
+    let gangs = legend_gangs(
+        s.gangs
+            .iter()
+            .map(|(n, g)| (n, g.id, g.share_of_cpu, g.share_of_gang_time)),
+    );
     let timeline = Timeline {
         title,
         subtitle,
@@ -513,70 +438,34 @@ pub fn render_svg(trace: &Trace) -> String {
 /// Renders any [`Timeline`]; [`render_svg`] is the one-node case.
 pub(crate) fn render_timeline(t: &Timeline) -> String {
     let lay = Layout::new(t);
-    let mut body = String::new();
-    let (title, sub) = (&t.title, &t.subtitle);
-    let _ = writeln!(
-        body,
-        r#"<text x="{}" y="20" font-size="15" font-weight="bold">{}</text>"#,
-        num(lay.left),
-        xml_escape(title)
+    let mut body = Doc::new();
+    body.text(
+        (lay.left, 20.0),
+        r#" font-size="15" font-weight="bold""#,
+        &t.title,
     );
-    let _ = writeln!(
-        body,
-        r##"<text x="{}" y="38" fill="#444444">{}</text>"##,
-        num(lay.left),
-        xml_escape(sub)
-    );
+    body.text((lay.left, 38.0), r##" fill="#444444""##, &t.subtitle);
     draw_rows(&mut body, t, &lay);
     draw_switches(&mut body, t, &lay);
     let y = draw_axis(&mut body, t, &lay);
     let height = draw_legend(&mut body, &t.legend, &lay, y);
-
-    let mut svg = String::with_capacity(body.len() + 600);
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">"#,
-        w = num(WIDTH),
-        h = num(height)
-    );
-    let _ = writeln!(svg, "<title>{}</title>", xml_escape(title));
-    svg.push_str("<style>text{font-family:sans-serif;font-size:12px}</style>\n");
     // Red stripes on a transparent ground: the overrunning gang's colour
     // stays visible between them.
-    let _ = writeln!(
-        svg,
-        r##"<defs><pattern id="hatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.6" height="4" fill="{OVERLAP_COLOUR}"/></pattern></defs>"##
+    let hatch = format!(
+        r##"<pattern id="hatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="1.6" height="4" fill="{OVERLAP_COLOUR}"/></pattern>"##
     );
-    let _ = writeln!(
-        svg,
-        r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
-    );
-    svg.push_str(&body);
-    svg.push_str("</svg>\n");
-    svg
+    body.finish(WIDTH, height, &t.title, &hatch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // Escaping, numbers and ticks are specified in gang-plot (doc.rs,
+    // axis.rs), where these tests' other assertions moved.
     #[test]
-    fn escape_and_numbers() {
-        assert_eq!(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
-        assert_eq!(num(12.0), "12");
-        assert_eq!(num(12.50), "12.5");
-        assert_eq!(num(0.004), "0");
+    fn tint_mixes_with_white() {
         assert_eq!(tint("#000000"), "#8c8c8c");
-    }
-
-    #[test]
-    fn ticks_are_1_2_5() {
-        assert_eq!(nice_step(10_000.0, 10.0), 1000.0);
-        assert_eq!(nice_step(35.0, 10.0), 5.0);
-        assert!((nice_step(0.15, 10.0) - 0.02).abs() < 1e-12);
-        assert_eq!(nice_step(0.0, 10.0), 1.0);
-        assert_eq!(tick_label(0.04, 0.02), "0.04");
-        assert_eq!(tick_label(2000.0, 1000.0), "2000");
     }
 
     #[test]
