@@ -94,7 +94,7 @@ pub struct FrozenReport {
     /// Every task of those gangs reached the freezer before the timeout.
     pub parked: bool,
     /// From the command to every task parked.
-    pub freeze_us: u64,
+    pub park_us: u64,
     /// Steady state reached; false: the drain timeout fired first.
     pub drained: bool,
     /// From the command to steady state (or to the timeout).
@@ -104,7 +104,8 @@ pub struct FrozenReport {
     /// When parked: sockets with data in flight or queued, and how much.
     pub busy_sockets: u32,
     pub unacked_segs: u64,
-    pub queued_bytes: u64,
+    /// Bytes unacknowledged or unsent on those sockets: what had to drain.
+    pub drained_bytes: u64,
     /// Gangs every rank of which had yielded the slot: already parked by
     /// the scheduler, so not frozen (only drained).
     #[serde(default)]
@@ -118,7 +119,7 @@ impl FrozenReport {
         gen: u64,
         gangs: Vec<String>,
         parked: bool,
-        freeze_us: u64,
+        park_us: u64,
         drain: &crate::drain::DrainReport,
         start: std::time::Instant,
     ) -> Self {
@@ -126,14 +127,25 @@ impl FrozenReport {
             gen,
             gangs,
             parked,
-            freeze_us,
+            park_us,
             drained: drain.drained,
             drain_us: start.elapsed().as_micros() as u64,
             sockets: drain.initial.sockets,
             busy_sockets: drain.initial.busy_sockets,
             unacked_segs: drain.initial.unacked_segs,
-            queued_bytes: drain.initial.queued_bytes,
+            drained_bytes: drain.initial.queued_bytes,
             yielded: Vec::new(),
+        }
+    }
+
+    /// What gangd is told of this freeze (Frozen), `answer_us` after the
+    /// node received the Freeze.
+    pub fn summary(&self, answer_us: u64) -> gang_wire::proto::FreezeReport {
+        gang_wire::proto::FreezeReport {
+            drained_bytes: self.drained_bytes,
+            drain_us: self.drain_us,
+            timed_out: !self.drained,
+            answer_us,
         }
     }
 }

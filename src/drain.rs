@@ -384,7 +384,7 @@ pub fn drain_parked(
     start: Instant,
     timeout: Duration,
 ) -> io::Result<FrozenReport> {
-    let freeze_us = start.elapsed().as_micros() as u64;
+    let park_us = start.elapsed().as_micros() as u64;
     let mut ids = Vec::new();
     for dir in dirs {
         match cgroup_ids(dir) {
@@ -397,7 +397,7 @@ pub fn drain_parked(
     let left = timeout.saturating_sub(start.elapsed());
     let drain = wait_steady(|| tcp_sockets_of(&ids), left, FREEZE_POLL)?;
     Ok(FrozenReport::drained(
-        gen, gangs, parked, freeze_us, &drain, start,
+        gen, gangs, parked, park_us, &drain, start,
     ))
 }
 

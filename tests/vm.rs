@@ -415,7 +415,7 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
         timeout["drain_us"].as_u64().unwrap() >= 300_000,
         "{timeout}"
     );
-    assert!(timeout["queued_bytes"].as_u64().unwrap() > 0, "{timeout}");
+    assert!(timeout["drained_bytes"].as_u64().unwrap() > 0, "{timeout}");
 
     assert_ne!(read(&r, "standalone.rc"), "0");
     assert!(read(&r, "standalone.err").contains("freeze needs an explicit schedule"));

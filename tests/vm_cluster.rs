@@ -1131,7 +1131,7 @@ fn without_bpf_signals_alternate_the_jobs_and_none_lets_them_share_the_cpu() {
     assert!(
         frozen
             .iter()
-            .all(|n| rec_num(&n["frozen"], "freeze_us").is_some()),
+            .all(|n| rec_num(&n["frozen"], "answer_us").is_some()),
         "every freeze report has its timings"
     );
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gang_coordinator::switch::barrier::*;
-use gang_wire::proto::{Barrier, Gen, NodeId, ToAgent};
+use gang_wire::proto::{Barrier, FreezeReport, Gen, NodeId, ToAgent};
 use proptest::prelude::*;
 
 const G: Gen = Gen(7);
@@ -22,12 +22,12 @@ fn spec(n: u32, barrier: Barrier) -> SwitchSpec {
     }
 }
 
-fn frozen(drain_us: u64, timed_out: bool) -> FrozenReport {
-    FrozenReport {
+fn frozen(drain_us: u64, timed_out: bool) -> FreezeReport {
+    FreezeReport {
         drained_bytes: 10,
         drain_us,
         timed_out,
-        freeze_us: drain_us + 50,
+        answer_us: drain_us + 50,
     }
 }
 

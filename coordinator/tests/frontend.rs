@@ -1006,10 +1006,12 @@ mod end_to_end {
                     ToAgent::Freeze { gen, from_slot, .. } => send(FromAgent::Frozen {
                         gen,
                         slot: from_slot,
-                        drained_bytes: 0,
-                        drain_us: 1,
-                        timed_out: false,
-                        freeze_us: 1,
+                        report: FreezeReport {
+                            drained_bytes: 0,
+                            drain_us: 1,
+                            timed_out: false,
+                            answer_us: 1,
+                        },
                     }),
                     ToAgent::Switch { gen, slot, .. } => send(FromAgent::Running {
                         gen,

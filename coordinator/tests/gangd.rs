@@ -204,10 +204,12 @@ impl FakeAgent {
                     ToAgent::Freeze { gen, from_slot, .. } => Some(FromAgent::Frozen {
                         gen: *gen,
                         slot: *from_slot,
-                        drained_bytes: 0,
-                        drain_us: 5,
-                        timed_out: false,
-                        freeze_us: 10,
+                        report: FreezeReport {
+                            drained_bytes: 0,
+                            drain_us: 5,
+                            timed_out: false,
+                            answer_us: 10,
+                        },
                     }),
                     ToAgent::Switch { gen, slot, .. } => Some(FromAgent::Running {
                         gen: *gen,

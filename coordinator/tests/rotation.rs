@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use gang_coordinator::daemon::knobs::ClusterKnobs;
 use gang_coordinator::switch::barrier::Outbox;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table, PHASE_TIMEOUT_US};
-use gang_wire::proto::{Barrier, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
+use gang_wire::proto::{Barrier, FreezeReport, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
 
 /// 100 ms slots, strict barrier, 200 ms drain timeout.
 fn knobs() -> ClusterKnobs {
@@ -102,10 +102,12 @@ fn frozen(gen: u64, slot: u32) -> FromAgent {
     FromAgent::Frozen {
         gen: Gen(gen),
         slot,
-        drained_bytes: 0,
-        drain_us: 10,
-        timed_out: false,
-        freeze_us: 20,
+        report: FreezeReport {
+            drained_bytes: 0,
+            drain_us: 10,
+            timed_out: false,
+            answer_us: 20,
+        },
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_wire::proto::{Barrier, FromAgent, Gen, Placement, ToAgent};
+use gang_wire::proto::{Barrier, FreezeReport, FromAgent, Gen, Placement, ToAgent};
 use log::{info, warn};
 
 use crate::control::{self, Request};
@@ -304,10 +304,7 @@ impl Handler {
                 Ok(r) => FromAgent::Frozen {
                     gen,
                     slot: from_slot,
-                    drained_bytes: r.queued_bytes,
-                    drain_us: r.drain_us,
-                    timed_out: !r.drained,
-                    freeze_us: micros(received),
+                    report: r.summary(micros(received)),
                 },
                 Err(e) => {
                     let message =
@@ -319,10 +316,12 @@ impl Handler {
                     FromAgent::Frozen {
                         gen,
                         slot: from_slot,
-                        drained_bytes: 0,
-                        drain_us: micros(received),
-                        timed_out: true,
-                        freeze_us: micros(received),
+                        report: FreezeReport {
+                            drained_bytes: 0,
+                            drain_us: micros(received),
+                            timed_out: true,
+                            answer_us: micros(received),
+                        },
                     }
                 }
             };

@@ -109,7 +109,7 @@ fn accept_all() -> Answer {
                 gen: *gen,
                 drained: true,
                 drain_us: 456,
-                queued_bytes: 123,
+                drained_bytes: 123,
                 ..Default::default()
             }),
             ..Default::default()
@@ -577,17 +577,13 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
         drain_timeout_ms: 50,
     });
     match conn.recv() {
-        FromAgent::Frozen {
-            gen,
-            slot,
-            drained_bytes,
-            drain_us,
-            timed_out,
-            freeze_us,
-        } => {
-            assert_eq!((gen, slot, drained_bytes, drain_us), (Gen(4), 1, 123, 456));
-            assert!(!timed_out);
-            assert!(freeze_us < 5_000_000);
+        FromAgent::Frozen { gen, slot, report } => {
+            assert_eq!(
+                (gen, slot, report.drained_bytes, report.drain_us),
+                (Gen(4), 1, 123, 456)
+            );
+            assert!(!report.timed_out);
+            assert!(report.answer_us < 5_000_000);
         }
         other => panic!("{other:?}"),
     }
@@ -649,13 +645,10 @@ fn a_failed_freeze_is_still_answered() {
         other => panic!("{other:?}"),
     }
     match conn.recv() {
-        FromAgent::Frozen {
-            gen,
-            slot,
-            timed_out,
-            drained_bytes,
-            ..
-        } => assert_eq!((gen, slot, timed_out, drained_bytes), (Gen(8), 0, true, 0)),
+        FromAgent::Frozen { gen, slot, report } => assert_eq!(
+            (gen, slot, report.timed_out, report.drained_bytes),
+            (Gen(8), 0, true, 0)
+        ),
         other => panic!("{other:?}"),
     }
 }

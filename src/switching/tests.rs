@@ -372,7 +372,7 @@ fn freeze_stops_the_slots_own_gangs_and_reports_honestly() {
     assert_eq!(report.gangs, vec!["a".to_string()]);
     assert!(report.parked, "{report:?}");
     assert!(report.drained, "no sockets: nothing to drain: {report:?}");
-    assert!(report.freeze_us <= report.drain_us, "{report:?}");
+    assert!(report.park_us <= report.drain_us, "{report:?}");
     assert!(report.drain_us < 500_000, "{report:?}");
     assert!(all_stopped(&a) && all_stopped(&b));
     node.switch(1, 6).unwrap();

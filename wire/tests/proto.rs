@@ -88,13 +88,15 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
             any::<u64>()
         )
             .prop_map(
-                |(gen, slot, drained_bytes, drain_us, timed_out, freeze_us)| FromAgent::Frozen {
+                |(gen, slot, drained_bytes, drain_us, timed_out, answer_us)| FromAgent::Frozen {
                     gen,
                     slot,
-                    drained_bytes,
-                    drain_us,
-                    timed_out,
-                    freeze_us
+                    report: FreezeReport {
+                        drained_bytes,
+                        drain_us,
+                        timed_out,
+                        answer_us,
+                    },
                 }
             ),
         (gen(), job()).prop_map(|(gen, job)| FromAgent::Yielded { gen, job }),
@@ -454,10 +456,12 @@ fn every_message_type_has_a_sample_and_round_trips() {
         FromAgent::Frozen {
             gen,
             slot: 0,
-            drained_bytes: 4096,
-            drain_us: 120,
-            timed_out: false,
-            freeze_us: 300,
+            report: FreezeReport {
+                drained_bytes: 4096,
+                drain_us: 120,
+                timed_out: false,
+                answer_us: 300,
+            },
         },
         FromAgent::Running {
             gen,

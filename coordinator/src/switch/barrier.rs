@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 
-use gang_wire::proto::{Barrier, FromAgent, Gen, NodeId, ToAgent};
+use gang_wire::proto::{Barrier, FreezeReport, FromAgent, Gen, NodeId, ToAgent};
 
 /// Messages to send, in order.
 pub type Outbox = Vec<(NodeId, ToAgent)>;
@@ -71,19 +71,10 @@ pub enum Failure {
     Silent(Phase),
 }
 
-/// A node's Frozen, as it reported it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FrozenReport {
-    pub drained_bytes: u64,
-    pub drain_us: u64,
-    pub timed_out: bool,
-    pub freeze_us: u64,
-}
-
 /// One node's part of a switch. Times are µs since the switch started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeRecord {
-    pub frozen: Option<FrozenReport>,
+    pub frozen: Option<FreezeReport>,
     pub frozen_at_us: Option<u64>,
     pub running_at_us: Option<u64>,
     /// The agent's own measure of its switch (Running's switch_us).
@@ -243,20 +234,7 @@ impl SlotSwitch {
     /// Feeds any agent message; only Frozen and Running concern the barrier.
     pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_us: u64) -> Outbox {
         match *msg {
-            FromAgent::Frozen {
-                gen,
-                slot,
-                drained_bytes,
-                drain_us,
-                timed_out,
-                freeze_us,
-            } => {
-                let report = FrozenReport {
-                    drained_bytes,
-                    drain_us,
-                    timed_out,
-                    freeze_us,
-                };
+            FromAgent::Frozen { gen, slot, report } => {
                 self.on_frozen(node, gen, slot, report, now_us)
             }
             FromAgent::Running {
@@ -308,7 +286,7 @@ impl SlotSwitch {
         node: NodeId,
         gen: Gen,
         slot: u32,
-        report: FrozenReport,
+        report: FreezeReport,
         now_us: u64,
     ) -> Outbox {
         let expected = self.spec.barrier == Barrier::Strict && slot == self.spec.from_slot;

@@ -64,7 +64,7 @@ pub fn record_json(r: &SwitchRecord) -> serde_json::Value {
         .iter()
         .map(|(n, rec)| {
             let frozen = rec.frozen.map(|f| {
-                json!({"drained_bytes": f.drained_bytes, "drain_us": f.drain_us, "timed_out": f.timed_out, "freeze_us": f.freeze_us})
+                json!({"drained_bytes": f.drained_bytes, "drain_us": f.drain_us, "timed_out": f.timed_out, "answer_us": f.answer_us})
             });
             (
                 n.0.to_string(),

@@ -259,7 +259,7 @@ mod tests {
             .enumerate()
             .map(|(i, (d, f, r))| {
                 format!(
-                    r#""{}":{{"agent_switch_us":5,"frozen":{{"drain_us":{d},"drained_bytes":0,"freeze_us":9,"timed_out":false}},"frozen_at_us":{f},"running_at_us":{r}}}"#,
+                    r#""{}":{{"agent_switch_us":5,"frozen":{{"drain_us":{d},"drained_bytes":0,"answer_us":9,"timed_out":false}},"frozen_at_us":{f},"running_at_us":{r}}}"#,
                     i + 1
                 )
             })

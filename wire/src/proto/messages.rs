@@ -39,14 +39,8 @@ pub enum FromAgent {
         gen: Gen,
         /// The slot being left (Freeze's from_slot).
         slot: u32,
-        /// Bytes that were still in flight when the gangs stopped.
-        drained_bytes: u64,
-        /// Time spent waiting for steady state.
-        drain_us: u64,
-        /// Steady state was not reached within drain_timeout_ms.
-        timed_out: bool,
-        /// Time from receiving Freeze to sending Frozen.
-        freeze_us: u64,
+        #[serde(flatten)]
+        report: FreezeReport,
     },
     /// The node runs `slot` now.
     Running {

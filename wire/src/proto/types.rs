@@ -194,6 +194,21 @@ pub struct Placement {
     pub cpus: String,
 }
 
+/// A node's answer to Freeze, as it travels to gangd and into the switch
+/// log (the node's own, fuller report is scx_gang's control::FrozenReport).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreezeReport {
+    /// Bytes that were still in flight (unacknowledged or unsent) on the
+    /// parked gangs' TCP sockets when they were parked: what had to drain.
+    pub drained_bytes: u64,
+    /// Freeze received → steady state (or the drain timeout).
+    pub drain_us: u64,
+    /// Steady state was not reached within drain_timeout_ms.
+    pub timed_out: bool,
+    /// Freeze received → Frozen sent: all the node did for the barrier.
+    pub answer_us: u64,
+}
+
 /// Whether a slot switch waits for the network to drain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
