@@ -87,7 +87,7 @@ const volatile u32 daemon_tgid;		/* scx_gang itself: the node's control plane */
 volatile u64 slot_ns;
 volatile u32 fill;
 volatile u32 min_other_share_pct;
-volatile u32 timer_rotation;	/* 1: standalone rotation by the timer */
+volatile u32 slot_timer;	/* 1: the BPF timer switches slots (standalone, autonomous) */
 volatile u32 trace_on;
 volatile u64 housekeeping[GANG_CPU_WORDS];
 
@@ -612,7 +612,7 @@ static int rotation_timerfn(void *map, int *key, struct bpf_timer *timer)
 	if (pending.armed) {
 		pending.armed = 0;
 		do_switch(pending.slot, pending.gen, pending.cause, pending.ts, pending.len);
-	} else if (timer_rotation && n > 0) {
+	} else if (slot_timer && n > 0) {
 		u32 cause = early_gen == cur_gen ? SWITCH_YIELD : SWITCH_TIMER;
 
 		next = cur_slot + 1;
@@ -932,7 +932,7 @@ static void rank_yielded(struct task_struct *p, s32 gang)
 	if (old == gen || __sync_val_compare_and_swap(done_gen, old, gen) != old)
 		return;		/* told already */
 
-	if (!timer_rotation) {
+	if (!slot_timer) {
 		n = bpf_ringbuf_reserve(&notices, sizeof(*n), 0);
 		if (n) {
 			n->generation = gen;

@@ -33,9 +33,11 @@ pub const SOCKET_MODE: u32 = 0o600;
 /// The only uid served.
 const ALLOWED_UID: u32 = 0;
 
-/// One gang's CPUs in one slot of an explicit schedule.
+/// One gang's CPUs in one slot of an explicit schedule, the gang by its
+/// directory name (the node's own vocabulary; gangd's placements name jobs,
+/// gang_wire::proto::Placement, and the agent turns one into the other).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Placement {
+pub struct GangCpus {
     /// The gang's directory name below the gang root.
     pub gang: String,
     /// CPU list, e.g. "0-1".
@@ -49,7 +51,7 @@ pub enum Request {
     Trace { seconds: f64 },
     /// Install an explicit slot table (slots[s] = placements of slot s) and
     /// stop the node's timer: switches then come by `Switch`.
-    Schedule { slots: Vec<Vec<Placement>> },
+    Schedule { slots: Vec<Vec<GangCpus>> },
     /// Switch to `slot` now, tagging the switch with generation `gen`.
     /// `slot_ms` (0 or absent: unknown) dates the slot's end in the ranks'
     /// slot clock, so they can yield before it.
@@ -75,7 +77,7 @@ pub enum Request {
     /// table has `slots.len()` slots even if the last ones are empty here,
     /// so the coordinator's slot numbers stay valid for `Switch`. A bad CPU
     /// list or a CPU given twice still refuses it.
-    Column { slots: Vec<Vec<Placement>> },
+    Column { slots: Vec<Vec<GangCpus>> },
     /// Become autonomous: run the explicit schedule in force on the node's
     /// own timer (a switch to the next slot every slot_ms), e.g. while the
     /// coordinator is away, and thaw the gangs a freeze left parked. The

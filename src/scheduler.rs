@@ -305,7 +305,7 @@ impl BpfScheduler for Scheduler<'_> {
     }
 
     fn set_timer_switching(&mut self, on: bool) {
-        self.skel.maps.bss_data.as_mut().unwrap().timer_rotation = on as u32;
+        self.skel.maps.bss_data.as_mut().unwrap().slot_timer = on as u32;
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32, slot_len_ns: u64) -> Result<()> {
@@ -389,7 +389,7 @@ fn write_knobs(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
 /// Before attach: knobs, and the timer switching on (standalone).
 fn init_bss(skel: &mut BpfSkel<'_>, k: &NodeKnobs) {
     write_knobs(skel, k);
-    skel.maps.bss_data.as_mut().unwrap().timer_rotation = 1;
+    skel.maps.bss_data.as_mut().unwrap().slot_timer = 1;
 }
 
 /// A slot clock page per gang id: an mmapable one-entry array each, put

@@ -236,7 +236,7 @@ impl Handler {
             .iter()
             .map(|slot| {
                 slot.iter()
-                    .map(|p| control::Placement {
+                    .map(|p| control::GangCpus {
                         gang: gang_name(p.job),
                         cpus: p.cpus.clone(),
                     })

@@ -553,7 +553,7 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
         next_request(&agent.seen),
         Request::Column {
             slots: vec![
-                vec![control::Placement {
+                vec![control::GangCpus {
                     gang: "job5".into(),
                     cpus: "0-1".into()
                 }],

@@ -46,7 +46,7 @@
 //! away). "Rotation" is gangd's cluster clock, never the node's timer.
 //!
 //! Known faults: the BPF mode's timer switches happen in BPF (the
-//! `timer_rotation` flag of the program), the signal mode's in `tick`;
+//! `slot_timer` flag of the program), the signal mode's in `tick`;
 //! the `none` mode accepts every request and does nothing, so a status
 //! file there shows what gangd asked, not what runs.
 
@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use log::{info, warn};
 
-use crate::control::{FrozenReport, Inbox, Placement, Request, Response};
+use crate::control::{FrozenReport, GangCpus, Inbox, Request, Response};
 use crate::cpulist::CpuList;
 use crate::gangs;
 use crate::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
@@ -168,7 +168,7 @@ pub trait Switcher {
     fn switching(&self) -> Switching;
     /// A coordinator's column (Request::Column), or with `strict` an
     /// explicit schedule (Request::Schedule). All or nothing.
-    fn column(&mut self, slots: Vec<Vec<Placement>>, strict: bool) -> Result<()>;
+    fn column(&mut self, slots: Vec<Vec<GangCpus>>, strict: bool) -> Result<()>;
     /// A switch command: `slot` is in force from now, for `slot_ms` (0:
     /// unknown).
     fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32) -> Result<()>;
@@ -218,7 +218,7 @@ pub trait Switcher {
 /// whichever of its gangs are here (what one node refuses, every node
 /// refuses): at most MAX_SLOTS slots, good CPU lists, no CPU given twice in
 /// a slot nor one `empty` (an empty table) keeps back (housekeeping).
-pub fn check_column(mut empty: SlotTable, slots: &[Vec<Placement>]) -> Result<()> {
+pub fn check_column(mut empty: SlotTable, slots: &[Vec<GangCpus>]) -> Result<()> {
     if slots.len() > MAX_SLOTS {
         bail!("{} slots: at most {MAX_SLOTS} are supported", slots.len());
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::control::{FrozenReport, Placement};
+use crate::control::{FrozenReport, GangCpus};
 use crate::knobs::{NodeKnobs, NodeStatus};
 
 use super::sigstop::ProcessSource;
@@ -40,7 +40,7 @@ impl<S: ProcessSource> Switcher for NoSwitching<S> {
         Switching::None
     }
 
-    fn column(&mut self, slots: Vec<Vec<Placement>>, _strict: bool) -> Result<()> {
+    fn column(&mut self, slots: Vec<Vec<GangCpus>>, _strict: bool) -> Result<()> {
         self.nr_slots = slots.len();
         Ok(())
     }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use log::{info, warn};
 
-use crate::control::Placement;
+use crate::control::GangCpus;
 use crate::cpulist::CpuList;
 use crate::drain;
 use crate::knobs::{NodeKnobs, NodeStatus};
@@ -171,7 +171,7 @@ impl<S: ProcessSource> SignalNode<S> {
     /// The coordinator's column (Request::Column), or with `strict` an
     /// explicit schedule (Request::Schedule: every gang must have
     /// processes here). All or nothing: a refused table leaves the old one.
-    pub fn column(&mut self, slots: &[Vec<Placement>], strict: bool) -> Result<()> {
+    pub fn column(&mut self, slots: &[Vec<GangCpus>], strict: bool) -> Result<()> {
         let table = self.check(slots)?;
         if strict {
             let known: BTreeSet<String> = self
@@ -191,7 +191,7 @@ impl<S: ProcessSource> SignalNode<S> {
 
     /// A column must be valid as a whole, like in the BPF mode: good CPU
     /// lists, no CPU given twice in a slot, at most MAX_SLOTS slots.
-    fn check(&self, slots: &[Vec<Placement>]) -> Result<Vec<Vec<String>>> {
+    fn check(&self, slots: &[Vec<GangCpus>]) -> Result<Vec<Vec<String>>> {
         check_column(SlotTable::new(self.nr_cpus, CpuList::new()), slots)?;
         Ok(slots
             .iter()
@@ -386,7 +386,7 @@ impl<S: ProcessSource> Switcher for SignalNode<S> {
     fn switching(&self) -> Switching {
         Switching::Signal
     }
-    fn column(&mut self, slots: Vec<Vec<Placement>>, strict: bool) -> Result<()> {
+    fn column(&mut self, slots: Vec<Vec<GangCpus>>, strict: bool) -> Result<()> {
         SignalNode::column(self, &slots, strict)
     }
     /// The slot lasts until the next command: slot_ms matters only to the

@@ -15,7 +15,7 @@ use super::none::NoSwitching;
 use super::signal::SignalNode;
 use super::sigstop::{self, process_state, ProcessSource, Signaller, MAX_PASSES};
 use super::*;
-use crate::control::{Pending, Placement, Request, Response};
+use crate::control::{GangCpus, Pending, Request, Response};
 use crate::knobs::NodeKnobs;
 
 /// Children of the test, killed (and reaped) when dropped: a failed test
@@ -133,12 +133,12 @@ fn none_stopped(pids: &[i32]) -> bool {
     pids.iter().all(|&p| !stopped(p))
 }
 
-fn placements(slots: &[&[&str]]) -> Vec<Vec<Placement>> {
+fn placements(slots: &[&[&str]]) -> Vec<Vec<GangCpus>> {
     slots
         .iter()
         .map(|s| {
             s.iter()
-                .map(|g| Placement {
+                .map(|g| GangCpus {
                     gang: g.to_string(),
                     cpus: "0".into(),
                 })
@@ -630,7 +630,7 @@ fn a_freeze_is_answered_with_its_report_through_the_request_path() {
 
 #[test]
 fn a_column_is_checked_as_a_whole_the_same_in_every_mode() {
-    let place = |gang: &str, cpus: &str| Placement {
+    let place = |gang: &str, cpus: &str| GangCpus {
         gang: gang.into(),
         cpus: cpus.into(),
     };

@@ -12,7 +12,7 @@
 //! A switch is the BPF `switch_slot` program: it sets the slot in force and
 //! kicks every CPU (bpf/scx_gang.bpf.c, do_switch). Standalone and
 //! autonomous, the BPF timer switches every slot_ms itself (the flag
-//! `timer_rotation`); coordinated, only commands do. A coordinated switch
+//! `slot_timer`); coordinated, only commands do. A coordinated switch
 //! is two requests: Freeze parks the slot's gangs with the cgroup freezer
 //! (freezer.rs: BPF alone could stop a task holding a socket lock) and
 //! waits for their traffic to drain; the next Switch (or any table change)
@@ -40,7 +40,7 @@ use log::{info, warn};
 
 use crate::bpf_intf::*;
 use crate::clock::ClockShare;
-use crate::control::{Placement, Response};
+use crate::control::{GangCpus, Response};
 use crate::freezer::{self, FreezeHolds};
 use crate::gangs::{self, GangRegistry};
 use crate::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
@@ -120,7 +120,7 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     mode: Mode,
     /// The coordinator's column (Request::Column) by gang name, resolved
     /// again into `table` whenever gangs come and go.
-    column: Option<Vec<Vec<Placement>>>,
+    column: Option<Vec<Vec<GangCpus>>>,
     /// Slots the table has at least (a column's trailing slots may be empty
     /// here), so the coordinator's slot numbers stay valid.
     min_slots: usize,
@@ -253,7 +253,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         Switching::Bpf
     }
 
-    fn column(&mut self, slots: Vec<Vec<Placement>>, strict: bool) -> Result<()> {
+    fn column(&mut self, slots: Vec<Vec<GangCpus>>, strict: bool) -> Result<()> {
         // A gang created a moment ago must be known.
         self.rescan();
         if strict {

@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use log::{info, warn};
 
 use crate::bpf_intf::*;
-use crate::control::Placement;
+use crate::control::GangCpus;
 use crate::cpulist::CpuList;
 use crate::gangs::{self, GangRegistry};
 use crate::knobs::NodeKnobs;
@@ -35,7 +35,7 @@ use crate::switching::check_column;
 pub fn column_table(
     registry: &GangRegistry,
     mut table: SlotTable,
-    slots: &[Vec<Placement>],
+    slots: &[Vec<GangCpus>],
     check: bool,
 ) -> Result<(SlotTable, BTreeSet<String>)> {
     if check {
@@ -197,7 +197,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
     /// The placement API: an explicit slot table by gang name. All or
     /// nothing: a refused schedule leaves the old one in force.
-    pub(super) fn schedule(&mut self, slots: &[Vec<Placement>]) -> Result<()> {
+    pub(super) fn schedule(&mut self, slots: &[Vec<GangCpus>]) -> Result<()> {
         let mut table = SlotTable::new(self.nr_cpus, self.applied.housekeeping.clone());
         for (s, placements) in slots.iter().enumerate() {
             for p in placements {
@@ -226,7 +226,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
     pub(super) fn column_table(
         &self,
-        slots: &[Vec<Placement>],
+        slots: &[Vec<GangCpus>],
         check: bool,
     ) -> Result<(SlotTable, BTreeSet<String>)> {
         let table = SlotTable::new(self.nr_cpus, self.applied.housekeeping.clone());
@@ -234,7 +234,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     }
 
     /// The coordinator's column (see Request::Column). All or nothing.
-    pub(super) fn install_column(&mut self, slots: Vec<Vec<Placement>>) -> Result<()> {
+    pub(super) fn install_column(&mut self, slots: Vec<Vec<GangCpus>>) -> Result<()> {
         // Checks the slot count too (check_column).
         let (table, absent) = self.column_table(&slots, true)?;
         if !absent.is_empty() {

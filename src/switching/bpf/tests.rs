@@ -114,12 +114,12 @@ fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) 
 }
 
 /// A column from (gang, CPUs) pairs by slot.
-pub(super) fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<Placement>> {
+pub(super) fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<GangCpus>> {
     slots
         .iter()
         .map(|s| {
             s.iter()
-                .map(|(g, c)| Placement {
+                .map(|(g, c)| GangCpus {
                     gang: g.to_string(),
                     cpus: c.to_string(),
                 })

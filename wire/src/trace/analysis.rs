@@ -60,7 +60,7 @@ struct Walker {
     end: u64,
     cpus: Vec<CpuState>,
     out: Vec<Vec<Interval>>,
-    switches: Vec<SwitchRecord>,
+    switches: Vec<TracedSwitch>,
     epoch: Option<Epoch>,
     epoch_cpus: Vec<EpochCpu>,
     ignored: u64,
@@ -159,7 +159,7 @@ impl Walker {
 
     fn on_switch(&mut self, ev: &TraceEvent) {
         self.close_epoch();
-        self.switches.push(SwitchRecord {
+        self.switches.push(TracedSwitch {
             ts_ns: ev.ts_ns,
             gen: ev.gen,
             slot: ev.slot,

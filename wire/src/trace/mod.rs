@@ -180,9 +180,10 @@ impl Interval {
     }
 }
 
-/// One EV_SWITCH inside the window.
+/// One EV_SWITCH inside the window, as the node trace saw it (gangd's
+/// record of a cluster switch is the coordinator's switch::barrier::SwitchRecord).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SwitchRecord {
+pub struct TracedSwitch {
     pub ts_ns: u64,
     pub gen: u64,
     pub slot: u32,
@@ -268,7 +269,7 @@ pub struct Trace {
     pub meta: TraceMeta,
     /// One list per CPU, in time order, non-overlapping, inside the window.
     pub cpus: Vec<Vec<Interval>>,
-    pub switches: Vec<SwitchRecord>,
+    pub switches: Vec<TracedSwitch>,
     pub summary: Summary,
 }
 
