@@ -58,9 +58,9 @@ enum gang_dsqs {
 
 /* What made a slot switch happen. */
 enum gang_switch_cause {
-	SWITCH_TIMER = 1,	/* standalone rotation by the BPF timer */
+	SWITCH_TIMER = 1,	/* the BPF slot timer (standalone, autonomous) */
 	SWITCH_COMMAND = 2,	/* the daemon (on behalf of the coordinator) */
-	SWITCH_YIELD = 3,	/* timer rotation, early: every rank yielded */
+	SWITCH_YIELD = 3,	/* the slot timer, early: every rank yielded */
 };
 
 /* Kinds of trace events sent through the ring buffer. */

@@ -20,7 +20,7 @@
  * nothing else of any gang (unless `fill` lets an idle CPU take another
  * gang's task, which the owner then preempts as soon as it has work).
  *
- * Switch. A switch (by the rotation timer, every slot_ns, or by a command of
+ * Switch. A switch (by the slot timer, every slot_ns, or by a command of
  * the daemon through the switch_slot syscall program) sets cur_slot and kicks
  * every CPU whose running task is no longer allowed: the kick preempts it and
  * ops.dispatch() then picks the new owner's tasks. No signals, no user space
@@ -43,7 +43,7 @@
  * deadline in the slot clock) calls sched_yield(). ops.yield() then parks the
  * task in its gang's park queue: it runs again only in a later generation,
  * when its gang owns the CPU again. When every rank (process) of a gang here
- * has yielded, the gang is done with the slot: under the timer rotation the
+ * has yielded, the gang is done with the slot: under the slot timer the
  * switch is brought forward once every gang of the slot is done; under
  * commands, a notice tells the daemon, which tells the coordinator. At each
  * switch every gang leaving its CPUs counts a voluntary or a forced end of
@@ -210,7 +210,7 @@ struct {
 	__type(value, u64);
 } rank_yields SEC(".maps");
 
-struct rotation_timer {
+struct slot_timer_value {
 	struct bpf_timer timer;
 };
 
@@ -218,8 +218,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct rotation_timer);
-} rotation SEC(".maps");
+	__type(value, struct slot_timer_value);
+} slot_timer_map SEC(".maps");
 
 static struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
 {
@@ -605,7 +605,7 @@ struct pending_switch {
 /* Not static: clang would split a static struct into scalars BTF rejects. */
 struct pending_switch pending;
 
-static int rotation_timerfn(void *map, int *key, struct bpf_timer *timer)
+static int slot_timerfn(void *map, int *key, struct bpf_timer *timer)
 {
 	u32 n = nr_slots, next;
 
@@ -894,7 +894,7 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
 
 /*
  * Count one more rank of @gang yielded in the generation in force; when all
- * have, the gang is done with its slot: bring the timer rotation forward if
+ * have, the gang is done with its slot: bring the slot timer forward if
  * every gang of the slot is, or tell the daemon.
  */
 static void rank_yielded(struct task_struct *p, s32 gang)
@@ -903,7 +903,7 @@ static void rank_yielded(struct task_struct *p, s32 gang)
 	u32 tgid = p->tgid, done = 0, i;
 	volatile u32 *ranks;
 	struct gang_notice *n;
-	struct rotation_timer *rt;
+	struct slot_timer_value *rt;
 	u32 zero = 0;
 	s32 g;
 
@@ -948,7 +948,7 @@ static void rank_yielded(struct task_struct *p, s32 gang)
 		if ((clock_running & gang_bit(g)) && other && *other != gen)
 			return;
 	}
-	rt = bpf_map_lookup_elem(&rotation, &zero);
+	rt = bpf_map_lookup_elem(&slot_timer_map, &zero);
 	if (rt && early_gen != gen) {
 		early_gen = gen;
 		bpf_timer_start(&rt->timer, 0, 0);
@@ -1020,7 +1020,7 @@ s32 BPF_STRUCT_OPS(gang_init_task, struct task_struct *p, struct scx_init_task_a
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 {
-	struct rotation_timer *rt;
+	struct slot_timer_value *rt;
 	u32 zero = 0;
 	s32 cpu, gang, ret;
 
@@ -1042,13 +1042,13 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 			cctx->running = GANG_IDLE;
 	}
 
-	rt = bpf_map_lookup_elem(&rotation, &zero);
+	rt = bpf_map_lookup_elem(&slot_timer_map, &zero);
 	if (!rt)
 		return -ENOENT;
-	ret = bpf_timer_init(&rt->timer, &rotation, CLOCK_MONOTONIC);
+	ret = bpf_timer_init(&rt->timer, &slot_timer_map, CLOCK_MONOTONIC);
 	if (ret)
 		return ret;
-	ret = bpf_timer_set_callback(&rt->timer, rotation_timerfn);
+	ret = bpf_timer_set_callback(&rt->timer, slot_timerfn);
 	if (ret)
 		return ret;
 	return bpf_timer_start(&rt->timer, next_slot_len(), 0);
@@ -1063,12 +1063,12 @@ void BPF_STRUCT_OPS(gang_exit, struct scx_exit_info *ei)
 SEC("syscall")
 int switch_slot(struct switch_args *args)
 {
-	struct rotation_timer *rt;
+	struct slot_timer_value *rt;
 	u32 zero = 0;
 
 	if (args->slot >= GANG_MAX_SLOTS)
 		return -EINVAL;
-	rt = bpf_map_lookup_elem(&rotation, &zero);
+	rt = bpf_map_lookup_elem(&slot_timer_map, &zero);
 	if (!rt)
 		return -ENOENT;
 	pending.ts = bpf_ktime_get_ns();
