@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use gang_coordinator::daemon::knobs::ClusterKnobs;
+use gang_coordinator::knobs::ClusterKnobs;
 use gang_coordinator::switch::barrier::Outbox;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table, PHASE_TIMEOUT_US};
 use gang_wire::proto::{Barrier, FreezeReport, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};

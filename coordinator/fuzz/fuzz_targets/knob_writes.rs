@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use gang_coordinator::daemon::knobs::ClusterKnobs;
+use gang_coordinator::knobs::ClusterKnobs;
 use gang_wire::knobfs::written_value;
 use libfuzzer_sys::fuzz_target;
 

@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 use gang_coordinator::daemon::net::limits;
-use gang_coordinator::daemon::{self, knobs::ClusterKnobs, Config};
+use gang_coordinator::daemon::{self, Config};
+use gang_coordinator::knobs::ClusterKnobs;
 use gang_wire::proto::tls::{self, ServerTls};
 
 #[derive(Debug, Parser)]

@@ -1,7 +1,7 @@
 //! gangd's knobs, served as files in /run/gangd (knobfs).
 //!
-//! A value is checked twice: its form here (a number in range, a known
-//! word), then against the cluster by the coordinator's thread, which owns
+//! A value is checked twice: its form (crate::knobs::ClusterKnobs::with),
+//! then against the cluster by the coordinator's thread, which owns
 //! the allocator (policy `scs` cannot be switched on under running jobs).
 //! The FUSE write waits for that answer, so `echo` fails with EINVAL and
 //! nothing changes whenever either check refuses.
@@ -15,125 +15,10 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::alloc::Policy;
+use crate::knobs::{ClusterKnobs, READ_ONLY, WRITABLE};
 use gang_wire::knobfs::{KnobError, KnobSet};
-use gang_wire::proto::{Barrier, ToAgent};
 
 use super::{settings, Coordinator};
-
-/// The writable knobs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClusterKnobs {
-    pub slot_ms: u32,
-    pub mpl_max: u32,
-    pub policy: Policy,
-    pub fill: bool,
-    pub barrier: Barrier,
-    pub drain_timeout_ms: u32,
-}
-
-impl Default for ClusterKnobs {
-    fn default() -> Self {
-        Self {
-            slot_ms: 100,
-            mpl_max: 4,
-            policy: Policy::FirstFit,
-            fill: true,
-            barrier: Barrier::Strict,
-            drain_timeout_ms: 200,
-        }
-    }
-}
-
-pub const WRITABLE: [&str; 6] = [
-    "slot_ms",
-    "mpl_max",
-    "policy",
-    "fill",
-    "barrier",
-    "drain_timeout_ms",
-];
-pub const READ_ONLY: [&str; 7] = [
-    "nodes",
-    "jobs",
-    "switches",
-    "early_switches",
-    "drain_timeouts",
-    "missed_switches",
-    "last_switch",
-];
-
-fn number(value: &str, lo: u32, hi: u32, what: &str) -> Result<u32, KnobError> {
-    match value.trim().parse::<u32>() {
-        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
-        _ => Err(KnobError::Invalid(format!(
-            "{what} must be in {lo}..={hi}, got {value:?}"
-        ))),
-    }
-}
-
-impl ClusterKnobs {
-    /// The knobs every node must know (sent at its Welcome and at the
-    /// first slot boundary after a change).
-    pub fn message(&self) -> ToAgent {
-        ToAgent::Knobs {
-            slot_ms: self.slot_ms,
-            drain_timeout_ms: self.drain_timeout_ms,
-            barrier: self.barrier,
-            fill: self.fill,
-        }
-    }
-
-    /// This set with `name` changed to `value`, if the value is well formed.
-    pub fn with(mut self, name: &str, value: &str) -> Result<Self, KnobError> {
-        match name {
-            // Below ~10 ms a slot is mostly barrier; above 60 s the rotation
-            // meets the node's RCU-stall cap anyway.
-            "slot_ms" => self.slot_ms = number(value, 1, 60_000, "slot_ms")?,
-            "mpl_max" => {
-                self.mpl_max = number(value, 1, crate::matrix::NODE_MAX_SLOTS as u32, "mpl_max")?
-            }
-            "policy" => {
-                self.policy = value
-                    .parse()
-                    .map_err(|e: crate::alloc::AllocError| KnobError::Invalid(e.to_string()))?
-            }
-            "fill" => self.fill = number(value, 0, 1, "fill")? == 1,
-            "barrier" => {
-                self.barrier = match value.trim() {
-                    "strict" => Barrier::Strict,
-                    "off" => Barrier::Off,
-                    v => {
-                        return Err(KnobError::Invalid(format!(
-                            "barrier must be strict or off, got {v:?}"
-                        )))
-                    }
-                }
-            }
-            "drain_timeout_ms" => {
-                self.drain_timeout_ms = number(value, 1, 10_000, "drain_timeout_ms")?
-            }
-            _ if READ_ONLY.contains(&name) => return Err(KnobError::ReadOnly),
-            _ => return Err(KnobError::NotFound),
-        }
-        Ok(self)
-    }
-
-    pub fn get(&self, name: &str) -> Option<String> {
-        Some(match name {
-            "slot_ms" => self.slot_ms.to_string(),
-            "mpl_max" => self.mpl_max.to_string(),
-            "policy" => self.policy.to_string(),
-            "fill" => u8::from(self.fill).to_string(),
-            "barrier" => match self.barrier {
-                Barrier::Strict => "strict".into(),
-                Barrier::Off => "off".into(),
-            },
-            "drain_timeout_ms" => self.drain_timeout_ms.to_string(),
-            _ => return None,
-        })
-    }
-}
 
 /// What the read-only knobs show; the coordinator refreshes it.
 #[derive(Clone, Debug, Default)]
@@ -252,53 +137,5 @@ impl Coordinator {
         s.drain_timeouts = stats.drain_timeouts;
         s.missed_switches = stats.missed;
         s.last_switch = self.switch_log.last().to_string();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_are_checked_before_anything_changes() {
-        let k = ClusterKnobs::default();
-        assert_eq!(k.with("slot_ms", "20\n").unwrap().slot_ms, 20);
-        assert_eq!(
-            k.with("policy", "best_fit").unwrap().policy,
-            Policy::BestFit
-        );
-        assert_eq!(k.with("barrier", "off").unwrap().barrier, Barrier::Off);
-        assert!(!k.with("fill", "0").unwrap().fill);
-        for (name, bad) in [
-            ("slot_ms", "0"),
-            ("slot_ms", "abc"),
-            ("mpl_max", "17"),
-            ("policy", "bogus"),
-            ("fill", "2"),
-            ("barrier", "loose"),
-            ("drain_timeout_ms", "0"),
-        ] {
-            assert!(
-                matches!(k.with(name, bad), Err(KnobError::Invalid(_))),
-                "{name}={bad}"
-            );
-        }
-        assert_eq!(k.with("switches", "1"), Err(KnobError::ReadOnly));
-        assert_eq!(k.with("nope", "1"), Err(KnobError::NotFound));
-    }
-
-    #[test]
-    fn every_writable_knob_reads_back_what_was_written() {
-        let k = ClusterKnobs::default();
-        for (name, v) in [
-            ("slot_ms", "77"),
-            ("mpl_max", "3"),
-            ("policy", "scs"),
-            ("fill", "0"),
-            ("barrier", "off"),
-            ("drain_timeout_ms", "9"),
-        ] {
-            assert_eq!(k.with(name, v).unwrap().get(name).unwrap(), v);
-        }
     }
 }

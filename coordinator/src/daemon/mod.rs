@@ -54,7 +54,8 @@ use gang_wire::proto::tls::ServerTls;
 use gang_wire::proto::{JobId, JobLimits, NodeId};
 
 use jobs::Job;
-use knobs::{ClusterKnobs, KnobFiles, KnobWrite, Status};
+use crate::knobs::ClusterKnobs;
+use knobs::{KnobFiles, KnobWrite, Status};
 use net::{ConnId, Cred, Link, NetEvent};
 use nodes::Node;
 use traces::TraceRun;

@@ -21,7 +21,7 @@
 //!    allocator and the nodes: live nodes, their tables, the slots holding
 //!    a started job, who runs in a slot).
 //! 3. rotation.rs::Rotation::tick, between switches, queues the knobs if
-//!    they changed (daemon/knobs.rs::ClusterKnobs::message) and every
+//!    they changed (knobs.rs::ClusterKnobs::message) and every
 //!    changed table (ToAgent::Schedule; a new table forces a switch), then
 //!    rotation.rs::Rotation::maybe_switch picks the next slot when the slot
 //!    is over (its deadline passed, or every (job, node) running in it
@@ -55,9 +55,9 @@
 //! rotation.rs::Rotation::node_lost → barrier.rs::SlotSwitch::on_node_lost.
 //! Neither holds the other nodes frozen.
 //!
-//! Known faults: rotation.rs reads the knobs type from daemon/knobs.rs (an
-//! import upwards); "rotation" also names the BPF standalone timer and
-//! Request::Rotate on the node side.
+//! The knob values it reads are crate::knobs (below the daemon, which
+//! serves them as files). "Rotation" is this cycle through the matrix's
+//! slots only: the node's own timer is its slot timer.
 
 pub mod barrier;
 pub mod rotation;

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use log::{debug, warn};
 
 use super::barrier::{Failure, Outbox, SlotSwitch, SwitchRecord, SwitchSpec};
-use crate::daemon::knobs::ClusterKnobs;
+use crate::knobs::ClusterKnobs;
 use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
 
 /// A node silent this long in one phase is left out of the switch (the
