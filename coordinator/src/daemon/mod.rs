@@ -53,8 +53,8 @@ use gang_wire::knobfs::KnobMount;
 use gang_wire::proto::tls::ServerTls;
 use gang_wire::proto::{JobId, JobLimits, NodeId};
 
-use jobs::Job;
 use crate::knobs::ClusterKnobs;
+use jobs::Job;
 use knobs::{KnobFiles, KnobWrite, Status};
 use net::{ConnId, Cred, Link, NetEvent};
 use nodes::Node;

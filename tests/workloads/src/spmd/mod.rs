@@ -11,7 +11,7 @@
 //!   of every iteration) and `--timeout S` (default 120: the longest a rank
 //!   waits for a peer's message or for a write to drain), plus the
 //!   workload's own flags. Bad arguments: usage on stderr, exit 2.
-//! - **Connections** ([`Comm::establish`]): every rank listens on its port;
+//! - **Connections** ([`Comm::establish`], comm.rs): every rank listens on its port;
 //!   for each pair of ranks the workload links, the lower rank connects to
 //!   the higher one, retrying while it does not listen yet, and sends a
 //!   hello (magic, rank, size); the higher rank accepts, checks the hello
@@ -38,20 +38,14 @@
 //! `GANG_WL_FAULT=1` corrupts what it sends in iteration 1 (see
 //! [`fault_injected`]); the receiving ranks must detect it.
 
-use std::io::{self, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
 use std::str::FromStr;
-use std::sync::mpsc;
 use std::sync::OnceLock;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gangrt::WaitPolicy;
 
 mod comm;
 pub use comm::{Comm, CONNECT_FOR, INLINE_MAX};
-
 
 struct Ident {
     name: &'static str,
@@ -247,7 +241,6 @@ impl Env {
 pub fn fault_injected() -> bool {
     std::env::var("GANG_WL_FAULT").is_ok_and(|v| v.trim() == "1")
 }
-
 
 /// A fixed busy loop (a multiply-add chain the compiler cannot remove).
 /// Returns a value derived from every step.
