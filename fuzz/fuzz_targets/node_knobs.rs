@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use scx_gang::knobfs::written_value;
+use gang_wire::knobfs::written_value;
 use scx_gang::knobs::NodeKnobs;
 
 const NAMES: [&str; 7] = [

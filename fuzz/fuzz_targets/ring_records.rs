@@ -9,9 +9,9 @@
 use libfuzzer_sys::fuzz_target;
 use scx_gang::bpf_intf::{gang_event, gang_notice};
 use scx_gang::events::{decode_event, decode_notice};
-use scx_gang::trace::EventKind;
+use gang_wire::trace::EventKind;
 
-fn encode(e: &scx_gang::trace::TraceEvent) -> Vec<u8> {
+fn encode(e: &gang_wire::trace::TraceEvent) -> Vec<u8> {
     let kind = match e.kind {
         EventKind::Switch => 1u32,
         EventKind::Owner => 2,
