@@ -2,7 +2,7 @@
 //! new plan takes effect, who owes an ack, what happens to a late node, a
 //! joining node, a lost node; then properties over any links and times.
 
-use gang_coordinator::switch::planner::{Change, Link, Offer, Planner};
+use gang_coordinator::switch::planner::{AmendRefused, Change, Link, Offer, Planner};
 use gang_wire::plan::{PlanError, PlannedSlot};
 use gang_wire::proto::{Gen, NodeId};
 use proptest::prelude::*;
@@ -228,4 +228,55 @@ proptest! {
             if out.is_empty() { break; }
         }
     }
+}
+
+#[test]
+fn an_amend_ends_the_slot_early_for_every_node() {
+    let mut p = running();
+    // Generation 6 runs 200..300 ms; its ranks all yielded: it ends at 230.
+    let out = p.amend(Gen(6), 230 * MS).unwrap();
+    let got: Vec<_> = out
+        .iter()
+        .map(|(n, a)| (n.0, a.plan_id, a.gen.0, a.ends_at_ns / MS))
+        .collect();
+    assert_eq!(got, [(1, 0, 6, 230), (2, 0, 6, 230), (3, 0, 6, 230)]);
+    let plan = p.in_force().unwrap();
+    assert_eq!((plan.epoch_ns, plan.first_gen), (230 * MS, Gen(7)));
+    // A change now takes effect at the amended boundaries.
+    let out = p.change(change(&[1], 100), 240 * MS).unwrap();
+    assert_eq!(out[0].1.plan.epoch_ns, 430 * MS);
+}
+
+#[test]
+fn an_amend_moves_a_late_nodes_reoffer_with_its_boundary() {
+    let mut p = running();
+    p.change(change(&[1], 100), 150 * MS).unwrap();
+    p.on_ack(NodeId(1), 1);
+    p.on_ack(NodeId(3), 1);
+    let out = p.on_tick(300 * MS);
+    assert_eq!(out[0].1.effective_ns, 400 * MS);
+    // Generation 7 (300..400 ms) ends at 340: node 2's turn comes at 340.
+    p.amend(Gen(7), 340 * MS).unwrap();
+    assert_eq!(p.on_tick(339 * MS), vec![]);
+    let out = p.on_tick(340 * MS);
+    assert_eq!(nodes_of(&out), [2]);
+    assert_eq!(out[0].1.plan.epoch_ns, 340 * MS, "the amended plan");
+    assert_eq!(out[0].1.effective_ns, 440 * MS);
+}
+
+#[test]
+fn an_amend_is_refused_with_no_plan_a_pending_plan_or_an_impossible_end() {
+    let mut p = Planner::new(Gen(0));
+    assert_eq!(p.amend(Gen(0), 0), Err(AmendRefused::NoPlan));
+    let mut p = running();
+    assert!(matches!(
+        p.amend(Gen(6), 301 * MS),
+        Err(AmendRefused::Invalid(PlanError::EndsAfterPlannedEnd { .. }))
+    ));
+    assert!(matches!(
+        p.amend(Gen(4), 90 * MS),
+        Err(AmendRefused::Invalid(PlanError::PastGeneration { .. }))
+    ));
+    p.change(change(&[1], 100), 150 * MS).unwrap();
+    assert_eq!(p.amend(Gen(6), 230 * MS), Err(AmendRefused::PlanPending));
 }

@@ -32,12 +32,18 @@
 //!
 //! Known faults: a late node runs the old plan until it has the new one, so
 //! for up to a slot (plus its RTT) it may run another slot than the
-//! others; the planner counts it but cannot prevent it. Amends (voluntary
-//! yield) are not sent from here yet. Not wired into the daemon yet.
+//! others; the planner counts it but cannot prevent it. An amend
+//! (voluntary yield) is refused while a plan is pending (its activation
+//! boundary would move closer than its margin): that slot runs its full
+//! length. Not wired into the daemon yet.
+//!
+//! Amends: [`Planner::amend`] ends the slot of a generation early in the
+//! plan in force and sends the [`Amend`] to every node; the re-offers
+//! owed to late nodes move with the boundaries they were set to.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gang_wire::plan::{Plan, PlanError, PlannedSlot};
+use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot};
 use gang_wire::proto::{Gen, NodeId};
 
 /// What to send: `plan`, to be followed from `effective_ns` on (until then
@@ -73,6 +79,15 @@ impl Link {
 pub struct Change {
     pub slots: Vec<PlannedSlot>,
     pub slot_ms: u32,
+}
+
+/// Why an amend was not made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AmendRefused {
+    NoPlan,
+    /// A new plan is waiting for its boundary.
+    PlanPending,
+    Invalid(PlanError),
 }
 
 /// A plan sent, not yet in force.
@@ -230,6 +245,39 @@ impl Planner {
             }
         }
         out
+    }
+
+    /// Every rank of the slot of `gen` yielded: it ends at `ends_at_ns`,
+    /// and every later boundary moves as much earlier. Returns the amend
+    /// for every node.
+    pub fn amend(
+        &mut self,
+        gen: Gen,
+        ends_at_ns: u64,
+    ) -> Result<Vec<(NodeId, Amend)>, AmendRefused> {
+        if self.pending.is_some() {
+            return Err(AmendRefused::PlanPending);
+        }
+        let plan = self.in_force.as_ref().ok_or(AmendRefused::NoPlan)?;
+        let amend = Amend {
+            plan_id: plan.id,
+            gen,
+            ends_at_ns,
+        };
+        let amended = plan.amended(&amend).map_err(AmendRefused::Invalid)?;
+        // `amended` checked that the generation lies in the plan.
+        let planned_end = plan
+            .boundary(gen.0 - plan.first_gen.0 + 1)
+            .map(|b| b.at_ns)
+            .unwrap_or(u64::MAX);
+        let shift = planned_end - ends_at_ns;
+        for effective in self.late.values_mut() {
+            if *effective >= planned_end {
+                *effective -= shift;
+            }
+        }
+        self.in_force = Some(amended);
+        Ok(self.links.keys().map(|&n| (n, amend)).collect())
     }
 
     /// `node` joined at `now`: it is offered the plan in force from now,
