@@ -2,7 +2,7 @@
 //! new plan takes effect, who owes an ack, what happens to a late node, a
 //! joining node, a lost node; then properties over any links and times.
 
-use gang_coordinator::switch::planner::{AmendRefused, Change, Link, Offer, Planner};
+use gang_coordinator::switch::planner::{AmendRefused, Change, LinkTiming, Offer, Planner};
 use gang_wire::plan::{PlanError, PlannedSlot};
 use gang_wire::proto::{Gen, NodeId};
 use proptest::prelude::*;
@@ -16,8 +16,8 @@ fn change(slots: &[u32], slot_ms: u32) -> Change {
     }
 }
 
-fn link(rtt_ms: u64, err_ms: u64) -> Link {
-    Link {
+fn timing(rtt_ms: u64, err_ms: u64) -> LinkTiming {
+    LinkTiming {
         rtt_ns: rtt_ms * MS,
         clock_error_ns: err_ms * MS,
     }
@@ -28,9 +28,9 @@ fn link(rtt_ms: u64, err_ms: u64) -> Link {
 fn running() -> Planner {
     let mut p = Planner::new(Gen(5));
     for n in 1..=3 {
-        p.link(
+        p.timing(
             NodeId(n),
-            Link {
+            LinkTiming {
                 rtt_ns: MS,
                 clock_error_ns: MS / 2,
             },
@@ -79,7 +79,7 @@ fn a_change_is_offered_to_every_node_for_the_first_boundary_past_the_margin() {
 #[test]
 fn a_slow_link_pushes_the_activation_further() {
     let mut p = running();
-    p.link(NodeId(2), link(80, 50)); // 2 × 80 + 50 = 210 ms
+    p.timing(NodeId(2), timing(80, 50)); // 2 × 80 + 50 = 210 ms
     let out = p.change(change(&[0], 100), 150 * MS).unwrap();
     assert_eq!(out[0].1.plan.epoch_ns, 400 * MS, "first boundary ≥ 360 ms");
 }
@@ -141,7 +141,7 @@ fn a_change_while_a_plan_is_pending_replaces_it() {
 fn a_joining_node_gets_the_plan_in_force_at_once_and_owes_the_pending_one() {
     let mut p = running();
     p.change(change(&[1], 100), 150 * MS).unwrap();
-    let out = p.node_joined(NodeId(9), link(1, 0), 160 * MS);
+    let out = p.node_joined(NodeId(9), timing(1, 0), 160 * MS);
     let got: Vec<_> = out
         .iter()
         .map(|(n, o)| (n.0, o.plan.id, o.effective_ns / MS))
@@ -189,7 +189,7 @@ proptest! {
     ) {
         let mut p = Planner::new(Gen(0));
         for (i, &(rtt, err)) in links.iter().enumerate() {
-            p.link(NodeId(i as u32), link(rtt, err));
+            p.timing(NodeId(i as u32), timing(rtt, err));
         }
         p.change(change(&[0, 1], slot_ms), 0).unwrap();
         let first = p.pending().unwrap().clone();
@@ -219,7 +219,7 @@ proptest! {
             let out = p.on_tick(t);
             for (n, o) in &out {
                 prop_assert!(late.contains(&n.0));
-                let m = link(links[n.0 as usize].0, links[n.0 as usize].1).margin_ns();
+                let m = timing(links[n.0 as usize].0, links[n.0 as usize].1).margin_ns();
                 prop_assert!(o.effective_ns >= t + m);
                 prop_assert!(o.effective_ns < t + m + plan.slot_ns());
             }

@@ -78,9 +78,9 @@ pub struct InForce {
     pub end_ns: u64,
 }
 
-/// A boundary: at `at_ns` the slot of generation `gen` starts.
+/// The slot that starts at a boundary: at `at_ns`, generation `gen`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Boundary {
+pub struct SlotStart {
     pub at_ns: u64,
     pub gen: Gen,
     pub slot: u32,
@@ -196,9 +196,9 @@ impl Plan {
         u64::from(self.slot_ms) * 1_000_000
     }
 
-    /// Boundary k after the epoch (k = 0 is the epoch). None past u64, or
+    /// The boundary k after the epoch (k = 0 is the epoch). None past u64, or
     /// for a plan without slots or of 0 ms (which `validate` refuses).
-    pub fn boundary(&self, k: u64) -> Option<Boundary> {
+    pub fn boundary(&self, k: u64) -> Option<SlotStart> {
         if self.slots.is_empty() || self.slot_ms == 0 {
             return None;
         }
@@ -207,7 +207,7 @@ impl Plan {
             .and_then(|d| self.epoch_ns.checked_add(d))?;
         let gen = Gen(self.first_gen.0.checked_add(k)?);
         let slot = self.slots[(k % self.slots.len() as u64) as usize].slot;
-        Some(Boundary { at_ns, gen, slot })
+        Some(SlotStart { at_ns, gen, slot })
     }
 
     /// The slot in force at `t`: None before the epoch (or past u64).
@@ -224,7 +224,7 @@ impl Plan {
     }
 
     /// The first boundary at or after `t` (the epoch for any t before it).
-    pub fn boundary_at_or_after(&self, t: u64) -> Option<Boundary> {
+    pub fn boundary_at_or_after(&self, t: u64) -> Option<SlotStart> {
         let since = t.saturating_sub(self.epoch_ns);
         if self.slot_ns() == 0 {
             return None;
@@ -233,7 +233,7 @@ impl Plan {
     }
 
     /// The first `count` boundaries at or after `t` (fewer near u64's end).
-    pub fn boundaries(&self, t: u64, count: usize) -> Vec<Boundary> {
+    pub fn boundaries(&self, t: u64, count: usize) -> Vec<SlotStart> {
         let Some(first) = self.boundary_at_or_after(t) else {
             return Vec::new();
         };

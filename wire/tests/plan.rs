@@ -2,7 +2,7 @@
 //! generation is in force at a time, the boundaries, amendments and their
 //! validation; then properties over any plan and time.
 
-use gang_wire::plan::{Amend, Boundary, Plan, PlanError, PlannedSlot};
+use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot, SlotStart};
 use gang_wire::proto::Gen;
 use proptest::prelude::*;
 
@@ -43,7 +43,7 @@ fn the_boundary_at_or_after_a_time() {
     let b = |ms: u64| p.boundary_at_or_after(ms * MS).unwrap();
     assert_eq!(
         b(0),
-        Boundary {
+        SlotStart {
             at_ns: 1_000 * MS,
             gen: Gen(10),
             slot: 2
@@ -57,7 +57,7 @@ fn the_boundary_at_or_after_a_time() {
     );
     assert_eq!(
         b(1_101),
-        Boundary {
+        SlotStart {
             at_ns: 1_200 * MS,
             gen: Gen(12),
             slot: 1

@@ -6,10 +6,12 @@
 //!
 //! Inputs: [`Planner::change`] (a new cycle or slot_ms at `now`),
 //! [`Planner::on_ack`], [`Planner::node_joined`], [`Planner::node_lost`],
-//! [`Planner::link`] (a node's RTT and clock error bound, as measured on
-//! its link) and [`Planner::on_tick`]. Every input returns an [`Outbox`] of
-//! [`Offer`]s (a plan and the cluster time a node follows it from); gangd
-//! sends them. Times are ns on the cluster clock; no clock is read here.
+//! [`Planner::timing`] (a node's RTT and clock error bound, as measured on
+//! its link) and [`Planner::on_tick`]; [`Planner::change`],
+//! [`Planner::on_tick`] and [`Planner::node_joined`] return [`Offers`]
+//! (to each node a plan and the cluster time it follows it from) and
+//! [`Planner::amend`] its amends; gangd sends them. Times are ns on the
+//! cluster clock; no clock is read here.
 //!
 //! The activation boundary: the first boundary of the plan in force at or
 //! after `now + margin`, where margin = max over nodes of (2 × RTT + clock
@@ -55,16 +57,16 @@ pub struct Offer {
 }
 
 /// Offers to send, in order.
-pub type Outbox = Vec<(NodeId, Offer)>;
+pub type Offers = Vec<(NodeId, Offer)>;
 
-/// A node's link, as gangd measures it.
+/// A node's link timing, as gangd measures it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Link {
+pub struct LinkTiming {
     pub rtt_ns: u64,
     pub clock_error_ns: u64,
 }
 
-impl Link {
+impl LinkTiming {
     /// Time for an offer to reach the node and its ack to come back, and
     /// for the node's clock to be off by its bound.
     pub fn margin_ns(&self) -> u64 {
@@ -100,7 +102,7 @@ struct Pending {
 
 /// Counts since gangd started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
+pub struct PlanStats {
     pub plans: u64,
     /// Nodes that had not acknowledged a plan by the time it (or their
     /// re-offer) took effect, counted once per miss.
@@ -113,13 +115,13 @@ pub struct Stats {
 pub struct Planner {
     /// The first generation of the first plan (gangd's count goes on).
     first_gen: Gen,
-    links: BTreeMap<NodeId, Link>,
+    links: BTreeMap<NodeId, LinkTiming>,
     in_force: Option<Plan>,
     pending: Option<Pending>,
     /// Late nodes: the re-offer's effective time.
     late: BTreeMap<NodeId, u64>,
     next_id: u64,
-    stats: Stats,
+    stats: PlanStats,
 }
 
 impl Planner {
@@ -132,7 +134,7 @@ impl Planner {
             pending: None,
             late: BTreeMap::new(),
             next_id: 0,
-            stats: Stats::default(),
+            stats: PlanStats::default(),
         }
     }
 
@@ -145,7 +147,7 @@ impl Planner {
         self.pending.as_ref().map(|p| &p.plan)
     }
 
-    pub fn stats(&self) -> Stats {
+    pub fn stats(&self) -> PlanStats {
         self.stats
     }
 
@@ -155,23 +157,28 @@ impl Planner {
         pending.chain(self.late.keys().copied()).collect()
     }
 
-    /// A node's link was measured (a new node is not offered anything
+    /// A node's link timing was measured (a new node is not offered anything
     /// here: see `node_joined`).
-    pub fn link(&mut self, node: NodeId, link: Link) {
+    pub fn timing(&mut self, node: NodeId, link: LinkTiming) {
         self.links.insert(node, link);
     }
 
     /// The margin ahead of `now` a new plan of `slot_ms` needs: every
     /// node's, and at least one slot of the old and of the new plan.
     pub fn margin_ns(&self, slot_ms: u32) -> u64 {
-        let links = self.links.values().map(Link::margin_ns).max().unwrap_or(0);
+        let links = self
+            .links
+            .values()
+            .map(LinkTiming::margin_ns)
+            .max()
+            .unwrap_or(0);
         let old = self.in_force.as_ref().map_or(0, Plan::slot_ns);
         links.max(old).max(u64::from(slot_ms) * 1_000_000)
     }
 
     /// The matrix or a knob changed at `now`: a new plan, offered to every
     /// node, effective at the activation boundary.
-    pub fn change(&mut self, change: Change, now: u64) -> Result<Outbox, PlanError> {
+    pub fn change(&mut self, change: Change, now: u64) -> Result<Offers, PlanError> {
         let at = now.saturating_add(self.margin_ns(change.slot_ms));
         let (epoch_ns, first_gen) = match &self.in_force {
             Some(old) => {
@@ -216,8 +223,8 @@ impl Planner {
 
     /// Time passed: the pending plan takes effect at its epoch; late nodes
     /// are counted and offered the plan again.
-    pub fn on_tick(&mut self, now: u64) -> Outbox {
-        let mut out = Outbox::new();
+    pub fn on_tick(&mut self, now: u64) -> Offers {
+        let mut out = Offers::new();
         if let Some(p) = self.pending.take_if(|p| p.plan.epoch_ns <= now) {
             // A node late for the previous plan owes this one too (it was
             // offered to every node): it catches up on this one.
@@ -232,7 +239,7 @@ impl Planner {
                 continue;
             }
             self.stats.late_nodes += 1;
-            let margin = self.links.get(&node).map_or(0, Link::margin_ns);
+            let margin = self.links.get(&node).map_or(0, LinkTiming::margin_ns);
             if let Some(b) = plan.boundary_at_or_after(now.saturating_add(margin)) {
                 *effective = b.at_ns;
                 out.push((
@@ -282,9 +289,9 @@ impl Planner {
 
     /// `node` joined at `now`: it is offered the plan in force from now,
     /// and owes an ack of the pending plan, offered too.
-    pub fn node_joined(&mut self, node: NodeId, link: Link, now: u64) -> Outbox {
+    pub fn node_joined(&mut self, node: NodeId, link: LinkTiming, now: u64) -> Offers {
         self.links.insert(node, link);
-        let mut out = Outbox::new();
+        let mut out = Offers::new();
         if let Some(plan) = &self.in_force {
             out.push((
                 node,
@@ -318,7 +325,7 @@ impl Planner {
     }
 }
 
-fn offer_all(nodes: &BTreeSet<NodeId>, plan: &Plan, effective_ns: u64) -> Outbox {
+fn offer_all(nodes: &BTreeSet<NodeId>, plan: &Plan, effective_ns: u64) -> Offers {
     let offer = Offer {
         plan: plan.clone(),
         effective_ns,
