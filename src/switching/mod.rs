@@ -32,6 +32,9 @@
 //!   still starts the ranks. The kernel's scheduler, or any sched_ext
 //!   scheduler the operator attached separately, runs them (the
 //!   evaluation's EEVDF and scx_bpfland runs).
+//! - lead.rs: the drain lead of timed switching (how long before a
+//!   boundary the node starts parking) and the lateness of a timed switch
+//!   (issue 12); pure logic, not wired into the switchers yet.
 //!
 //! Without BPF the daemon keeps its knob files, its control socket and the
 //! node agent; knobs only BPF uses (fill, housekeeping_cpus,
@@ -51,6 +54,7 @@
 //! file there shows what gangd asked, not what runs.
 
 pub mod bpf;
+pub mod lead;
 pub mod mainloop;
 pub mod none;
 pub mod signal;

@@ -10,8 +10,11 @@
 //!   and its SVG timeline.
 //! - knobfs: the knob file system both daemons mount (true EINVAL).
 //! - time: the clock every timestamp on the wire is read from.
+//! - plan: the slot plan (the rotation sent ahead of time) and its
+//!   amendments, as pure arithmetic on cluster time.
 
 pub mod knobfs;
+pub mod plan;
 pub mod pmi;
 pub mod proto;
 pub mod time;

@@ -7,6 +7,9 @@
 //! - rotation.rs: [`rotation::Rotation`], the slot clock: when the next
 //!   switch is due, to which slot, with which nodes; the tables and knobs
 //!   the nodes must have before it.
+//! - planner.rs: [`planner::Planner`], the slot plan sent ahead of time
+//!   (issue 12): which boundary a new plan takes effect at, the nodes'
+//!   acknowledgements, the late ones. Not wired into the daemon yet.
 //! - switch_log.rs: [`switch_log::SwitchLog`], one JSON line per finished
 //!   switch.
 //!
@@ -60,5 +63,6 @@
 //! slots only: the node's own timer is its slot timer.
 
 pub mod barrier;
+pub mod planner;
 pub mod rotation;
 pub mod switch_log;

@@ -1,0 +1,334 @@
+//! gangd's side of the slot plan (issue 12, part 2), a pure state machine
+//! like barrier.rs: when the matrix or a knob changes, make a new
+//! [`Plan`], pick the boundary it takes effect at, send it to every node,
+//! collect the acknowledgements, and make sure no node is left on the old
+//! plan.
+//!
+//! Inputs: [`Planner::change`] (a new cycle or slot_ms at `now`),
+//! [`Planner::on_ack`], [`Planner::node_joined`], [`Planner::node_lost`],
+//! [`Planner::timing`] (a node's RTT and clock error bound, as measured on
+//! its link) and [`Planner::on_tick`]; [`Planner::change`],
+//! [`Planner::on_tick`] and [`Planner::node_joined`] return [`Offers`]
+//! (to each node a plan and the cluster time it follows it from) and
+//! [`Planner::amend`] its amends; gangd sends them. Times are ns on the
+//! cluster clock; no clock is read here.
+//!
+//! The activation boundary: the first boundary of the plan in force at or
+//! after `now + margin`, where margin = max over nodes of (2 × RTT + clock
+//! error bound) and at least one slot of the old and of the new plan: time for the
+//! offer to arrive, the ack to come back, and the node's clock to be off
+//! by its bound. The new plan's epoch is that boundary and its first
+//! generation the one the old plan would have started there, so
+//! generations keep increasing across plans. With no plan in force the
+//! first plan starts at `now + margin`, with the generation the planner
+//! was made with.
+//!
+//! A node that has not acknowledged by the activation time is counted
+//! (`late_nodes`, once per miss) and offered the plan again, effective at
+//! the first boundary of the new plan at or after `now + its own 2 × RTT +
+//! error`; again at every such boundary it misses, until it acks or is
+//! lost (its link's heartbeat decides that, not this module). A node that
+//! joins is offered the plan in force from now, and the pending plan too.
+//! A change while a plan is pending replaces it (the old pending plan
+//! never takes effect).
+//!
+//! Known faults: a late node runs the old plan until it has the new one, so
+//! for up to a slot (plus its RTT) it may run another slot than the
+//! others; the planner counts it but cannot prevent it. An amend
+//! (voluntary yield) is refused while a plan is pending (its activation
+//! boundary would move closer than its margin): that slot runs its full
+//! length. Not wired into the daemon yet.
+//!
+//! Amends: [`Planner::amend`] ends the slot of a generation early in the
+//! plan in force and sends the [`Amend`] to every node; the re-offers
+//! owed to late nodes move with the boundaries they were set to.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot};
+use gang_wire::proto::{Gen, NodeId};
+
+/// What to send: `plan`, to be followed from `effective_ns` on (until then
+/// the node keeps the plan it has).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Offer {
+    pub plan: Plan,
+    pub effective_ns: u64,
+}
+
+/// Offers to send, in order.
+pub type Offers = Vec<(NodeId, Offer)>;
+
+/// A node's link timing, as gangd measures it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkTiming {
+    pub rtt_ns: u64,
+    pub clock_error_ns: u64,
+}
+
+impl LinkTiming {
+    /// Time for an offer to reach the node and its ack to come back, and
+    /// for the node's clock to be off by its bound.
+    pub fn margin_ns(&self) -> u64 {
+        self.rtt_ns
+            .saturating_mul(2)
+            .saturating_add(self.clock_error_ns)
+    }
+}
+
+/// What changed: the cycle of slots and their length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub slots: Vec<PlannedSlot>,
+    pub slot_ms: u32,
+}
+
+/// Why an amend was not made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AmendRefused {
+    NoPlan,
+    /// A new plan is waiting for its boundary.
+    PlanPending,
+    Invalid(PlanError),
+}
+
+/// A plan sent, not yet in force.
+#[derive(Clone, Debug)]
+struct Pending {
+    plan: Plan,
+    /// Nodes that owe an ack.
+    owed: BTreeSet<NodeId>,
+}
+
+/// Counts since gangd started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanStats {
+    pub plans: u64,
+    /// Nodes that had not acknowledged a plan by the time it (or their
+    /// re-offer) took effect, counted once per miss.
+    pub late_nodes: u64,
+    /// Acks of no plan waiting for one (stale, duplicate, unknown node).
+    pub stray_acks: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Planner {
+    /// The first generation of the first plan (gangd's count goes on).
+    first_gen: Gen,
+    links: BTreeMap<NodeId, LinkTiming>,
+    in_force: Option<Plan>,
+    pending: Option<Pending>,
+    /// Late nodes: the re-offer's effective time.
+    late: BTreeMap<NodeId, u64>,
+    next_id: u64,
+    stats: PlanStats,
+}
+
+impl Planner {
+    /// A planner with no plan yet; the first plan starts at `first_gen`.
+    pub fn new(first_gen: Gen) -> Self {
+        Planner {
+            first_gen,
+            links: BTreeMap::new(),
+            in_force: None,
+            pending: None,
+            late: BTreeMap::new(),
+            next_id: 0,
+            stats: PlanStats::default(),
+        }
+    }
+
+    pub fn in_force(&self) -> Option<&Plan> {
+        self.in_force.as_ref()
+    }
+
+    /// The plan waiting for its activation boundary.
+    pub fn pending(&self) -> Option<&Plan> {
+        self.pending.as_ref().map(|p| &p.plan)
+    }
+
+    pub fn stats(&self) -> PlanStats {
+        self.stats
+    }
+
+    /// Nodes that owe an ack of the pending plan, or of a re-offer.
+    pub fn owing(&self) -> BTreeSet<NodeId> {
+        let pending = self.pending.iter().flat_map(|p| p.owed.iter().copied());
+        pending.chain(self.late.keys().copied()).collect()
+    }
+
+    /// A node's link timing was measured (a new node is not offered anything
+    /// here: see `node_joined`).
+    pub fn timing(&mut self, node: NodeId, link: LinkTiming) {
+        self.links.insert(node, link);
+    }
+
+    /// The margin ahead of `now` a new plan of `slot_ms` needs: every
+    /// node's, and at least one slot of the old and of the new plan.
+    pub fn margin_ns(&self, slot_ms: u32) -> u64 {
+        let links = self
+            .links
+            .values()
+            .map(LinkTiming::margin_ns)
+            .max()
+            .unwrap_or(0);
+        let old = self.in_force.as_ref().map_or(0, Plan::slot_ns);
+        links.max(old).max(u64::from(slot_ms) * 1_000_000)
+    }
+
+    /// The matrix or a knob changed at `now`: a new plan, offered to every
+    /// node, effective at the activation boundary.
+    pub fn change(&mut self, change: Change, now: u64) -> Result<Offers, PlanError> {
+        let at = now.saturating_add(self.margin_ns(change.slot_ms));
+        let (epoch_ns, first_gen) = match &self.in_force {
+            Some(old) => {
+                let b = old
+                    .boundary_at_or_after(at)
+                    .ok_or(PlanError::EpochOverflow {
+                        epoch_ns: old.epoch_ns,
+                    })?;
+                (b.at_ns, b.gen)
+            }
+            None => (at, self.first_gen),
+        };
+        let plan = Plan {
+            id: self.next_id,
+            epoch_ns,
+            slot_ms: change.slot_ms,
+            slots: change.slots,
+            first_gen,
+        };
+        plan.validate()?;
+        self.next_id += 1;
+        self.stats.plans += 1;
+        let owed: BTreeSet<NodeId> = self.links.keys().copied().collect();
+        let out = offer_all(&owed, &plan, epoch_ns);
+        self.pending = Some(Pending { plan, owed });
+        Ok(out)
+    }
+
+    /// `node` acknowledged plan `plan_id`.
+    pub fn on_ack(&mut self, node: NodeId, plan_id: u64) {
+        let mut known = false;
+        if let Some(p) = self.pending.as_mut().filter(|p| p.plan.id == plan_id) {
+            known |= p.owed.remove(&node);
+        }
+        if self.in_force.as_ref().is_some_and(|p| p.id == plan_id) {
+            known |= self.late.remove(&node).is_some();
+        }
+        if !known {
+            self.stats.stray_acks += 1;
+        }
+    }
+
+    /// Time passed: the pending plan takes effect at its epoch; late nodes
+    /// are counted and offered the plan again.
+    pub fn on_tick(&mut self, now: u64) -> Offers {
+        let mut out = Offers::new();
+        if let Some(p) = self.pending.take_if(|p| p.plan.epoch_ns <= now) {
+            // A node late for the previous plan owes this one too (it was
+            // offered to every node): it catches up on this one.
+            self.late = p.owed.iter().map(|&n| (n, p.plan.epoch_ns)).collect();
+            self.in_force = Some(p.plan);
+        }
+        let Some(plan) = &self.in_force else {
+            return out;
+        };
+        for (&node, effective) in self.late.iter_mut() {
+            if *effective > now {
+                continue;
+            }
+            self.stats.late_nodes += 1;
+            let margin = self.links.get(&node).map_or(0, LinkTiming::margin_ns);
+            if let Some(b) = plan.boundary_at_or_after(now.saturating_add(margin)) {
+                *effective = b.at_ns;
+                out.push((
+                    node,
+                    Offer {
+                        plan: plan.clone(),
+                        effective_ns: b.at_ns,
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    /// Every rank of the slot of `gen` yielded: it ends at `ends_at_ns`,
+    /// and every later boundary moves as much earlier. Returns the amend
+    /// for every node.
+    pub fn amend(
+        &mut self,
+        gen: Gen,
+        ends_at_ns: u64,
+    ) -> Result<Vec<(NodeId, Amend)>, AmendRefused> {
+        if self.pending.is_some() {
+            return Err(AmendRefused::PlanPending);
+        }
+        let plan = self.in_force.as_ref().ok_or(AmendRefused::NoPlan)?;
+        let amend = Amend {
+            plan_id: plan.id,
+            gen,
+            ends_at_ns,
+        };
+        let amended = plan.amended(&amend).map_err(AmendRefused::Invalid)?;
+        // `amended` checked that the generation lies in the plan.
+        let planned_end = plan
+            .boundary(gen.0 - plan.first_gen.0 + 1)
+            .map(|b| b.at_ns)
+            .unwrap_or(u64::MAX);
+        let shift = planned_end - ends_at_ns;
+        for effective in self.late.values_mut() {
+            if *effective >= planned_end {
+                *effective -= shift;
+            }
+        }
+        self.in_force = Some(amended);
+        Ok(self.links.keys().map(|&n| (n, amend)).collect())
+    }
+
+    /// `node` joined at `now`: it is offered the plan in force from now,
+    /// and owes an ack of the pending plan, offered too.
+    pub fn node_joined(&mut self, node: NodeId, link: LinkTiming, now: u64) -> Offers {
+        self.links.insert(node, link);
+        let mut out = Offers::new();
+        if let Some(plan) = &self.in_force {
+            out.push((
+                node,
+                Offer {
+                    plan: plan.clone(),
+                    effective_ns: now,
+                },
+            ));
+        }
+        if let Some(p) = self.pending.as_mut() {
+            p.owed.insert(node);
+            let effective_ns = p.plan.epoch_ns;
+            out.push((
+                node,
+                Offer {
+                    plan: p.plan.clone(),
+                    effective_ns,
+                },
+            ));
+        }
+        out
+    }
+
+    /// `node` is gone: it owes nothing any more.
+    pub fn node_lost(&mut self, node: NodeId) {
+        self.links.remove(&node);
+        self.late.remove(&node);
+        if let Some(p) = self.pending.as_mut() {
+            p.owed.remove(&node);
+        }
+    }
+}
+
+fn offer_all(nodes: &BTreeSet<NodeId>, plan: &Plan, effective_ns: u64) -> Offers {
+    let offer = Offer {
+        plan: plan.clone(),
+        effective_ns,
+    };
+    nodes.iter().map(|&n| (n, offer.clone())).collect()
+}

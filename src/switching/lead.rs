@@ -1,0 +1,318 @@
+//! The node's drain lead and the lateness of its timed switches (issue 12,
+//! part 3), pure logic: no clock read, no I/O.
+//!
+//! With timed switching and barrier = strict the node starts parking the
+//! outgoing gangs at `boundary − lead`, so that their traffic has drained
+//! by the boundary and the switch itself costs nothing. [`DrainLead`]
+//! keeps the recent switches' park + drain times (a window of the last
+//! [`WINDOW`]) and gives the lead: the p99 of that window (nearest rank)
+//! plus twice the clock error bound (this node may be early, a peer late),
+//! clamped to [min, slot/2]. A knob value fixes the lead (still at most
+//! slot/2: a slot parked for more than half its length runs less than it
+//! waits). With no switch measured yet, the p99 counts as 0.
+//!
+//! [`classify`] tells, for the report to gangd after the fact, how a switch
+//! went: drained by the boundary (on time, switched at the boundary),
+//! drained after it (late, by how much), or the drain timeout hit (timed
+//! out, switched anyway, by how much after the boundary).
+//!
+//! Known faults: the p99 (nearest rank) of 64 samples is their maximum,
+//! so one outlier raises the lead for the next 64 switches; the window does not
+//! know the slot or the gangs a sample came from. Not wired into the
+//! switchers yet. Times are ns on the cluster clock.
+
+use std::collections::VecDeque;
+
+/// How many recent switches the lead is computed from.
+pub const WINDOW: usize = 64;
+
+/// What the lead is bounded by, and the knob that can fix it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeadLimits {
+    pub min_ns: u64,
+    pub slot_ms: u32,
+    pub clock_error_ns: u64,
+    /// The knob: a fixed lead in µs.
+    pub fixed_us: Option<u64>,
+}
+
+/// The recent switches' park + drain times.
+#[derive(Clone, Debug, Default)]
+pub struct DrainLead {
+    recent: VecDeque<u64>,
+}
+
+impl DrainLead {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One switch parked and drained in `park_drain_ns`.
+    pub fn record(&mut self, park_drain_ns: u64) {
+        if self.recent.len() == WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(park_drain_ns);
+    }
+
+    /// p99 of the window, nearest rank; 0 with no sample.
+    pub fn p99_ns(&self) -> u64 {
+        let mut v: Vec<u64> = self.recent.iter().copied().collect();
+        if v.is_empty() {
+            return 0;
+        }
+        v.sort_unstable();
+        let rank = (v.len() * 99).div_ceil(100);
+        v[rank - 1]
+    }
+
+    /// How long before the boundary the node starts parking.
+    pub fn lead_ns(&self, limits: &LeadLimits) -> u64 {
+        let max = u64::from(limits.slot_ms) * 1_000_000 / 2;
+        let lead = match limits.fixed_us {
+            Some(us) => us.saturating_mul(1_000),
+            None => self
+                .p99_ns()
+                .saturating_add(limits.clock_error_ns.saturating_mul(2))
+                .max(limits.min_ns),
+        };
+        lead.min(max)
+    }
+}
+
+/// How the drain of one switch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// Nothing in flight any more at this instant.
+    Drained { at_ns: u64 },
+    /// `drain_timeout_ms` hit at this instant: switched anyway.
+    TimedOut { at_ns: u64 },
+}
+
+/// How a timed switch went, for the report to gangd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lateness {
+    OnTime,
+    /// Drained this long after the boundary.
+    Late {
+        by_ns: u64,
+    },
+    /// The drain timed out this long after the boundary (0: the timeout
+    /// hit before it, i.e. drain_timeout shorter than the lead).
+    TimedOut {
+        by_ns: u64,
+    },
+}
+
+/// One switch as reported: when the incoming gangs started, and whether
+/// that was at the boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwitchTiming {
+    pub switched_at_ns: u64,
+    pub lateness: Lateness,
+}
+
+/// The switch due at `boundary_ns` whose drain ended so.
+pub fn classify(boundary_ns: u64, end: DrainEnd) -> SwitchTiming {
+    let (at_ns, lateness) = match end {
+        DrainEnd::Drained { at_ns } if at_ns <= boundary_ns => (at_ns, Lateness::OnTime),
+        DrainEnd::Drained { at_ns } => (
+            at_ns,
+            Lateness::Late {
+                by_ns: at_ns - boundary_ns,
+            },
+        ),
+        DrainEnd::TimedOut { at_ns } => (
+            at_ns,
+            Lateness::TimedOut {
+                by_ns: at_ns.saturating_sub(boundary_ns),
+            },
+        ),
+    };
+    SwitchTiming {
+        switched_at_ns: at_ns.max(boundary_ns),
+        lateness,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+
+    fn limits() -> LeadLimits {
+        LeadLimits {
+            min_ns: 500 * US,
+            slot_ms: 100,
+            clock_error_ns: 200 * US,
+            fixed_us: None,
+        }
+    }
+
+    fn lead_of(samples: &[u64], limits: &LeadLimits) -> u64 {
+        let mut l = DrainLead::new();
+        samples.iter().for_each(|&s| l.record(s));
+        l.lead_ns(limits)
+    }
+
+    #[test]
+    fn with_no_switch_measured_the_lead_is_twice_the_clock_error_or_the_minimum() {
+        assert_eq!(lead_of(&[], &limits()), 500 * US);
+        let mut l = limits();
+        l.clock_error_ns = MS;
+        assert_eq!(lead_of(&[], &l), 2 * MS);
+    }
+
+    #[test]
+    fn the_lead_is_the_p99_of_park_and_drain_plus_twice_the_clock_error() {
+        // 100 samples of 1..=100 ms, a slot of 1 s (the cap is 500 ms).
+        let samples: Vec<u64> = (1..=100).map(|i| i * MS).collect();
+        let mut l = limits();
+        l.slot_ms = 1_000;
+        assert_eq!(
+            lead_of(&samples, &l),
+            100 * MS + 400 * US,
+            "p99 of the last 64 (37..=100 ms) is their largest"
+        );
+        let mut d = DrainLead::new();
+        (1..=10).for_each(|i| d.record(i * MS));
+        assert_eq!(d.p99_ns(), 10 * MS, "p99 of 10 samples is the largest");
+        let mut d = DrainLead::new();
+        (1..=64).for_each(|i| d.record(i * MS));
+        d.record(0);
+        assert_eq!(d.p99_ns(), 64 * MS);
+    }
+
+    #[test]
+    fn the_window_forgets_old_switches() {
+        let mut d = DrainLead::new();
+        d.record(40 * MS);
+        (0..WINDOW).for_each(|_| d.record(MS));
+        assert_eq!(d.p99_ns(), MS);
+    }
+
+    #[test]
+    fn the_lead_never_exceeds_half_a_slot() {
+        assert_eq!(lead_of(&[90 * MS], &limits()), 50 * MS);
+        let mut l = limits();
+        l.min_ns = 80 * MS;
+        assert_eq!(
+            lead_of(&[], &l),
+            50 * MS,
+            "half a slot wins over the minimum"
+        );
+    }
+
+    #[test]
+    fn a_knob_value_fixes_the_lead_below_half_a_slot() {
+        let mut l = limits();
+        l.fixed_us = Some(3_000);
+        assert_eq!(lead_of(&[40 * MS], &l), 3 * MS);
+        l.fixed_us = Some(0);
+        assert_eq!(lead_of(&[40 * MS], &l), 0, "the knob may turn the lead off");
+        l.fixed_us = Some(90_000);
+        assert_eq!(lead_of(&[], &l), 50 * MS);
+    }
+
+    #[test]
+    fn a_switch_drained_by_its_boundary_is_on_time_and_happens_at_the_boundary() {
+        let t = classify(100 * MS, DrainEnd::Drained { at_ns: 97 * MS });
+        assert_eq!(
+            t,
+            SwitchTiming {
+                switched_at_ns: 100 * MS,
+                lateness: Lateness::OnTime
+            }
+        );
+        let t = classify(100 * MS, DrainEnd::Drained { at_ns: 100 * MS });
+        assert_eq!(t.lateness, Lateness::OnTime);
+    }
+
+    #[test]
+    fn a_switch_drained_after_its_boundary_is_late_by_the_difference() {
+        let t = classify(100 * MS, DrainEnd::Drained { at_ns: 103 * MS });
+        assert_eq!(t.switched_at_ns, 103 * MS);
+        assert_eq!(t.lateness, Lateness::Late { by_ns: 3 * MS });
+    }
+
+    #[test]
+    fn a_drain_timeout_is_its_own_kind_and_switches_anyway() {
+        let t = classify(100 * MS, DrainEnd::TimedOut { at_ns: 120 * MS });
+        assert_eq!(t.switched_at_ns, 120 * MS);
+        assert_eq!(t.lateness, Lateness::TimedOut { by_ns: 20 * MS });
+        let t = classify(100 * MS, DrainEnd::TimedOut { at_ns: 99 * MS });
+        assert_eq!(t.switched_at_ns, 100 * MS, "never before the boundary");
+        assert_eq!(t.lateness, Lateness::TimedOut { by_ns: 0 });
+    }
+
+    fn any_limits() -> impl Strategy<Value = LeadLimits> {
+        (0u64..100 * MS, 1u32..=60_000, 0u64..50 * MS).prop_map(
+            |(min_ns, slot_ms, clock_error_ns)| LeadLimits {
+                min_ns,
+                slot_ms,
+                clock_error_ns,
+                fixed_us: None,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn the_lead_stays_in_its_clamp(
+            samples in prop::collection::vec(0u64..u64::MAX / 4, 0..100),
+            l in any_limits(),
+            fixed in prop::option::of(0u64..u64::MAX),
+        ) {
+            let half = u64::from(l.slot_ms) * MS / 2;
+            let lead = lead_of(&samples, &l);
+            prop_assert!(lead <= half);
+            prop_assert!(lead >= l.min_ns.min(half));
+            let fixed_lead = lead_of(&samples, &LeadLimits { fixed_us: fixed, ..l });
+            prop_assert!(fixed_lead <= half);
+        }
+
+        #[test]
+        fn the_lead_is_monotone_in_its_inputs(
+            samples in prop::collection::vec(0u64..200 * MS, 1..100),
+            which in any::<prop::sample::Index>(),
+            more in 0u64..100 * MS,
+            l in any_limits(),
+            d_err in 0u64..10 * MS,
+            d_min in 0u64..10 * MS,
+            d_slot in 0u32..1_000,
+        ) {
+            let base = lead_of(&samples, &l);
+            let mut bigger = samples.clone();
+            bigger[which.index(samples.len())] += more;
+            prop_assert!(lead_of(&bigger, &l) >= base, "a slower switch");
+            let more_err = LeadLimits { clock_error_ns: l.clock_error_ns + d_err, ..l };
+            prop_assert!(lead_of(&samples, &more_err) >= base, "a worse clock");
+            let more_min = LeadLimits { min_ns: l.min_ns + d_min, ..l };
+            prop_assert!(lead_of(&samples, &more_min) >= base, "a higher minimum");
+            let longer = LeadLimits { slot_ms: l.slot_ms + d_slot, ..l };
+            prop_assert!(lead_of(&samples, &longer) >= base, "a longer slot");
+        }
+
+        #[test]
+        fn a_switch_never_happens_before_its_boundary_and_lateness_is_exact(
+            boundary in 0u64..1 << 60, at in 0u64..1 << 60, timed_out in any::<bool>(),
+        ) {
+            let end = if timed_out {
+                DrainEnd::TimedOut { at_ns: at }
+            } else {
+                DrainEnd::Drained { at_ns: at }
+            };
+            let t = classify(boundary, end);
+            prop_assert_eq!(t.switched_at_ns, boundary.max(at));
+            let by = t.switched_at_ns - boundary;
+            match t.lateness {
+                Lateness::OnTime => prop_assert!(!timed_out && by == 0),
+                Lateness::Late { by_ns } => prop_assert!(!timed_out && by_ns == by && by > 0),
+                Lateness::TimedOut { by_ns } => prop_assert!(timed_out && by_ns == by),
+            }
+        }
+    }
+}
