@@ -23,17 +23,19 @@
 //!   y_a + (x − x_a)(1 + rate) ± (h_a + (uncertainty + unmodelled)·|x − x_a|),
 //!   and the anchor with the smallest bound is used: half the best
 //!   sample's round trip plus the drift since it.
+//!
 //! Why not a least-squares fit: its rate error is statistical (it assumes
 //! the delays' distribution), while the intervals are facts, so the bound
 //! holds for any delays, however asymmetric, and a slow outlier merely
 //! constrains little (its interval is wide).
 //!
 //! Which samples. The best (smallest h, i.e. lowest round trip) of each of
-//! the last `buckets` intervals of `bucket_ns` of local time, as NTP's
-//! clock filter and Jones et al. keep minimum-delay samples, plus always
+//! the last `buckets` intervals of `bucket_ns` of local time (NTP's clock
+//! filter, too, trusts the minimum-delay samples), plus always
 //! the latest sample (the best anchor just after it arrives). The window
-//! (16 s by default) makes the rate precise (a 0.2 ms round trip over
-//! 15 s bounds the rate to about 13 ppm) and forgets old rates.
+//! (16 s by default) makes the rate precise (two samples of 0.2 ms round
+//! trip 15 s apart bound it to ±13 ppm, plus the wander) and forgets old
+//! rates.
 //!
 //! Steps and drift. An honest sample's interval always contains the true
 //! time, so a sample that leaves no rate consistent with the kept ones
