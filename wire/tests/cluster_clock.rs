@@ -28,7 +28,8 @@ struct Clocks {
 impl Clocks {
     fn remote(&self, local: u64) -> u64 {
         let dx = (local - self.local0) as i128;
-        let mut r = self.remote0 as i128 + dx + (dx * self.drift_ppb as i128).div_euclid(1_000_000_000);
+        let mut r =
+            self.remote0 as i128 + dx + (dx * self.drift_ppb as i128).div_euclid(1_000_000_000);
         if local >= self.step_at {
             r += self.step_ns as i128;
         }
@@ -40,7 +41,12 @@ impl Clocks {
     fn exchange(&self, t1: u64, leg: &Leg) -> Sample {
         let t2 = self.remote(t1 + leg.out);
         let t3 = self.remote(t1 + leg.out + leg.turn);
-        Sample { t1, t2, t3, t4: t1 + leg.out + leg.turn + leg.back }
+        Sample {
+            t1,
+            t2,
+            t3,
+            t4: t1 + leg.out + leg.turn + leg.back,
+        }
     }
 }
 
@@ -57,13 +63,15 @@ struct Leg {
 }
 
 fn clocks() -> impl Strategy<Value = Clocks> {
-    (0..1u64 << 50, 10 * MS..1u64 << 60, -200_000..=200_000i64).prop_map(|(local0, remote0, drift_ppb)| Clocks {
-        local0,
-        remote0,
-        drift_ppb,
-        step_at: u64::MAX,
-        step_ns: 0,
-    })
+    (0..1u64 << 50, 10 * MS..1u64 << 60, -200_000..=200_000i64).prop_map(
+        |(local0, remote0, drift_ppb)| Clocks {
+            local0,
+            remote0,
+            drift_ppb,
+            step_at: u64::MAX,
+            step_ns: 0,
+        },
+    )
 }
 
 fn delay(max: u64) -> impl Strategy<Value = u64> {
@@ -71,14 +79,31 @@ fn delay(max: u64) -> impl Strategy<Value = u64> {
 }
 
 fn leg(max_delay: u64) -> impl Strategy<Value = Leg> {
-    (50 * MS..=1_000 * MS, delay(max_delay), 0..200 * US, delay(max_delay), 0..1_000u64)
-        .prop_map(|(gap, out, turn, back, look)| Leg { gap, out, turn, back, look })
+    (
+        50 * MS..=1_000 * MS,
+        delay(max_delay),
+        0..200 * US,
+        delay(max_delay),
+        0..1_000u64,
+    )
+        .prop_map(|(gap, out, turn, back, look)| Leg {
+            gap,
+            out,
+            turn,
+            back,
+            look,
+        })
 }
 
 /// Low, symmetric delays: the same 50–100 µs each way.
 fn quiet_leg() -> impl Strategy<Value = Leg> {
-    (50 * MS..=1_000 * MS, 50 * US..=100 * US, 0..50 * US)
-        .prop_map(|(gap, d, turn)| Leg { gap, out: d, turn, back: d, look: 500 })
+    (50 * MS..=1_000 * MS, 50 * US..=100 * US, 0..50 * US).prop_map(|(gap, d, turn)| Leg {
+        gap,
+        out: d,
+        turn,
+        back: d,
+        look: 500,
+    })
 }
 
 /// The send times of `legs`, starting at the clocks' origin.
@@ -99,10 +124,16 @@ fn sends(clocks: &Clocks, legs: &[Leg]) -> Vec<u64> {
 fn assert_honest(clock: &ClusterClock, clocks: &Clocks, local: u64) -> Result<(), TestCaseError> {
     let truth = clocks.remote(local);
     if let Some(e) = clock.estimate(local) {
-        prop_assert!(e.remote_ns.abs_diff(truth) <= e.error_bound_ns, "at {local}: {e:?}, truth {truth}");
+        prop_assert!(
+            e.remote_ns.abs_diff(truth) <= e.error_bound_ns,
+            "at {local}: {e:?}, truth {truth}"
+        );
         let (back, bound) = clock.to_local(truth).unwrap();
         // +1: an integer clock 200 ppm slow reads `truth` for up to 2 ns.
-        prop_assert!(back.abs_diff(local) <= bound + 1, "to_local({truth}) = {back} ± {bound}, truth {local}");
+        prop_assert!(
+            back.abs_diff(local) <= bound + 1,
+            "to_local({truth}) = {back} ± {bound}, truth {local}"
+        );
     }
     Ok(())
 }

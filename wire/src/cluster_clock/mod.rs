@@ -15,10 +15,10 @@
 //!   ((yj − yi) − (xj − xi) ± (hi + hj)) / (xj − xi) ± unmodelled. The
 //!   estimator intersects these intervals over all pairs of the samples it
 //!   keeps (Marzullo-style); the rate is the middle of the intersection
-//!   and its uncertainty half its width. For a fixed rate, a line through
-//!   all the intervals exists iff it passes through every pair (Helly in
-//!   one dimension), so the intersection is exactly the set of rates the
-//!   samples allow, not an approximation.
+//!   and its uncertainty half its width. Without the wander term this is
+//!   exactly the set of rates the samples allow (for a fixed rate, a line
+//!   through all the intervals exists iff one exists through every pair:
+//!   Helly in one dimension); the wander widens each pair's interval.
 //! - Remote time at x: from each kept sample a ("anchor"),
 //!   y_a + (x − x_a)(1 + rate) ± (h_a + (uncertainty + unmodelled)·|x − x_a|),
 //!   and the anchor with the smallest bound is used: half the best
@@ -60,8 +60,8 @@ mod sample;
 
 use std::collections::VecDeque;
 
-pub use sample::{Sample, SampleError};
 use sample::{Point, SLACK_NS};
+pub use sample::{Sample, SampleError};
 
 /// The two machines' CLOCK_MONOTONIC rates differ by at most this (ppm):
 /// crystals are specified to ±100 ppm; 500 ppm is also the kernel's
@@ -126,7 +126,10 @@ pub enum Event {
     /// estimator restarted from this sample. `offset_change_ns` is how far
     /// the sample's remote time is from the previous estimate's, and
     /// `bound_ns` how far it could have been (both bounds).
-    Stepped { offset_change_ns: i64, bound_ns: u64 },
+    Stepped {
+        offset_change_ns: i64,
+        bound_ns: u64,
+    },
 }
 
 /// Whether the clock is good enough for timed switching (`check`).
@@ -176,7 +179,10 @@ impl ClusterClock {
     pub fn add(&mut self, sample: Sample) -> Result<Event, SampleError> {
         if let Some(last_t1) = self.last_t1 {
             if sample.t1 <= last_t1 {
-                return Err(SampleError::NotNewer { t1: sample.t1, last_t1 });
+                return Err(SampleError::NotNewer {
+                    t1: sample.t1,
+                    last_t1,
+                });
             }
         }
         let point = sample.point(self.rate_limit())?;
@@ -186,7 +192,9 @@ impl ClusterClock {
         if self.rate_range(&with_it).is_some() {
             self.keep(point);
             let points: Vec<Point> = self.points().collect();
-            self.rate = self.rate_range(&points).expect("a subset of consistent points");
+            self.rate = self
+                .rate_range(&points)
+                .expect("a subset of consistent points");
             self.accepted += 1;
             return Ok(Event::Accepted);
         }
@@ -203,7 +211,10 @@ impl ClusterClock {
         self.last_t1 = last_t1;
         self.keep(point);
         self.accepted = 1;
-        Ok(Event::Stepped { offset_change_ns, bound_ns })
+        Ok(Event::Stepped {
+            offset_change_ns,
+            bound_ns,
+        })
     }
 
     /// gangd's clock at `local_now`, or None before `min_samples` samples.
@@ -305,7 +316,11 @@ impl ClusterClock {
                     }
                     continue;
                 }
-                let (dx, excess) = if dx > 0 { (dx, dy - dx) } else { (-dx, dx - dy) };
+                let (dx, excess) = if dx > 0 {
+                    (dx, dy - dx)
+                } else {
+                    (-dx, dx - dy)
+                };
                 let dx = dx as f64;
                 lo = lo.max((excess - width) as f64 / dx - wander);
                 hi = hi.min((excess + width) as f64 / dx + wander);

@@ -11,7 +11,12 @@ const US: u64 = 1_000;
 fn exchange(t1: u64, offset: u64, out: u64, back: u64) -> Sample {
     let t2 = t1 + out + offset;
     let t3 = t2 + 10 * US;
-    Sample { t1, t2, t3, t4: t1 + out + 10 * US + back }
+    Sample {
+        t1,
+        t2,
+        t3,
+        t4: t1 + out + 10 * US + back,
+    }
 }
 
 /// A clock fed `n` symmetric 100 µs + 100 µs exchanges a second apart.
@@ -48,7 +53,10 @@ fn symmetric_exchanges_give_the_offset_within_half_the_round_trip() {
     assert!(e.rate_ppm.abs() < 1.0, "{e:?}");
     // Half the 200 µs network round trip, plus rounding and the rate's
     // uncertainty over the 105 µs since the exchange's midpoint.
-    assert!(e.error_bound_ns >= 100 * US && e.error_bound_ns <= 100 * US + 200, "{e:?}");
+    assert!(
+        e.error_bound_ns >= 100 * US && e.error_bound_ns <= 100 * US + 200,
+        "{e:?}"
+    );
     assert_eq!(e.samples, 4);
 }
 
@@ -87,7 +95,10 @@ fn to_local_is_the_instant_the_estimate_names() {
     assert!(back.abs_diff(local) <= 2, "{back} vs {local}");
     // The same bound, in local time: at most 550 ppm longer.
     let slack = e.error_bound_ns / 1_000 + 10;
-    assert!(bound >= e.error_bound_ns && bound <= e.error_bound_ns + slack, "{bound} {e:?}");
+    assert!(
+        bound >= e.error_bound_ns && bound <= e.error_bound_ns + slack,
+        "{bound} {e:?}"
+    );
 }
 
 #[test]
@@ -97,20 +108,41 @@ fn impossible_samples_are_refused_and_change_nothing() {
     let t = 5_000 * MS;
     let bad = [
         (
-            Sample { t1: t, t2: t, t3: t, t4: t - 1 },
+            Sample {
+                t1: t,
+                t2: t,
+                t3: t,
+                t4: t - 1,
+            },
             SampleError::LocalBackwards { t1: t, t4: t - 1 },
         ),
         (
-            Sample { t1: t, t2: t + 1, t3: t, t4: t + MS },
+            Sample {
+                t1: t,
+                t2: t + 1,
+                t3: t,
+                t4: t + MS,
+            },
             SampleError::RemoteBackwards { t2: t + 1, t3: t },
         ),
         (
-            Sample { t1: t, t2: t, t3: t + 2 * MS, t4: t + MS },
-            SampleError::TurnaroundLongerThanRoundTrip { turnaround_ns: 2 * MS, local_ns: MS },
+            Sample {
+                t1: t,
+                t2: t,
+                t3: t + 2 * MS,
+                t4: t + MS,
+            },
+            SampleError::TurnaroundLongerThanRoundTrip {
+                turnaround_ns: 2 * MS,
+                local_ns: MS,
+            },
         ),
         (
             exchange(4_000 * MS, 5 * MS, 100 * US, 100 * US),
-            SampleError::NotNewer { t1: 4_000 * MS, last_t1: 4_000 * MS },
+            SampleError::NotNewer {
+                t1: 4_000 * MS,
+                last_t1: 4_000 * MS,
+            },
         ),
     ];
     for (sample, error) in bad {
@@ -122,7 +154,12 @@ fn impossible_samples_are_refused_and_change_nothing() {
 #[test]
 fn a_turnaround_longer_than_the_round_trip_by_the_rate_difference_is_possible() {
     // 1 ms on the node, 1 ms + 400 ns on a gangd clock 400 ppm fast.
-    let s = Sample { t1: 0, t2: 0, t3: MS + 400, t4: MS };
+    let s = Sample {
+        t1: 0,
+        t2: 0,
+        t3: MS + 400,
+        t4: MS,
+    };
     assert!(ClusterClock::default().add(s).is_ok());
 }
 
@@ -131,10 +168,17 @@ fn a_stepped_gangd_clock_is_reported_and_the_estimator_restarts() {
     let mut clock = synced(5 * MS, 5);
     // gangd's clock jumps 5 ms ahead.
     let event = clock.add(exchange(6_000 * MS, 10 * MS, 100 * US, 100 * US));
-    let Ok(Event::Stepped { offset_change_ns, bound_ns }) = event else {
+    let Ok(Event::Stepped {
+        offset_change_ns,
+        bound_ns,
+    }) = event
+    else {
         panic!("{event:?}");
     };
-    assert!(offset_change_ns.abs_diff(5 * MS as i64) < 10 * US, "{offset_change_ns}");
+    assert!(
+        offset_change_ns.abs_diff(5 * MS as i64) < 10 * US,
+        "{offset_change_ns}"
+    );
     assert!(bound_ns < 500 * US, "{bound_ns}");
     // From that sample alone: no estimate until two more.
     assert_eq!(clock.estimate(6_500 * MS), None);
@@ -142,7 +186,10 @@ fn a_stepped_gangd_clock_is_reported_and_the_estimator_restarts() {
         let s = exchange(6_000 * MS + i * 1_000 * MS, 10 * MS, 100 * US, 100 * US);
         assert_eq!(clock.add(s), Ok(Event::Accepted));
     }
-    assert_eq!(clock.estimate(8_000 * MS).unwrap().offset_ns, 10 * MS as i64);
+    assert_eq!(
+        clock.estimate(8_000 * MS).unwrap().offset_ns,
+        10 * MS as i64
+    );
 }
 
 #[test]
@@ -161,7 +208,9 @@ fn only_the_best_sample_of_each_second_is_kept() {
     for sec in 0..3 {
         for k in 0..10 {
             let out = if k == 3 { 50 * US } else { 2 * MS };
-            clock.add(exchange(sec * 1_000 * MS + k * 90 * MS, 0, out, out)).unwrap();
+            clock
+                .add(exchange(sec * 1_000 * MS + k * 90 * MS, 0, out, out))
+                .unwrap();
         }
     }
     // One per second, and the latest.
@@ -175,7 +224,9 @@ fn only_the_best_sample_of_each_second_is_kept() {
 fn samples_older_than_the_window_are_forgotten() {
     let mut clock = synced(0, 20);
     assert_eq!(clock.estimate(21_000 * MS).unwrap().samples, 16);
-    clock.add(exchange(100_000 * MS, 0, 100 * US, 100 * US)).unwrap();
+    clock
+        .add(exchange(100_000 * MS, 0, 100 * US, 100 * US))
+        .unwrap();
     assert_eq!(clock.estimate(100_000 * MS).unwrap().samples, 1);
 }
 
@@ -186,5 +237,28 @@ fn check_says_whether_the_bound_is_good_enough() {
     assert!(matches!(clock.check(now, MS), Quality::Good(_)));
     assert!(matches!(clock.check(now, 10 * US), Quality::TooCoarse(_)));
     // Ten seconds without a sample: a millisecond bound no longer holds.
-    assert!(matches!(clock.check(now + 10_000 * MS, MS), Quality::TooCoarse(_)));
+    assert!(matches!(
+        clock.check(now + 10_000 * MS, MS),
+        Quality::TooCoarse(_)
+    ));
+}
+
+#[test]
+fn a_rate_change_beyond_the_wander_is_detected_as_drift() {
+    let mut clock = synced(0, 10);
+    // From 11 s on, gangd's clock runs 300 ppm fast (the model allows 50 ppm
+    // of wander): it gains 300 µs a second, and within a few seconds no
+    // single rate fits the samples any more.
+    let mut gained = 0;
+    let mut stepped = None;
+    for sec in 11..20 {
+        gained += 300 * US;
+        let s = exchange(sec * 1_000 * MS, gained, 100 * US, 100 * US);
+        if let Ok(Event::Stepped { .. }) = clock.add(s) {
+            stepped = Some(sec);
+            break;
+        }
+    }
+    let sec = stepped.expect("the drift was never detected");
+    assert!(sec <= 14, "detected only at {sec} s");
 }
