@@ -54,7 +54,9 @@
 //! default) after the last sample: the samples must come often enough for
 //! the caller's `max_error_ns`. Slewing of the node's CLOCK_MONOTONIC by
 //! an NTP daemon faster than 50 ppm (chrony's large corrections) is seen
-//! as drift and restarts the estimator, repeatedly while it lasts.
+//! as drift and restarts the estimator, repeatedly while it lasts. An
+//! exchange that straddles a step proves nothing true; if it is the one
+//! the estimator restarts from, the next good sample is a second step.
 
 mod sample;
 
@@ -80,13 +82,16 @@ pub struct Config {
     pub max_rate_ppm: f64,
     /// Rate wander beyond the fitted rate, ppm, added to every bound.
     pub unmodelled_drift_ppm: f64,
-    /// The best sample of each interval of this much local time is kept.
+    /// The best sample of each interval of this much local time is kept
+    /// (> 0).
     pub bucket_ns: u64,
     /// How many such intervals (the window is buckets × bucket_ns).
     pub buckets: usize,
     /// Samples taken in (since the start or the last step) before there
-    /// is an estimate. Three: one fixes the offset, and two more make sure
-    /// a single sample from before a step cannot be the only anchor.
+    /// is an estimate. Three: one sample already gives an honest bound
+    /// (with the a priori rate), but two more give an inconsistency the
+    /// chance to show (a first sample that straddled a step, contradicted
+    /// by the next ones) before anyone arms a timer on it.
     pub min_samples: usize,
 }
 
