@@ -2,6 +2,8 @@
 //! coordinator (`gangd`, `gang`) must agree on, and nothing else. Both
 //! depend on this crate and neither on the other.
 //!
+//! - cluster_clock: a node's estimate of gangd's clock, with an honest
+//!   error bound, from timestamped exchanges.
 //! - proto: the agent link (frames, messages, versions) and its TLS 1.3
 //!   with the cluster CA.
 //! - pmi: the PMI-1 protocol MPI ranks speak, the node's server half and
@@ -13,6 +15,7 @@
 //! - plan: the slot plan (the rotation sent ahead of time) and its
 //!   amendments, as pure arithmetic on cluster time.
 
+pub mod cluster_clock;
 pub mod knobfs;
 pub mod plan;
 pub mod pmi;
