@@ -71,6 +71,13 @@ enum gang_event_kind {
 	EV_OWNER = 2,
 	/* `cpu` started running `gang` (a gang id, GANG_OTHER or GANG_IDLE). */
 	EV_RUN = 3,
+	/*
+	 * `cpu`, busy running `gang`, got its tick `cause` µs after the
+	 * scheduler last saw it (more than STALL_NS): it could run nothing of
+	 * ours that long. Under emulation, the vCPU's host thread was not
+	 * running; the trace tells overlap inside a stall apart.
+	 */
+	EV_STALL = 4,
 };
 
 /* EV_RUN flags. */
@@ -86,7 +93,7 @@ struct gang_event {
 	s32 cpu;	/* EV_OWNER, EV_RUN: the CPU */
 	s32 gang;	/* EV_OWNER: owner; EV_RUN: what now runs */
 	u32 slot;	/* slot in force */
-	u32 cause;	/* EV_SWITCH: enum gang_switch_cause */
+	u32 cause;	/* EV_SWITCH: enum gang_switch_cause; EV_STALL: µs */
 	u32 flags;	/* EV_RUN: enum gang_run_flags */
 };
 

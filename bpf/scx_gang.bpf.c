@@ -57,7 +57,12 @@
  *
  * Trace. While trace_on is set, every switch, every slot owner after it and
  * every change of what a CPU runs go to the `events` ring buffer, for the
- * daemon's `trace` command. Counters are per-CPU (enum gang_stat).
+ * daemon's `trace` command, and so does every stall: a busy CPU whose tick
+ * comes more than STALL_NS after the scheduler last saw it (ops.running,
+ * ops.stopping or the previous tick) ran nothing of ours that long, so a
+ * late preemption inside it is not the scheduler's. Under emulation that is
+ * the vCPU's host thread not running; on hardware, interrupts off or an
+ * SMI. Counters are per-CPU (enum gang_stat).
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
@@ -72,6 +77,12 @@ char _license[] SEC("license") = "GPL";
 /* Upper bound of the credit of time owed to tasks of no gang per CPU. */
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
 #define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
+/*
+ * A tick this late is a stall (EV_STALL). Ticks come every 1-4 ms on a busy
+ * CPU and a gang slice ends within a tick of GANG_SLICE_NS, so a late
+ * preemption the scheduler causes itself never hides behind one.
+ */
+#define STALL_NS		(15 * NSEC_PER_MSEC)
 
 UEI_DEFINE(uei);
 
@@ -878,10 +889,17 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
 	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	u64 now = bpf_ktime_get_ns();
 
 	if (!cctx)
 		return;
-	account(cctx, bpf_ktime_get_ns());
+	if (cctx->acct_ts && now - cctx->acct_ts > STALL_NS && now > cctx->acct_ts) {
+		u64 gap_us = (now - cctx->acct_ts) / 1000;
+
+		emit(EV_STALL, cpu, cctx->running, 0,
+		     gap_us > 0xffffffffULL ? 0xffffffffU : (u32)gap_us, now);
+	}
+	account(cctx, now);
 
 	if (cctx->running >= 0 && !cctx->serve_other &&
 	    cctx->other_credit >= OTHER_SLICE_NS &&

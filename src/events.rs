@@ -29,6 +29,7 @@ pub fn decode_event(data: &[u8]) -> Option<TraceEvent> {
         k if k == gang_event_kind_EV_SWITCH => EventKind::Switch,
         k if k == gang_event_kind_EV_OWNER => EventKind::Owner,
         k if k == gang_event_kind_EV_RUN => EventKind::Run,
+        k if k == gang_event_kind_EV_STALL => EventKind::Stall,
         _ => return None,
     };
     Some(TraceEvent {

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{assert_scheduler_never_failed, json, need_binaries, read, repo};
+use common::{
+    assert_overlap_below, assert_scheduler_never_failed, json, need_binaries, read, repo,
+};
 use serde_json::Value;
 
 /// The project's binaries for the image: the daemon and the workloads,
@@ -186,8 +188,7 @@ fn two_gangs_alternate_without_overlap_and_others_progress() {
             "gang {g} got {of_cpu:.3} of all CPU time: {s}"
         );
     }
-    let overlap = f(&s, &["overlap_fraction"]);
-    assert!(overlap < 0.01, "overlap {overlap:.4}: {s}");
+    assert_overlap_below(&s, 0.01, "two gangs");
     assert!(f(&s, &["switches"]) >= 100.0, "10 s at 50 ms slots: {s}");
     let other = json(&r, "other.json");
     assert!(
@@ -335,8 +336,7 @@ fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
         switches.iter().all(|s| s["cause"] == 2),
         "the timer switched in coordinated mode"
     );
-    let overlap = f(&cmd, &["summary", "overlap_fraction"]);
-    assert!(overlap < 0.01, "overlap {overlap}");
+    assert_overlap_below(&cmd["summary"], 0.01, "coordinated");
 
     // Standalone again, CPU 0 kept for housekeeping: no gang runs there.
     assert_eq!(read(&r, "mode_standalone"), "standalone");
@@ -365,12 +365,12 @@ fn fill_uses_idle_cpus_without_delaying_the_owner() {
     let nofill = json(&r, "nofill.json")["summary"].clone();
     let fill = json(&r, "fill.json")["summary"].clone();
     assert_eq!(f(&nofill, &["fill_ns"]), 0.0, "fill off, yet fill time");
-    assert!(f(&nofill, &["overlap_fraction"]) < 0.01);
+    assert_overlap_below(&nofill, 0.01, "fill off");
     assert!(
         f(&fill, &["fill_ns"]) > 0.1 * f(&fill, &["duration_ns"]),
         "fill on, but idle CPUs stayed idle: {fill}"
     );
-    assert!(f(&fill, &["overlap_fraction"]) < 0.01, "{fill}");
+    assert_overlap_below(&fill, 0.01, "fill on");
     let a_before = f(&nofill, &["gangs", "a", "run_ns"]) / f(&nofill, &["duration_ns"]);
     let a_after = f(&fill, &["gangs", "a", "run_ns"]) / f(&fill, &["duration_ns"]);
     assert!(
@@ -402,8 +402,7 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
         "{streaming:?}"
     );
     let trace = json(&r, "trace.json");
-    let overlap = f(&trace, &["summary", "overlap_fraction"]);
-    assert!(overlap < 0.01, "overlap {overlap}");
+    assert_overlap_below(&trace["summary"], 0.01, "strict barrier");
 
     let timeout = json(&r, "timeout.json")["frozen"].clone();
     assert_eq!(timeout["parked"], true, "{timeout}");
@@ -460,8 +459,7 @@ fn yielding_ranks_end_their_slots_voluntarily_and_wait_policies_lose_nothing() {
     assert_eq!(bvol, 0.0, "{after}");
     assert!(bforced >= 40.0, "gang b forced ends: {bforced}: {after}");
     let s = summary(&r);
-    let overlap = f(&s, &["overlap_fraction"]);
-    assert!(overlap < 0.01, "overlap {overlap:.4}: {s}");
+    assert_overlap_below(&s, 0.01, "yield");
     // Yielding gives back only the tail of each slot.
     let a_share = gang_share(&s, "a");
     assert!(

@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{assert_scheduler_never_failed, json, need_binaries, read, repo, tail};
+use common::{
+    assert_overlap_below, assert_scheduler_never_failed, json, need_binaries, read, repo, tail,
+};
 use serde_json::Value;
 
 /// Node 0 is the head (gangd, the front ends, no ranks); 1..=3 compute.
@@ -322,8 +324,7 @@ fn two_jobs_alternate_cluster_wide_without_overlap() {
     );
     for (name, t) in &nodes {
         let s = &t["summary"];
-        let overlap = num(&s["overlap_fraction"]).unwrap();
-        assert!(overlap < 0.01, "{name}: overlap {overlap:.4}: {s}");
+        assert_overlap_below(s, 0.01, name);
         let shares: Vec<(String, f64)> = s["gangs"]
             .as_object()
             .unwrap_or_else(|| panic!("{name}: no gangs in {s}"))
@@ -345,8 +346,8 @@ fn two_jobs_alternate_cluster_wide_without_overlap() {
             "{name}: 4 s at 100 ms slots: {s}"
         );
     }
+    assert_overlap_below(&trace, 0.01, "cluster-wide");
     let overlap = num(&trace["overlap_fraction"]).unwrap();
-    assert!(overlap < 0.01, "cluster-wide overlap {overlap:.4}");
     let skew = &trace["skew_us"];
     assert!(
         num(&skew["samples"]).unwrap_or(0.0) >= 4.0,

@@ -16,6 +16,7 @@ fn encode(e: &gang_wire::trace::TraceEvent) -> Vec<u8> {
         EventKind::Switch => 1u32,
         EventKind::Owner => 2,
         EventKind::Run => 3,
+        EventKind::Stall => 4,
     };
     let mut out = Vec::new();
     out.extend_from_slice(&e.ts_ns.to_ne_bytes());

@@ -104,3 +104,27 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// Overlap a trace summary (a node's `summary` or a cluster trace) charges
+/// to the scheduler: gang time on a CPU the gang did not own, minus the
+/// part inside CPU stalls (EV_STALL: the guest's vCPU was not running on
+/// the host, so no kick could land), over all gang time. The raw overlap is
+/// in the message so a failure shows both.
+pub fn assert_overlap_below(s: &Value, bound: f64, what: &str) {
+    let n = |k: &str| {
+        s[k].as_f64()
+            .unwrap_or_else(|| panic!("{what}: {k} missing in {s}"))
+    };
+    let gang = n("gang_run_ns");
+    let beyond = if gang > 0.0 {
+        (n("overlap_ns") - n("stall_overlap_ns")).max(0.0) / gang
+    } else {
+        0.0
+    };
+    assert!(
+        beyond < bound,
+        "{what}: overlap outside CPU stalls {beyond:.4} (raw {:.4}, stalled {:.1} ms): {s}",
+        n("overlap_fraction"),
+        n("stalled_ns") / 1e6
+    );
+}

@@ -398,13 +398,73 @@ fn svg_survives_degenerate_traces() {
     assert!(svg.contains(">cpu299</text>"));
 }
 
+// ---- stalls ----
+
+/// A late preemption (50 ms) that a stall of the CPU explains: overlap is
+/// still overlap, but the part inside the stall is told apart.
+#[test]
+fn overlap_inside_a_stall_is_told_apart() {
+    let mut ev = alternating(0);
+    // The switch at 20 ms (to A): CPU 1 keeps running B until 25 ms...
+    ev.retain(|e| !(e.kind == EventKind::Run && e.cpu == 1 && e.ts_ns == 20 * MS));
+    ev.push(TraceEvent::run(25 * MS, 1, 0, 0));
+    // ...and its tick came 6 ms late at 24 ms: it was stalled 18-24 ms.
+    ev.push(TraceEvent::stall(24 * MS, 1, 1, 6_000));
+    let s = analyze(meta(2, 0, 100 * MS), ev).summary;
+    assert_eq!(s.overlap_ns, 5 * MS);
+    assert_eq!(s.stalls, 1);
+    assert_eq!(s.stalled_ns, 6 * MS);
+    assert_eq!(s.stall_overlap_ns, 4 * MS, "20-24 ms of the 20-25 ms overlap");
+    assert!((s.overlap_fraction - 5.0 / 200.0).abs() < 1e-12);
+    assert!((s.overlap_outside_stalls_fraction - 1.0 / 200.0).abs() < 1e-12);
+}
+
+/// A stall where the right gang ran explains no overlap; one on another
+/// CPU explains nothing either.
+#[test]
+fn a_stall_elsewhere_explains_nothing() {
+    let mut ev = alternating(0);
+    ev.retain(|e| !(e.kind == EventKind::Run && e.cpu == 1 && e.ts_ns == 20 * MS));
+    ev.push(TraceEvent::run(25 * MS, 1, 0, 0));
+    ev.push(TraceEvent::stall(25 * MS, 0, 0, 10_000));
+    ev.push(TraceEvent::stall(60 * MS, 1, 0, 10_000));
+    let s = analyze(meta(2, 0, 100 * MS), ev).summary;
+    assert_eq!(s.overlap_ns, 5 * MS);
+    assert_eq!(s.stalls, 2);
+    assert_eq!(s.stalled_ns, 20 * MS);
+    assert_eq!(s.stall_overlap_ns, 0);
+    assert_eq!(s.overlap_outside_stalls_fraction, s.overlap_fraction);
+}
+
+/// Stalls of one CPU that overlap are merged; they are clipped to the
+/// window; a stall out of range or with a nonsense gang is garbage.
+#[test]
+fn stalls_merge_clip_and_reject_garbage() {
+    let ev = vec![
+        TraceEvent::run(0, 0, 0, 0),
+        TraceEvent::stall(30 * MS, 0, 0, 10_000),
+        TraceEvent::stall(35 * MS, 0, 0, 20_000), // 15-35 swallows 20-30
+        TraceEvent::stall(12 * MS, 0, 0, 5_000),  // 7-12: starts before the window
+        TraceEvent::stall(130 * MS, 0, 0, 40_000), // 90-130: ends after it
+        TraceEvent::stall(50 * MS, 7, 0, 1_000),  // no CPU 7
+        TraceEvent::stall(50 * MS, 0, -9, 1_000), // no such gang
+    ];
+    let s = analyze(meta(1, 10 * MS, 100 * MS), ev).summary;
+    // The 90-130 one ends after the window and is dropped, like every
+    // event at or after its end.
+    assert_eq!(s.stalls, 3);
+    assert_eq!(s.stalled_ns, 2 * MS + 20 * MS);
+    assert_eq!(s.ignored_events, 2);
+}
+
 // ---- properties ----
 
 fn arb_event() -> impl Strategy<Value = TraceEvent> {
     let kind = prop_oneof![
         Just(EventKind::Switch),
         Just(EventKind::Owner),
-        Just(EventKind::Run)
+        Just(EventKind::Run),
+        Just(EventKind::Stall)
     ];
     (
         0u64..2_000_000,
@@ -413,7 +473,7 @@ fn arb_event() -> impl Strategy<Value = TraceEvent> {
         -2i32..6,
         -4i32..5,
         0u32..4,
-        0u32..3,
+        prop_oneof![0u32..3, 0u32..2_000],
         0u32..3,
     )
         .prop_map(
@@ -464,6 +524,10 @@ proptest! {
         prop_assert!(cpu_share <= 1.0 + 1e-9 && gang_share <= 1.0 + 1e-9);
         prop_assert!(s.overlap_ns + s.fill_ns <= s.gang_run_ns);
         prop_assert!((0.0..=1.0).contains(&s.overlap_fraction));
+        prop_assert!(s.stall_overlap_ns <= s.overlap_ns);
+        prop_assert!(s.stalled_ns <= u64::from(nr) * len);
+        prop_assert!(s.overlap_outside_stalls_fraction <= s.overlap_fraction);
+        prop_assert!(s.stalls <= events.len() as u64);
         for f in [s.overlap_fraction, s.slot_len_ms.mean, s.slot_len_ms.p50, s.switch_latency_us.p50,
                   s.switch_latency_us.p99, s.switch_latency_us.max] {
             prop_assert!(f.is_finite() && f >= 0.0);

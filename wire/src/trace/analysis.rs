@@ -65,6 +65,9 @@ struct Walker {
     epoch_cpus: Vec<EpochCpu>,
     ignored: u64,
     unreached: u64,
+    /// Per CPU: its stalls, merged, in time order, clipped to the window.
+    stalls: Vec<Vec<(u64, u64)>>,
+    stall_count: u64,
 }
 
 impl Walker {
@@ -86,6 +89,8 @@ impl Walker {
             epoch_cpus: vec![EpochCpu::default(); nr],
             ignored: 0,
             unreached: 0,
+            stalls: vec![Vec::new(); nr],
+            stall_count: 0,
         }
     }
 
@@ -157,6 +162,29 @@ impl Walker {
         st.since = ts;
     }
 
+    /// A stall of `cpu` ending at `ts`, `gap_us` long. Events come in time
+    /// order, so a new stall ends last; it may start before earlier ones
+    /// (a longer gap), which it then swallows.
+    fn on_stall(&mut self, cpu: usize, ts: u64, gap_us: u32) {
+        let s = ts.saturating_sub(u64::from(gap_us) * 1000).max(self.start);
+        let e = ts.min(self.end);
+        if e <= s {
+            return;
+        }
+        self.stall_count += 1;
+        let list = &mut self.stalls[cpu];
+        let (mut s, mut e) = (s, e);
+        while let Some(&(ls, le)) = list.last() {
+            if le < s {
+                break;
+            }
+            list.pop();
+            s = s.min(ls);
+            e = e.max(le);
+        }
+        list.push((s, e));
+    }
+
     fn on_switch(&mut self, ev: &TraceEvent) {
         self.close_epoch();
         self.switches.push(TracedSwitch {
@@ -206,7 +234,9 @@ fn valid_gang(kind: EventKind, gang: i32) -> bool {
     match kind {
         EventKind::Switch => true,
         EventKind::Owner => gang >= 0 || gang == GANG_NONE,
-        EventKind::Run => gang >= 0 || gang == GANG_OTHER || gang == GANG_IDLE,
+        EventKind::Run | EventKind::Stall => {
+            gang >= 0 || gang == GANG_OTHER || gang == GANG_IDLE
+        }
     }
 }
 
@@ -227,6 +257,11 @@ fn valid_gang(kind: EventKind, gang: i32) -> bool {
 ///   the next switch (or window end). The switch's latency is the max over
 ///   those CPUs; CPUs that never ran o are counted in
 ///   `switch_latency_us.unreached` instead.
+/// - Stalls: an EV_STALL of `cause` µs at ts covers `[ts - cause, ts)` of
+///   its CPU (clipped to the window; overlapping stalls of a CPU merge).
+///   Overlap inside a stall is also counted in `stall_overlap_ns`, and
+///   `overlap_outside_stalls_fraction` leaves it out. Stalls change no
+///   interval and no switch latency.
 pub fn analyze(meta: TraceMeta, mut events: Vec<TraceEvent>) -> Trace {
     let start = meta.start_ns;
     let end = meta.end_ns.max(start);
@@ -255,6 +290,8 @@ pub fn analyze(meta: TraceMeta, mut events: Vec<TraceEvent>) -> Trace {
         };
         if ev.kind == EventKind::Owner {
             w.on_owner(cpu, ev.ts_ns, ev.gang);
+        } else if ev.kind == EventKind::Stall {
+            w.on_stall(cpu, ev.ts_ns, ev.cause);
         } else {
             let fill = ev.gang >= 0 && ev.flags & RUN_FILL != 0;
             w.on_run(cpu, ev.ts_ns, ev.gang, fill);
@@ -329,6 +366,19 @@ fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
         s.fill_ns = s.fill_ns.saturating_add(acc.fill);
     }
     s.overlap_fraction = ratio(s.overlap_ns, s.gang_run_ns);
+    s.stalls = w.stall_count;
+    for (ivs, stalls) in w.out.iter().zip(&w.stalls) {
+        s.stalled_ns = stalls
+            .iter()
+            .fold(s.stalled_ns, |acc, (a, b)| acc.saturating_add(b - a));
+        s.stall_overlap_ns = s
+            .stall_overlap_ns
+            .saturating_add(overlap_inside(ivs, stalls));
+    }
+    s.overlap_outside_stalls_fraction = ratio(
+        s.overlap_ns.saturating_sub(s.stall_overlap_ns),
+        s.gang_run_ns,
+    );
 
     let keys = gang_keys(meta, per_gang.keys().copied());
     for ((&id, acc), key) in per_gang.iter().zip(keys) {
@@ -370,6 +420,25 @@ fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
         unreached: w.unreached,
     };
     s
+}
+
+/// Time of one CPU's Overlap-class intervals inside its stalls; both lists
+/// are in time order and non-overlapping, so one merge-like pass.
+fn overlap_inside(ivs: &[Interval], stalls: &[(u64, u64)]) -> u64 {
+    let mut total = 0u64;
+    let mut j = 0;
+    for iv in ivs.iter().filter(|iv| iv.class() == IntervalClass::Overlap) {
+        while j < stalls.len() && stalls[j].1 <= iv.start_ns {
+            j += 1;
+        }
+        let mut k = j;
+        while k < stalls.len() && stalls[k].0 < iv.end_ns {
+            let (a, b) = stalls[k];
+            total = total.saturating_add(b.min(iv.end_ns) - a.max(iv.start_ns));
+            k += 1;
+        }
+    }
+    total
 }
 
 /// Summary keys for `ids` (ascending): the gang's label, or "label#id" when

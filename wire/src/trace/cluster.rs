@@ -148,6 +148,11 @@ pub struct ClusterTrace {
     pub fill_ns: u64,
     /// overlap_ns / gang_run_ns, 0 when no gang ran.
     pub overlap_fraction: f64,
+    /// Sums of the nodes' stall figures (see `Summary::stalls`).
+    #[serde(default)]
+    pub stalled_ns: u64,
+    #[serde(default)]
+    pub stall_overlap_ns: u64,
     /// Switch skew in µs.
     pub skew_us: SkewStats,
     /// Per generation, ascending; generations seen on one node only (or
@@ -244,6 +249,8 @@ pub fn merge(nodes: Vec<NodeTrace>) -> ClusterTrace {
         ct.idle_ns = ct.idle_ns.saturating_add(s.idle_ns);
         ct.overlap_ns = ct.overlap_ns.saturating_add(s.overlap_ns);
         ct.fill_ns = ct.fill_ns.saturating_add(s.fill_ns);
+        ct.stalled_ns = ct.stalled_ns.saturating_add(s.stalled_ns);
+        ct.stall_overlap_ns = ct.stall_overlap_ns.saturating_add(s.stall_overlap_ns);
         ct.bad_events = ct
             .bad_events
             .saturating_add(s.ignored_events)
@@ -412,6 +419,7 @@ pub fn render_cluster_svg(ct: &ClusterTrace) -> String {
                 .find(|g| g.fill_ns > 0)
                 .map_or(0, |g| g.id),
             overlap_fraction: ct.overlap_fraction,
+            stall_overlap_fraction: ratio(ct.stall_overlap_ns, ct.gang_run_ns),
         },
     };
     svg::render_timeline(&timeline)

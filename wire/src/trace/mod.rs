@@ -49,6 +49,12 @@ pub enum EventKind {
     Owner,
     /// EV_RUN = 3: `cpu` started running `gang`.
     Run,
+    /// EV_STALL = 4: `cpu` was busy (running `gang`) but its scheduler tick
+    /// came `cause` µs after the scheduler last saw it: for that long the
+    /// CPU ran nothing the scheduler could act on (under emulation: the
+    /// vCPU's host thread was not running; on hardware: interrupts off,
+    /// an SMI). Time inside a stall is not the scheduler's to account.
+    Stall,
 }
 
 impl EventKind {
@@ -59,6 +65,7 @@ impl EventKind {
             1 => Some(EventKind::Switch),
             2 => Some(EventKind::Owner),
             3 => Some(EventKind::Run),
+            4 => Some(EventKind::Stall),
             _ => None,
         }
     }
@@ -117,6 +124,20 @@ impl TraceEvent {
             slot: 0,
             cause: 0,
             flags,
+        }
+    }
+
+    /// An EV_STALL event: `cpu`, running `gang`, saw its tick `gap_us` late.
+    pub fn stall(ts_ns: u64, cpu: i32, gang: i32, gap_us: u32) -> Self {
+        TraceEvent {
+            ts_ns,
+            gen: 0,
+            kind: EventKind::Stall,
+            cpu,
+            gang,
+            slot: 0,
+            cause: gap_us,
+            flags: 0,
         }
     }
 }
@@ -254,6 +275,21 @@ pub struct Summary {
     pub overlap_fraction: f64,
     /// Gang run time on a CPU it does not own, flagged RUN_FILL.
     pub fill_ns: u64,
+    /// EV_STALL events inside the window (see [`EventKind::Stall`]).
+    #[serde(default)]
+    pub stalls: u64,
+    /// Time covered by stalls, summed over CPUs (each CPU's stalls merged,
+    /// clipped to the window).
+    #[serde(default)]
+    pub stalled_ns: u64,
+    /// The part of overlap_ns inside a stall of its CPU: a gang kept a CPU
+    /// it no longer owned while the CPU could not run the scheduler.
+    #[serde(default)]
+    pub stall_overlap_ns: u64,
+    /// (overlap_ns - stall_overlap_ns) / gang_run_ns: the overlap the
+    /// scheduler is answerable for.
+    #[serde(default)]
+    pub overlap_outside_stalls_fraction: f64,
     /// EV_SWITCH events inside the window (`start_ns <= ts < end_ns`).
     pub switches: u64,
     pub slot_len_ms: SlotLenStats,

@@ -107,6 +107,8 @@ pub(crate) struct Legend {
     /// Gang whose tint shows on the fill swatch.
     pub filler: i32,
     pub overlap_fraction: f64,
+    /// Part of the overlap inside CPU stalls, as a fraction of gang time.
+    pub stall_overlap_fraction: f64,
 }
 
 /// Everything a picture shows.
@@ -336,7 +338,15 @@ fn draw_legend(svg: &mut Doc, legend: &Legend, lay: &Layout, y0: f64) -> f64 {
     ));
     items.push((
         "url(#hatch)".into(),
-        format!("overlap (red): {} of gang time", pct(s.overlap_fraction)),
+        if s.stall_overlap_fraction > 0.0 {
+            format!(
+                "overlap (red): {} of gang time ({} inside CPU stalls)",
+                pct(s.overlap_fraction),
+                pct(s.stall_overlap_fraction)
+            )
+        } else {
+            format!("overlap (red): {} of gang time", pct(s.overlap_fraction))
+        },
     ));
 
     // Items advance by their estimated text width and wrap at the right edge.
@@ -430,6 +440,7 @@ pub fn render_svg(trace: &Trace) -> String {
             // matches.
             filler: s.gangs.values().find(|g| g.fill_ns > 0).map_or(0, |g| g.id),
             overlap_fraction: s.overlap_fraction,
+            stall_overlap_fraction: s.overlap_fraction - s.overlap_outside_stalls_fraction,
         },
     };
     render_timeline(&timeline)
