@@ -186,6 +186,9 @@ impl Handler {
             }),
             ToAgent::SuspendJob { job } => self.job_action(move |ranks| ranks.suspend(job, true)),
             ToAgent::ResumeJob { job } => self.job_action(move |ranks| ranks.suspend(job, false)),
+            ToAgent::Plan { .. } | ToAgent::Amend { .. } => self.error(
+                "timed switching (Plan, Amend) is not supported by this agent yet".into(),
+            ),
             ToAgent::Trace { id, ms } => {
                 self.tracer
                     .start(id, ms, &self.node, self.main.clone(), self.link.clone())

@@ -509,6 +509,20 @@ fn every_message_type_has_a_sample_and_round_trips() {
             reason: "rank 0 called PMI_Abort(3)".into(),
         },
         FromAgent::PmiPuts { job, puts: vec![] },
+        FromAgent::PlanAck { plan_id: 3 },
+        FromAgent::Switched {
+            gen,
+            slot: 1,
+            at_ns: 5_000_000_000,
+            late_us: 120,
+            outcome: SwitchOutcome::Late,
+            drain: Some(FreezeReport {
+                drained_bytes: 4096,
+                drain_us: 900,
+                timed_out: false,
+                answer_us: 950,
+            }),
+        },
     ]);
     check(&[
         ToAgent::Welcome { node_id: NodeId(2) },
@@ -585,6 +599,26 @@ fn every_message_type_has_a_sample_and_round_trips() {
         ToAgent::PmiEntries {
             job,
             entries: vec![],
+        },
+        ToAgent::Plan {
+            plan: gang_wire::plan::Plan {
+                id: 3,
+                epoch_ns: 4_000_000_000,
+                slot_ms: 100,
+                slots: vec![
+                    gang_wire::plan::PlannedSlot { slot: 0 },
+                    gang_wire::plan::PlannedSlot { slot: 1 },
+                ],
+                first_gen: gen,
+            },
+            effective_ns: 4_000_000_000,
+        },
+        ToAgent::Amend {
+            amend: gang_wire::plan::Amend {
+                plan_id: 3,
+                gen,
+                ends_at_ns: 4_050_000_000,
+            },
         },
     ]);
     check(&[

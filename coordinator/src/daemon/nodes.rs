@@ -318,6 +318,9 @@ impl Coordinator {
             | FromAgent::PmiFinalized { .. }
             | FromAgent::PmiFailed { .. }
             | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
+            FromAgent::PlanAck { .. } | FromAgent::Switched { .. } => {
+                warn!("node {name}: {msg:?} ignored: this gangd does not send plans (timed switching is being built)")
+            }
         }
     }
 

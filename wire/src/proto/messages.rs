@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::frame::{Channel, Message};
 use super::types::*;
+use crate::plan::{Amend, Plan};
 
 /// Agent → gangd.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -120,6 +121,24 @@ pub enum FromAgent {
     PmiPuts {
         job: JobId,
         puts: Vec<PmiPut>,
+    },
+    /// The node has `plan_id` (a Plan) and will follow it from its
+    /// effective time (timed switching, docs/timed-switching.md).
+    PlanAck {
+        plan_id: u64,
+    },
+    /// After the fact, a timed switch of this node: it ran `slot` of
+    /// generation `gen` from `at_ns` on the cluster clock (its own estimate
+    /// of gangd's clock), `late_us` after the plan's boundary.
+    Switched {
+        gen: Gen,
+        slot: u32,
+        at_ns: u64,
+        late_us: u64,
+        outcome: SwitchOutcome,
+        /// The park and drain in the slot's tail (barrier = strict).
+        #[serde(default)]
+        drain: Option<FreezeReport>,
     },
 }
 
@@ -246,6 +265,18 @@ pub enum ToAgent {
         job: JobId,
         entries: Vec<(String, String)>,
     },
+    /// Timed switching: follow `plan` from `effective_ns` on (cluster
+    /// clock) and switch at its boundaries on the node's own clock; answer
+    /// PlanAck. Slots index the last Schedule.
+    Plan {
+        plan: Plan,
+        effective_ns: u64,
+    },
+    /// The slot of generation `amend.gen` ends early (every rank of it
+    /// yielded): every later boundary of the plan moves with it.
+    Amend {
+        amend: Amend,
+    },
 }
 
 /// Front end → gangd. The user is not in any message: gangd takes it from
@@ -371,6 +402,8 @@ impl Message for FromAgent {
         "pmi_finalized",
         "pmi_failed",
         "pmi_puts",
+        "plan_ack",
+        "switched",
     ];
 }
 
@@ -393,6 +426,8 @@ impl Message for ToAgent {
         "pmi_start",
         "pmi_barrier_out",
         "pmi_entries",
+        "plan",
+        "amend",
     ];
 }
 

@@ -54,5 +54,6 @@ pub use frame::{
 pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
 pub use types::{
     parse_size, Barrier, Bytes, ExitStatus, FreezeReport, Gen, JobId, JobInfo, JobLimits, JobState,
-    LiveJob, NodeId, Placement, RankFailure, Stream, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
+    LiveJob, NodeId, Placement, RankFailure, Stream, SwitchOutcome, MAX_OUTPUT_CHUNK,
+    NODE_MAX_GANGS,
 };

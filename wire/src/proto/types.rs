@@ -209,6 +209,21 @@ pub struct FreezeReport {
     pub answer_us: u64,
 }
 
+/// How a timed switch went on a node (src/switching/lead.rs classifies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchOutcome {
+    /// At the boundary (the drain, if any, was over before it).
+    OnTime,
+    /// After the boundary: the drain ended after it.
+    Late,
+    /// The drain did not end within drain_timeout_ms: switched anyway.
+    TimedOut,
+    /// Switched by command (the node's clock is not good enough, or
+    /// switching = commanded).
+    Commanded,
+}
+
 /// Whether a slot switch waits for the network to drain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
