@@ -61,6 +61,7 @@ enum gang_switch_cause {
 	SWITCH_TIMER = 1,	/* the BPF slot timer (standalone, autonomous) */
 	SWITCH_COMMAND = 2,	/* the daemon (on behalf of the coordinator) */
 	SWITCH_YIELD = 3,	/* the slot timer, early: every rank yielded */
+	SWITCH_TIMED = 4,	/* at an instant agreed ahead (a plan's boundary) */
 };
 
 /* Kinds of trace events sent through the ring buffer. */
@@ -170,6 +171,11 @@ struct switch_args {
 	u32 cause;
 	u64 generation;
 	u64 slot_len_ns;	/* the slot's length, for the clock; 0: unknown */
+	/*
+	 * CLOCK_MONOTONIC instant to switch at (an absolute BPF timer,
+	 * BPF_F_TIMER_ABS); 0, or an instant already past: at once.
+	 */
+	u64 at_ns;
 };
 
 /* Argument of the `rehome_gang` syscall program. */

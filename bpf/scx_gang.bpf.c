@@ -78,11 +78,12 @@ char _license[] SEC("license") = "GPL";
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
 #define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
 /*
- * A tick this late is a stall (EV_STALL). Ticks come every 1-4 ms on a busy
- * CPU and a gang slice ends within a tick of GANG_SLICE_NS, so a late
- * preemption the scheduler causes itself never hides behind one.
+ * A tick this late is a stall (EV_STALL): at HZ=250 (Debian's) a tick
+ * missed whole; more at higher HZ. The scheduler cannot make a tick late
+ * (only interrupts off or a CPU not running can), so a late preemption it
+ * causes itself never hides behind a stall.
  */
-#define STALL_NS		(15 * NSEC_PER_MSEC)
+#define STALL_NS		(8 * NSEC_PER_MSEC)
 
 UEI_DEFINE(uei);
 
@@ -603,11 +604,19 @@ static u64 next_slot_len(void)
  * records it and fires the timer at once: kicks issued from the timer reach
  * the other CPUs promptly, while from a syscall program they waited for a
  * tick. The switch keeps the command's time, so latency counts from it.
+ *
+ * A timed switch (at_ns, issue 12) is the same with the timer armed at an
+ * absolute CLOCK_MONOTONIC instant (BPF_F_TIMER_ABS): every node arms its
+ * boundary ahead, so no message is on the switch's path. Its time is when
+ * the timer fired (timed_fired_ns, for the daemon's lateness report), so
+ * latency counts the kicks only. One switch is pending at a time: the
+ * daemon arms the next boundary once the last one fired.
  */
 struct pending_switch {
 	u64 ts;
 	u64 gen;
 	u64 len;
+	u64 at;		/* absolute expiry armed (timed), 0: at once */
 	u32 slot;
 	u32 cause;
 	u32 armed;
@@ -615,14 +624,30 @@ struct pending_switch {
 
 /* Not static: clang would split a static struct into scalars BTF rejects. */
 struct pending_switch pending;
+/* When the last timed switch fired, and its generation (for the daemon). */
+u64 timed_fired_ns, timed_fired_gen;
 
 static int slot_timerfn(void *map, int *key, struct bpf_timer *timer)
 {
 	u32 n = nr_slots, next;
 
 	if (pending.armed) {
+		/* Early (the timer re-armed for another reason): wait on. */
+		if (pending.at && bpf_ktime_get_ns() < pending.at) {
+			bpf_timer_start(timer, pending.at, BPF_F_TIMER_ABS);
+			return 0;
+		}
 		pending.armed = 0;
-		do_switch(pending.slot, pending.gen, pending.cause, pending.ts, pending.len);
+		if (pending.at) {
+			/* A timed switch dates from when it happens. */
+			timed_fired_ns = bpf_ktime_get_ns();
+			timed_fired_gen = pending.gen;
+			do_switch(pending.slot, pending.gen, pending.cause, timed_fired_ns,
+				  pending.len);
+		} else {
+			do_switch(pending.slot, pending.gen, pending.cause, pending.ts,
+				  pending.len);
+		}
 	} else if (slot_timer && n > 0) {
 		u32 cause = early_gen == cur_gen ? SWITCH_YIELD : SWITCH_TIMER;
 
@@ -633,7 +658,9 @@ static int slot_timerfn(void *map, int *key, struct bpf_timer *timer)
 			do_switch(next, cur_gen + 1, cause, bpf_ktime_get_ns(),
 				  next_slot_len());
 	}
-	bpf_timer_start(timer, next_slot_len(), 0);
+	/* A switch armed while this ran keeps its own expiry. */
+	if (!pending.armed)
+		bpf_timer_start(timer, next_slot_len(), 0);
 	return 0;
 }
 
@@ -1083,19 +1110,26 @@ int switch_slot(struct switch_args *args)
 {
 	struct slot_timer_value *rt;
 	u32 zero = 0;
+	u64 now, at;
 
 	if (args->slot >= GANG_MAX_SLOTS)
 		return -EINVAL;
 	rt = bpf_map_lookup_elem(&slot_timer_map, &zero);
 	if (!rt)
 		return -ENOENT;
-	pending.ts = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
+	at = args->at_ns > now ? args->at_ns : 0;
+	pending.ts = now;
+	pending.at = at;
 	pending.gen = args->generation;
 	pending.len = args->slot_len_ns;
 	pending.slot = args->slot;
-	pending.cause = args->cause ? args->cause : SWITCH_COMMAND;
+	pending.cause = args->cause ? args->cause :
+			(args->at_ns ? SWITCH_TIMED : SWITCH_COMMAND);
 	barrier();
 	pending.armed = 1;
+	if (at)
+		return bpf_timer_start(&rt->timer, at, BPF_F_TIMER_ABS);
 	return bpf_timer_start(&rt->timer, 0, 0);
 }
 

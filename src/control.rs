@@ -55,11 +55,20 @@ pub enum Request {
     /// Switch to `slot` now, tagging the switch with generation `gen`.
     /// `slot_ms` (0 or absent: unknown) dates the slot's end in the ranks'
     /// slot clock, so they can yield before it.
+    ///
+    /// With `at_ns` (this node's CLOCK_MONOTONIC, ns) the switch happens at
+    /// that instant instead, on an absolute BPF timer armed now (timed
+    /// switching, docs/timed-switching.md); the gangs a freeze parked are
+    /// thawed once it fired. An instant already past switches at once.
+    /// One switch is armed at a time: a later Switch, or a table change,
+    /// replaces it.
     Switch {
         slot: u32,
         gen: u64,
         #[serde(default)]
         slot_ms: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at_ns: u64,
     },
     /// Back to standalone: one slot per gang, switched on the node's timer.
     Standalone,
@@ -84,6 +93,10 @@ pub enum Request {
     /// next `Schedule`, `Column`, `Switch` or `Freeze` hands the switches
     /// back to commands. (Not gangd's rotation, the cluster's clock.)
     Autonomous,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// What a freeze found: how long parking and draining took, and what was
@@ -381,6 +394,7 @@ mod tests {
             slot: 1,
             gen: 7,
             slot_ms: 0,
+            at_ns: 0,
         };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"switch","slot":1,"gen":7,"slot_ms":0}"#);
@@ -440,6 +454,7 @@ mod tests {
                 slot: 9,
                 gen: 1,
                 slot_ms: 0,
+                at_ns: 0,
             },
             Duration::from_secs(5),
         )

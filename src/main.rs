@@ -165,6 +165,12 @@ enum Command {
         /// Pause between two requests, in ms.
         #[arg(long, default_value = "0")]
         interval_ms: u64,
+        /// Send every switch as a timed one, to happen this many ms after
+        /// it is sent (at_ns = now + ahead on CLOCK_MONOTONIC): try timed
+        /// switching by hand. Its answer line then reads
+        /// {"gen":G,"at_ns":T,"answer":{...}}.
+        #[arg(long)]
+        ahead_ms: Option<u64>,
         /// The daemon's control socket.
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
@@ -191,6 +197,7 @@ fn run(opts: Opts) -> Result<()> {
         Some(Command::Ctl {
             ref requests,
             interval_ms,
+            ahead_ms,
             ref socket,
         }) => {
             // All are checked before the first is sent.
@@ -202,12 +209,25 @@ fn run(opts: Opts) -> Result<()> {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let mut client = control::Client::connect(socket)?;
-            for (i, request) in requests.iter().enumerate() {
+            for (i, mut request) in requests.into_iter().enumerate() {
                 if i > 0 {
                     std::thread::sleep(Duration::from_millis(interval_ms));
                 }
-                let response = client.call(request, Duration::from_secs(30))?;
-                println!("{}", serde_json::to_string(&response)?);
+                let timed = match (&mut request, ahead_ms) {
+                    (Request::Switch { gen, at_ns, .. }, Some(ms)) => {
+                        *at_ns = gang_wire::time::monotonic_ns() + ms * 1_000_000;
+                        Some((*gen, *at_ns))
+                    }
+                    _ => None,
+                };
+                let response = client.call(&request, Duration::from_secs(30))?;
+                match timed {
+                    Some((gen, at_ns)) => println!(
+                        "{}",
+                        serde_json::json!({"gen": gen, "at_ns": at_ns, "answer": response})
+                    ),
+                    None => println!("{}", serde_json::to_string(&response)?),
+                }
             }
             return Ok(());
         }

@@ -308,12 +308,20 @@ impl BpfScheduler for Scheduler<'_> {
         self.skel.maps.bss_data.as_mut().unwrap().slot_timer = on as u32;
     }
 
-    fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32, slot_len_ns: u64) -> Result<()> {
+    fn switch_slot(
+        &mut self,
+        slot: u32,
+        gen: u64,
+        cause: u32,
+        slot_len_ns: u64,
+        at_ns: u64,
+    ) -> Result<()> {
         let mut args = switch_args {
             slot,
             cause,
             generation: gen,
             slot_len_ns,
+            at_ns,
         };
         run_syscall(&self.skel.progs.switch_slot, &mut args)
     }

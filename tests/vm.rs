@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -337,6 +338,45 @@ fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
         "the timer switched in coordinated mode"
     );
     assert_overlap_below(&cmd["summary"], 0.01, "coordinated");
+
+    // Timed switches: each fired on its absolute timer at the instant it
+    // was armed for, never before (a timer that ignored BPF_F_TIMER_ABS
+    // would fire 60 ms early, at once), and soon after.
+    let armed: BTreeMap<u64, u64> = read(&r, "timed.out")
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            assert_eq!(v["answer"]["ok"], true, "{l}");
+            (v["gen"].as_u64().unwrap(), v["at_ns"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(armed.len(), 30, "{armed:?}");
+    let timed = json(&r, "timed.json");
+    let mut late_us: Vec<f64> = timed["switches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["cause"] == 4)
+        .map(|s| {
+            let gen = s["gen"].as_u64().unwrap();
+            let at = armed[&gen] as f64;
+            (s["ts_ns"].as_f64().unwrap() - at) / 1e3
+        })
+        .collect();
+    late_us.sort_by(f64::total_cmp);
+    assert!(
+        late_us.len() >= 15,
+        "{} timed switches traced",
+        late_us.len()
+    );
+    assert!(late_us[0] >= 0.0, "a timed switch fired early: {late_us:?}");
+    let p50 = late_us[late_us.len() / 2];
+    eprintln!(
+        "timed switches: lateness p50 {p50:.0} µs, max {:.0} µs",
+        late_us[late_us.len() - 1]
+    );
+    assert!(p50 < 10_000.0, "timed switches fire late: {late_us:?}");
+    assert_overlap_below(&timed["summary"], 0.01, "timed");
 
     // Standalone again, CPU 0 kept for housekeeping: no gang runs there.
     assert_eq!(read(&r, "mode_standalone"), "standalone");

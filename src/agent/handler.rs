@@ -186,9 +186,8 @@ impl Handler {
             }),
             ToAgent::SuspendJob { job } => self.job_action(move |ranks| ranks.suspend(job, true)),
             ToAgent::ResumeJob { job } => self.job_action(move |ranks| ranks.suspend(job, false)),
-            ToAgent::Plan { .. } | ToAgent::Amend { .. } => self.error(
-                "timed switching (Plan, Amend) is not supported by this agent yet".into(),
-            ),
+            ToAgent::Plan { .. } | ToAgent::Amend { .. } => self
+                .error("timed switching (Plan, Amend) is not supported by this agent yet".into()),
             ToAgent::Trace { id, ms } => {
                 self.tracer
                     .start(id, ms, &self.node, self.main.clone(), self.link.clone())
@@ -270,6 +269,7 @@ impl Handler {
             slot,
             gen: gen.0,
             slot_ms,
+            at_ns: 0,
         };
         match self.main.call(request, REQUEST_TIMEOUT) {
             Ok(_) => {

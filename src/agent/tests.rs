@@ -566,7 +566,8 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
         Request::Switch {
             slot: 1,
             gen: 3,
-            slot_ms: 40
+            slot_ms: 40,
+            at_ns: 0,
         }
     );
 

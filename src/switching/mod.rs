@@ -173,9 +173,9 @@ pub trait Switcher {
     /// A coordinator's column (Request::Column), or with `strict` an
     /// explicit schedule (Request::Schedule). All or nothing.
     fn column(&mut self, slots: Vec<Vec<GangCpus>>, strict: bool) -> Result<()>;
-    /// A switch command: `slot` is in force from now, for `slot_ms` (0:
-    /// unknown).
-    fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32) -> Result<()>;
+    /// A switch command: `slot` is in force from now (or from `at_ns` on
+    /// this node's CLOCK_MONOTONIC, if later), for `slot_ms` (0: unknown).
+    fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32, at_ns: u64) -> Result<()>;
     /// Become autonomous: the table in force on this node's timer.
     fn autonomous(&mut self) -> Result<()>;
     /// Back to standalone: one slot per gang, on this node's timer.
@@ -278,7 +278,12 @@ pub fn handle(
         },
         Request::Column { slots } => sw.column(slots, false),
         Request::Schedule { slots } => sw.column(slots, true),
-        Request::Switch { slot, gen, slot_ms } => sw.switch(slot, gen, slot_ms),
+        Request::Switch {
+            slot,
+            gen,
+            slot_ms,
+            at_ns,
+        } => sw.switch(slot, gen, slot_ms, at_ns),
         Request::Autonomous => sw.autonomous(),
         Request::Standalone => sw.standalone(),
     };

@@ -45,7 +45,7 @@ impl<S: ProcessSource> Switcher for NoSwitching<S> {
         Ok(())
     }
 
-    fn switch(&mut self, slot: u32, _gen: u64, _slot_ms: u32) -> Result<()> {
+    fn switch(&mut self, slot: u32, _gen: u64, _slot_ms: u32, _at_ns: u64) -> Result<()> {
         self.slot = slot;
         Ok(())
     }

@@ -391,7 +391,10 @@ impl<S: ProcessSource> Switcher for SignalNode<S> {
     }
     /// The slot lasts until the next command: slot_ms matters only to the
     /// BPF mode's slot clock.
-    fn switch(&mut self, slot: u32, gen: u64, _slot_ms: u32) -> Result<()> {
+    fn switch(&mut self, slot: u32, gen: u64, _slot_ms: u32, at_ns: u64) -> Result<()> {
+        if at_ns != 0 {
+            bail!("timed switches (at_ns) need --switching bpf: the signal mode switches only on command or its own timer");
+        }
         SignalNode::switch(self, slot, gen)
     }
     fn autonomous(&mut self) -> Result<()> {

@@ -591,6 +591,7 @@ fn none_mode_accepts_every_scheduling_request_and_stops_nothing() {
             slot: 1,
             gen: 1,
             slot_ms: 100,
+            at_ns: 0,
         },
         Request::Autonomous,
         Request::Standalone,
@@ -716,6 +717,7 @@ fn the_main_loop_switches_real_processes_and_continues_them_at_shutdown() {
         slot: 1,
         gen: 2,
         slot_ms: 100,
+        at_ns: 0,
     });
     assert!(r.ok, "{r:?}");
     assert!(all_stopped(&a) && none_stopped(&b));

@@ -414,7 +414,11 @@ fn overlap_inside_a_stall_is_told_apart() {
     assert_eq!(s.overlap_ns, 5 * MS);
     assert_eq!(s.stalls, 1);
     assert_eq!(s.stalled_ns, 6 * MS);
-    assert_eq!(s.stall_overlap_ns, 4 * MS, "20-24 ms of the 20-25 ms overlap");
+    assert_eq!(
+        s.stall_overlap_ns,
+        4 * MS,
+        "20-24 ms of the 20-25 ms overlap"
+    );
     assert!((s.overlap_fraction - 5.0 / 200.0).abs() < 1e-12);
     assert!((s.overlap_outside_stalls_fraction - 1.0 / 200.0).abs() < 1e-12);
 }

@@ -53,6 +53,12 @@ use trace::TraceSessions;
 
 /// How often the main loop wakes while tracing (ring buffer).
 const TRACE_PERIOD: Duration = Duration::from_millis(10);
+/// After a timed switch's instant the loop looks this often whether it
+/// fired (to thaw what its freeze parked)...
+const TIMED_THAW_POLL: Duration = Duration::from_millis(1);
+/// ...and gives up on it this long after the instant (replaced in BPF by
+/// an immediate switch, e.g. a table change).
+const TIMED_SWITCH_LOST: Duration = Duration::from_secs(1);
 
 /// What the BPF mode asks of the loaded scheduler (its maps, programs and
 /// ring buffers). src/scheduler.rs implements it over the skeleton.
@@ -73,8 +79,16 @@ pub trait BpfScheduler {
     fn write_knobs(&mut self, knobs: &NodeKnobs);
     /// The BPF timer switches slots every slot_ms (standalone, autonomous).
     fn set_timer_switching(&mut self, on: bool);
-    /// Makes `slot` the slot in force and kicks every CPU.
-    fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32, slot_len_ns: u64) -> Result<()>;
+    /// Makes `slot` the slot in force and kicks every CPU, at once or, with
+    /// `at_ns` (CLOCK_MONOTONIC) in the future, on an absolute timer then.
+    fn switch_slot(
+        &mut self,
+        slot: u32,
+        gen: u64,
+        cause: u32,
+        slot_len_ns: u64,
+        at_ns: u64,
+    ) -> Result<()>;
     /// Tasks of a gang that lost its last slot stop waiting for one.
     fn rehome_gang(&mut self, gang: GangId) -> Result<()>;
     /// Lets the gang's yielded tasks run (to reach the freezer).
@@ -132,6 +146,9 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     commanded_len_ns: u64,
     /// Processes of each gang here, by gang id (gang_ranks in BPF).
     ranks: Vec<u32>,
+    /// A timed switch armed in BPF: (generation, CLOCK_MONOTONIC ns). The
+    /// gangs of the last freeze are thawed once it fired.
+    armed: Option<(u64, u64)>,
 }
 
 impl<K: BpfScheduler> BpfSwitcher<K> {
@@ -156,6 +173,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             traces: TraceSessions::default(),
             commanded_len_ns: 0,
             ranks: vec![0; MAX_GANGS],
+            armed: None,
         };
         // A daemon killed between a freeze and its switch left gangs parked
         // (suspended jobs stay frozen).
@@ -207,6 +225,14 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {
+        self.switch_slot_at(slot, gen, cause, 0)
+    }
+
+    /// `at_ns` 0: at once, which also replaces a timed switch armed in BPF.
+    fn switch_slot_at(&mut self, slot: u32, gen: u64, cause: u32, at_ns: u64) -> Result<()> {
+        if at_ns == 0 {
+            self.armed = None;
+        }
         // Under commands the slot lasts what the coordinator said; under the
         // timer, slot_ms (the timer's own switches date their slots).
         let slot_len_ns = match self.mode {
@@ -214,7 +240,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             _ => u64::from(self.applied.slot_ms) * 1_000_000,
         };
         self.bpf
-            .switch_slot(slot, gen, cause, slot_len_ns)
+            .switch_slot(slot, gen, cause, slot_len_ns, at_ns)
             .context("switch_slot")
     }
 
@@ -263,7 +289,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         }
     }
 
-    fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32) -> Result<()> {
+    fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32, at_ns: u64) -> Result<()> {
         self.commanded_len_ns = u64::from(slot_ms) * 1_000_000;
         if self.mode == Mode::Standalone {
             bail!("switch commands need an explicit schedule first (node is standalone)");
@@ -275,7 +301,18 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
             );
         }
         self.take_command();
-        self.switch_slot(slot, gen, gang_switch_cause_SWITCH_COMMAND)?;
+        if at_ns > monotonic_ns() {
+            self.switch_slot_at(slot, gen, gang_switch_cause_SWITCH_TIMED, at_ns)?;
+            // The parked gangs own their CPUs until the timer fires.
+            self.armed = Some((gen, at_ns));
+            return Ok(());
+        }
+        let cause = if at_ns == 0 {
+            gang_switch_cause_SWITCH_COMMAND
+        } else {
+            gang_switch_cause_SWITCH_TIMED
+        };
+        self.switch_slot(slot, gen, cause)?;
         self.thaw();
         Ok(())
     }
@@ -404,6 +441,29 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         } else {
             TRACE_PERIOD
         }
+    }
+
+    /// A timed switch that fired: the gangs its freeze parked are thawed
+    /// (not on the switch's path: they run only in their next slot).
+    fn tick(&mut self, _now: Instant) {
+        let Some((gen, at_ns)) = self.armed else {
+            return;
+        };
+        if self.bpf.current().1 == gen {
+            self.armed = None;
+            self.thaw();
+        } else if monotonic_ns() > at_ns.saturating_add(TIMED_SWITCH_LOST.as_nanos() as u64) {
+            warn!("the timed switch to generation {gen} did not fire; its parked gangs are thawed");
+            self.armed = None;
+            self.thaw();
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let (_, at_ns) = self.armed?;
+        // Just after the instant: the timer fires in BPF, this only thaws.
+        let wait = Duration::from_nanos(at_ns.saturating_sub(monotonic_ns()));
+        Some(Instant::now() + wait.max(TIMED_THAW_POLL))
     }
 
     fn rescan(&mut self) {

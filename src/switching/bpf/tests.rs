@@ -24,6 +24,17 @@ struct FakeBpf {
     switched: Vec<(u32, u64, u64)>,
     rehomed: Vec<GangId>,
     released: Vec<GangId>,
+    /// A timed switch armed and not fired yet: (slot, gen).
+    armed: Option<(u32, u64)>,
+}
+
+impl FakeBpf {
+    /// The absolute timer expires.
+    fn fire_armed(&mut self) {
+        if let Some(cur) = self.armed.take() {
+            self.cur = cur;
+        }
+    }
 }
 
 impl BpfScheduler for FakeBpf {
@@ -49,8 +60,20 @@ impl BpfScheduler for FakeBpf {
     fn set_timer_switching(&mut self, on: bool) {
         self.timer = on;
     }
-    fn switch_slot(&mut self, slot: u32, gen: u64, _cause: u32, slot_len_ns: u64) -> Result<()> {
-        self.cur = (slot, gen);
+    fn switch_slot(
+        &mut self,
+        slot: u32,
+        gen: u64,
+        _cause: u32,
+        slot_len_ns: u64,
+        at_ns: u64,
+    ) -> Result<()> {
+        // A timed switch fires when the test says so (fire_armed).
+        if at_ns > monotonic_ns() {
+            self.armed = Some((slot, gen));
+        } else {
+            self.cur = (slot, gen);
+        }
         self.switched.push((slot, gen, slot_len_ns));
         Ok(())
     }
@@ -153,6 +176,7 @@ fn commands_need_an_explicit_schedule_first() {
         slot: 0,
         gen: 1,
         slot_ms: 50,
+        at_ns: 0,
     };
     let e = ask(&mut sw, &knobs, switch).error.unwrap();
     assert!(
@@ -186,6 +210,7 @@ fn a_column_stops_the_timer_and_a_switch_lasts_what_the_coordinator_said() {
             slot: 1,
             gen: 9,
             slot_ms: 40,
+            at_ns: 0,
         },
     );
     assert!(r.ok, "{r:?}");
@@ -197,6 +222,7 @@ fn a_column_stops_the_timer_and_a_switch_lasts_what_the_coordinator_said() {
             slot: 3,
             gen: 10,
             slot_ms: 40,
+            at_ns: 0,
         },
     );
     assert!(r.error.unwrap().contains("slot 3 does not exist"));
@@ -216,6 +242,7 @@ fn autonomous_runs_the_table_on_the_timer_until_the_next_command() {
         slot: 0,
         gen: 5,
         slot_ms: 50,
+        at_ns: 0,
     };
     assert!(ask(&mut sw, &knobs, switch).ok);
     assert!(!sw.bpf.timer, "a command takes over again");
@@ -247,12 +274,69 @@ fn a_freeze_parks_the_slots_gangs_until_the_next_switch() {
         slot: 1,
         gen: 4,
         slot_ms: 50,
+        at_ns: 0,
     };
     assert!(ask(&mut sw, &knobs, switch).ok);
     assert_eq!(
         fs::read_to_string(root.join("job1/cgroup.freeze")).unwrap(),
         "0",
         "the switch thaws it"
+    );
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
+    let root = gang_root("timed", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let freeze = Request::Freeze {
+        gen: 3,
+        drain_timeout_ms: 10,
+    };
+    assert!(ask(&mut sw, &knobs, freeze).frozen.is_some());
+    let at_ns = monotonic_ns() + 60_000_000_000;
+    let switch = Request::Switch {
+        slot: 1,
+        gen: 4,
+        slot_ms: 50,
+        at_ns,
+    };
+    assert!(ask(&mut sw, &knobs, switch).ok);
+    assert_eq!(sw.bpf.armed, Some((1, 4)), "armed in BPF, not switched");
+    let frozen = || fs::read_to_string(root.join("job1/cgroup.freeze")).unwrap();
+    sw.tick(Instant::now());
+    assert_eq!(frozen(), "1", "job1 owns its CPUs until the instant");
+    let wake = sw.next_wake().expect("the loop wakes at the instant");
+    assert!(wake > Instant::now() + Duration::from_secs(59));
+    sw.bpf.fire_armed();
+    sw.tick(Instant::now());
+    assert_eq!(frozen(), "0", "thawed once the timer fired");
+    assert_eq!(sw.next_wake(), None);
+
+    // An instant already past: at once, thawed at once.
+    assert!(ask(
+        &mut sw,
+        &knobs,
+        Request::Freeze {
+            gen: 5,
+            drain_timeout_ms: 10
+        }
+    )
+    .frozen
+    .is_some());
+    let late = Request::Switch {
+        slot: 0,
+        gen: 6,
+        slot_ms: 50,
+        at_ns: 1,
+    };
+    assert!(ask(&mut sw, &knobs, late).ok);
+    assert_eq!(sw.bpf.cur, (0, 6));
+    assert_eq!(
+        fs::read_to_string(root.join("job2/cgroup.freeze")).unwrap(),
+        "0"
     );
     let _ = fs::remove_dir_all(&root);
 }

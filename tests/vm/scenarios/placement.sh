@@ -1,5 +1,6 @@
 # The placement API (what the coordinator drives): an explicit slot table by
-# gang name, switches by command, refusals that change nothing; then the
+# gang name, switches by command, timed switches (armed ahead on an absolute
+# BPF timer), refusals that change nothing; then the
 # housekeeping_cpus knob in standalone mode.
 . /scenarios/lib.sh
 
@@ -37,6 +38,14 @@ for i in $(seq 1 40); do switches="$switches {\"op\":\"switch\",\"slot\":$((i % 
 scx_gang trace --seconds 3 --json "$RESULTS/command.json" > /dev/null & T=$!
 # shellcheck disable=SC2086 # one request per word
 scx_gang ctl --interval-ms 100 $switches > /dev/null || fail "a switch was refused"
+wait $T || fail "trace failed"
+
+log "timed switches: each armed 60 ms ahead on an absolute BPF timer, one every 100 ms"
+timed=""
+for i in $(seq 1 30); do timed="$timed {\"op\":\"switch\",\"slot\":$((i % 2)),\"gen\":$((2000 + i))}"; done
+scx_gang trace --seconds 3 --json "$RESULTS/timed.json" > /dev/null & T=$!
+# shellcheck disable=SC2086 # one request per word
+scx_gang ctl --interval-ms 100 --ahead-ms 60 $timed > "$RESULTS/timed.out" || fail "a timed switch was refused"
 wait $T || fail "trace failed"
 
 log "back to standalone, CPU 0 for housekeeping"

@@ -234,9 +234,7 @@ fn valid_gang(kind: EventKind, gang: i32) -> bool {
     match kind {
         EventKind::Switch => true,
         EventKind::Owner => gang >= 0 || gang == GANG_NONE,
-        EventKind::Run | EventKind::Stall => {
-            gang >= 0 || gang == GANG_OTHER || gang == GANG_IDLE
-        }
+        EventKind::Run | EventKind::Stall => gang >= 0 || gang == GANG_OTHER || gang == GANG_IDLE,
     }
 }
 
