@@ -74,7 +74,7 @@ enum gang_event_kind {
 	EV_RUN = 3,
 	/*
 	 * `cpu`, busy running `gang`, got its tick `cause` µs after the
-	 * scheduler last saw it (more than STALL_NS): it could run nothing of
+	 * scheduler last saw it (more than a tick period, stall_ns()): it could run nothing of
 	 * ours that long. Under emulation, the vCPU's host thread was not
 	 * running; the trace tells overlap inside a stall apart.
 	 */

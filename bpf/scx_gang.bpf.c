@@ -58,11 +58,10 @@
  * Trace. While trace_on is set, every switch, every slot owner after it and
  * every change of what a CPU runs go to the `events` ring buffer, for the
  * daemon's `trace` command, and so does every stall: a busy CPU whose tick
- * comes more than STALL_NS after the scheduler last saw it (ops.running,
- * ops.stopping or the previous tick) ran nothing of ours that long, so a
- * late preemption inside it is not the scheduler's. Under emulation that is
- * the vCPU's host thread not running; on hardware, interrupts off or an
- * SMI. Counters are per-CPU (enum gang_stat).
+ * (or whose task's stop) comes more than a tick period late (stall_ns)
+ * ran nothing of ours that long, so a late preemption inside it is not
+ * the scheduler's. Under emulation that is the vCPU not running; on
+ * hardware, interrupts off or an SMI. Counters are per-CPU (enum gang_stat).
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
@@ -78,12 +77,23 @@ char _license[] SEC("license") = "GPL";
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
 #define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
 /*
- * A tick this late is a stall (EV_STALL): at HZ=250 (Debian's) a tick
- * missed whole; more at higher HZ. The scheduler cannot make a tick late
- * (only interrupts off or a CPU not running can), so a late preemption it
- * causes itself never hides behind a stall.
+ * Stalls (EV_STALL): a busy CPU is seen by the scheduler at every tick, so a
+ * gap of more than a tick period (plus a quarter, at least 1 ms, for timer
+ * jitter) since it last saw it means it could run nothing: interrupts off,
+ * or under emulation the vCPU not running (a kick sent to it lands only
+ * when it runs again). The scheduler cannot make a tick late, so a late
+ * preemption it causes itself never hides behind a stall. The tick period
+ * is the kernel's CONFIG_HZ (libbpf reads /boot/config-*; 250 if absent).
  */
-#define STALL_NS		(8 * NSEC_PER_MSEC)
+extern unsigned int CONFIG_HZ __kconfig __weak;
+
+static u64 stall_ns(void)
+{
+	u64 hz = CONFIG_HZ ? CONFIG_HZ : 250;
+	u64 tick = 1000 * NSEC_PER_MSEC / hz, slack = tick / 4;
+
+	return tick + (slack > NSEC_PER_MSEC ? slack : NSEC_PER_MSEC);
+}
 
 UEI_DEFINE(uei);
 
@@ -463,6 +473,24 @@ static void account(struct cpu_ctx *cctx, u64 now)
 		cctx->other_credit = cctx->other_credit > delta ?
 				     cctx->other_credit - delta : 0;
 	}
+}
+
+/*
+ * The CPU, busy with our task since the scheduler last saw it (acct_ts:
+ * ops.running, ops.stopping or a tick), is seen again at @now: a stall if
+ * that is more than a tick period late. Only from ops.tick and
+ * ops.stopping, where the CPU was busy all along (before ops.running it
+ * may have been idle, without ticks).
+ */
+static void note_stall(struct cpu_ctx *cctx, s32 cpu, u64 now)
+{
+	u64 gap = now > cctx->acct_ts ? now - cctx->acct_ts : 0;
+	u64 gap_us = gap / 1000;
+
+	if (!cctx->acct_ts || gap <= stall_ns())
+		return;
+	emit(EV_STALL, cpu, cctx->running, 0,
+	     gap_us > 0xffffffffULL ? 0xffffffffU : (u32)gap_us, now);
 }
 
 static void set_running(struct cpu_ctx *cctx, s32 cpu, s32 what, u32 flags, u64 now)
@@ -902,6 +930,8 @@ void BPF_STRUCT_OPS(gang_stopping, struct task_struct *p, bool runnable)
 	if (!cctx)
 		return;
 	now = bpf_ktime_get_ns();
+	/* Preempted by a kick that landed late: the stall ends here. */
+	note_stall(cctx, cpu, now);
 	account(cctx, now);
 	/*
 	 * A gang task leaving a CPU it no longer owns (preempted by a switch):
@@ -920,12 +950,7 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
 
 	if (!cctx)
 		return;
-	if (cctx->acct_ts && now - cctx->acct_ts > STALL_NS && now > cctx->acct_ts) {
-		u64 gap_us = (now - cctx->acct_ts) / 1000;
-
-		emit(EV_STALL, cpu, cctx->running, 0,
-		     gap_us > 0xffffffffULL ? 0xffffffffU : (u32)gap_us, now);
-	}
+	note_stall(cctx, cpu, now);
 	account(cctx, now);
 
 	if (cctx->running >= 0 && !cctx->serve_other &&

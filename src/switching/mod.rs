@@ -61,6 +61,7 @@ pub mod signal;
 pub mod sigstop;
 #[cfg(test)]
 mod tests;
+pub mod timed;
 
 use std::collections::BTreeMap;
 use std::io;

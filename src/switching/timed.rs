@@ -1,0 +1,489 @@
+//! Following a plan on this node (timed switching, issue 12, part 3): a
+//! pure state machine that turns a [`Plan`] into the node's own requests,
+//! at the right local instants, with no message on the switch's path.
+//!
+//! The plan it is given is already on this node's CLOCK_MONOTONIC (the
+//! agent converts gangd's plan with its cluster clock and gives it again,
+//! freshly converted, as its estimate moves: a [`Follower::set_plan`] of
+//! the same plan moves the boundaries by microseconds). For each boundary
+//! B (slot s, generation g):
+//! - barrier = strict: at B − lead ([`DrainLead`]) it asks for a park of
+//!   the slot in force ([`Action::Park`], the switcher's Freeze: cgroup
+//!   freezer, then the drain wait on a thread of its own). When the drain
+//!   is over ([`Follower::drained`]) it arms the switch at B, or at once if
+//!   B is past (a late switch) ([`Action::Arm`]: Switch with at_ns, an
+//!   absolute BPF timer).
+//! - barrier = off: it arms the switch at B as soon as the previous one
+//!   fired (one switch is armed at a time in BPF).
+//! When the switch fired ([`Follower::fired`]) it hands out a [`Done`]:
+//! the report gangd gets after the fact (when, how late, how the drain
+//! went), and the park + drain time goes into the lead.
+//!
+//! Behind: if the node finds itself in a slot the plan has already ended
+//! (a plan that arrived late, a daemon that was busy), it switches to the
+//! slot in force at once, as a late switch, never waiting for the next
+//! boundary with the wrong slot running.
+//!
+//! Inputs: `set_plan`, `clear`, `tick(now)`, `drained`, `fired`; outputs:
+//! at most one [`Action`] per input, and [`Done`] reports. No clock read,
+//! no I/O: the main loop (mainloop.rs) feeds it and carries out its
+//! actions.
+//!
+//! Known faults: an amend or a new plan that moves the boundary being
+//! parked for keeps the park (the slot in force stays parked until the new
+//! boundary): parking early costs the slot's tail, never correctness.
+//! Generations must increase across plans (gangd's planner makes them so);
+//! a plan whose boundaries are all at or before the last switch waits for
+//! its first later boundary.
+
+use gang_wire::plan::{Plan, PlanError, SlotStart};
+use gang_wire::proto::SwitchOutcome;
+
+use super::lead::{classify, DrainEnd, DrainLead, Lateness, LeadLimits};
+
+/// What the main loop is to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Park the gangs of the slot in force (Request::Freeze) for the switch
+    /// to `gen`; answer with `drained`.
+    Park { gen: u64, timeout_ms: u32 },
+    /// Arm the switch (Request::Switch with `at_ns`; at once if past).
+    Arm {
+        slot: u32,
+        gen: u64,
+        slot_ms: u32,
+        at_ns: u64,
+    },
+}
+
+/// A timed switch that happened, for gangd (FromAgent::Switched).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub gen: u64,
+    pub slot: u32,
+    /// When the timer fired, local ns.
+    pub at_ns: u64,
+    /// at_ns − the boundary (0 if not after it).
+    pub late_ns: u64,
+    pub outcome: SwitchOutcome,
+}
+
+/// How the node follows plans: the knobs that matter here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowConfig {
+    /// barrier = strict: park and drain in the slot's tail.
+    pub strict: bool,
+    pub drain_timeout_ms: u32,
+    /// The lead's bounds and fixed value (its slot_ms is the plan's).
+    pub min_lead_ns: u64,
+    pub fixed_lead_us: Option<u64>,
+    /// This node's clock error bound against the cluster clock.
+    pub clock_error_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Waiting for the next boundary's park (strict) or arming (off).
+    Idle,
+    /// Parked at `parked_at`, waiting for the drain.
+    Parking { to: SlotStart, parked_at: u64 },
+    /// The switch is armed in BPF.
+    Armed {
+        to: SlotStart,
+        drain: Option<(u64, DrainEnd)>,
+        armed_at: u64,
+    },
+}
+
+pub struct Follower {
+    plan: Option<Plan>,
+    /// Local instant from which `plan` is followed.
+    effective_ns: u64,
+    cfg: FollowConfig,
+    lead: DrainLead,
+    step: Step,
+    /// The generation last switched to by this follower.
+    last_gen: Option<u64>,
+}
+
+impl Follower {
+    pub fn new(cfg: FollowConfig) -> Self {
+        Self {
+            plan: None,
+            effective_ns: 0,
+            cfg,
+            lead: DrainLead::new(),
+            step: Step::Idle,
+            last_gen: None,
+        }
+    }
+
+    pub fn following(&self) -> bool {
+        self.plan.is_some()
+    }
+
+    pub fn set_config(&mut self, cfg: FollowConfig) {
+        self.cfg = cfg;
+    }
+
+    /// Follow `plan` (local times) from `effective_ns` on. A park or an
+    /// armed switch in progress stays (see the known faults).
+    pub fn set_plan(&mut self, plan: Plan, effective_ns: u64) -> Result<(), PlanError> {
+        plan.validate()?;
+        self.plan = Some(plan);
+        self.effective_ns = effective_ns;
+        Ok(())
+    }
+
+    /// Commands take over (switching = commanded, or gangd said so).
+    pub fn clear(&mut self) {
+        self.plan = None;
+        self.step = Step::Idle;
+    }
+
+    /// The lead in force for `plan`.
+    pub fn lead_ns(&self, plan: &Plan) -> u64 {
+        self.lead.lead_ns(&LeadLimits {
+            min_ns: self.cfg.min_lead_ns,
+            slot_ms: plan.slot_ms,
+            clock_error_ns: self.cfg.clock_error_ns,
+            fixed_us: self.cfg.fixed_lead_us,
+        })
+    }
+
+    /// The next boundary to switch at, as seen at `now`: the slot the plan
+    /// has in force if this node is behind it, else the next boundary.
+    fn target(&self, now: u64) -> Option<(SlotStart, bool)> {
+        let plan = self.plan.as_ref()?;
+        let from = now.max(self.effective_ns);
+        let done = self.last_gen.unwrap_or(0);
+        if now >= self.effective_ns {
+            if let Some(f) = plan.in_force(now) {
+                if f.gen.0 > done {
+                    let start = SlotStart {
+                        at_ns: f.start_ns,
+                        gen: f.gen,
+                        slot: f.slot,
+                    };
+                    return Some((start, true));
+                }
+            }
+        }
+        // The first boundary after the last switch, at or after `from`.
+        plan.boundaries(from, 64)
+            .into_iter()
+            .find(|b| b.gen.0 > done)
+            .map(|b| (b, false))
+    }
+
+    /// When `tick` has work next (local ns), if ever, as seen at `now`.
+    pub fn next_wake(&self, now: u64) -> Option<u64> {
+        match self.step {
+            Step::Idle => {
+                let plan = self.plan.as_ref()?;
+                match self.target(now)? {
+                    (_, true) => Some(now),
+                    (to, false) => Some(self.act_at(plan, &to).max(now)),
+                }
+            }
+            // The drain answers, or the timer fires.
+            Step::Parking { .. } | Step::Armed { .. } => None,
+        }
+    }
+
+    /// The local instant of the action for boundary `to`.
+    fn act_at(&self, plan: &Plan, to: &SlotStart) -> u64 {
+        if self.cfg.strict {
+            to.at_ns.saturating_sub(self.lead_ns(plan))
+        } else {
+            // Arm well ahead; only one switch is armed at a time anyway.
+            to.at_ns.saturating_sub(plan.slot_ns() / 2)
+        }
+    }
+
+    /// The time passed: the next action, if one is due.
+    pub fn tick(&mut self, now: u64) -> Option<Action> {
+        if self.step != Step::Idle {
+            return None;
+        }
+        let plan = self.plan.as_ref()?;
+        let (to, behind) = self.target(now)?;
+        if !behind && now < self.act_at(plan, &to) {
+            return None;
+        }
+        if self.cfg.strict {
+            self.step = Step::Parking { to, parked_at: now };
+            Some(Action::Park {
+                gen: to.gen.0,
+                timeout_ms: self.cfg.drain_timeout_ms,
+            })
+        } else {
+            Some(self.arm(to, None, now))
+        }
+    }
+
+    fn arm(&mut self, to: SlotStart, drain: Option<(u64, DrainEnd)>, now: u64) -> Action {
+        let slot_ms = self.plan.as_ref().map_or(0, |p| p.slot_ms);
+        self.step = Step::Armed {
+            to,
+            drain,
+            armed_at: now,
+        };
+        Action::Arm {
+            slot: to.slot,
+            gen: to.gen.0,
+            slot_ms,
+            at_ns: to.at_ns.max(now),
+        }
+    }
+
+    /// The park for `gen` is over at `now`: drained, or timed out.
+    pub fn drained(&mut self, gen: u64, timed_out: bool, now: u64) -> Option<Action> {
+        let Step::Parking { to, parked_at } = self.step else {
+            return None;
+        };
+        if to.gen.0 != gen {
+            return None;
+        }
+        let end = if timed_out {
+            DrainEnd::TimedOut { at_ns: now }
+        } else {
+            DrainEnd::Drained { at_ns: now }
+        };
+        Some(self.arm(to, Some((now.saturating_sub(parked_at), end)), now))
+    }
+
+    /// The switch to `gen` fired at `at_ns`: its report.
+    pub fn fired(&mut self, gen: u64, at_ns: u64) -> Option<Done> {
+        let Step::Armed {
+            to,
+            drain,
+            armed_at,
+        } = self.step
+        else {
+            return None;
+        };
+        if to.gen.0 != gen {
+            return None;
+        }
+        self.step = Step::Idle;
+        self.last_gen = Some(gen);
+        let late_ns = at_ns.saturating_sub(to.at_ns);
+        let outcome = match drain {
+            Some((park_drain_ns, end)) => {
+                self.lead.record(park_drain_ns);
+                match classify(to.at_ns, end).lateness {
+                    Lateness::OnTime => SwitchOutcome::OnTime,
+                    Lateness::Late { .. } => SwitchOutcome::Late,
+                    Lateness::TimedOut { .. } => SwitchOutcome::TimedOut,
+                }
+            }
+            None if armed_at > to.at_ns => SwitchOutcome::Late,
+            None => SwitchOutcome::OnTime,
+        };
+        Some(Done {
+            gen,
+            slot: to.slot,
+            at_ns,
+            late_ns,
+            outcome,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The follower's contract, boundary by boundary.
+    use super::*;
+    use gang_wire::plan::PlannedSlot;
+    use gang_wire::proto::Gen;
+
+    const MS: u64 = 1_000_000;
+
+    /// Two slots of 100 ms from t = 1000 ms, generation 10 first.
+    fn plan() -> Plan {
+        Plan {
+            id: 1,
+            epoch_ns: 1000 * MS,
+            slot_ms: 100,
+            slots: vec![PlannedSlot { slot: 0 }, PlannedSlot { slot: 1 }],
+            first_gen: Gen(10),
+        }
+    }
+
+    fn cfg(strict: bool) -> FollowConfig {
+        FollowConfig {
+            strict,
+            drain_timeout_ms: 30,
+            min_lead_ns: 5 * MS,
+            fixed_lead_us: None,
+            clock_error_ns: 0,
+        }
+    }
+
+    fn follower(strict: bool) -> Follower {
+        let mut f = Follower::new(cfg(strict));
+        f.set_plan(plan(), 1000 * MS).unwrap();
+        f
+    }
+
+    #[test]
+    fn strict_parks_a_lead_before_the_boundary_and_arms_it_when_drained() {
+        let mut f = follower(true);
+        // The epoch's boundary (gen 10, slot 0): park 5 ms (the minimum
+        // lead, no drain measured yet) before it.
+        assert_eq!(f.next_wake(900 * MS), Some(995 * MS));
+        assert_eq!(f.tick(994 * MS), None, "not yet");
+        assert_eq!(
+            f.tick(995 * MS),
+            Some(Action::Park {
+                gen: 10,
+                timeout_ms: 30
+            })
+        );
+        assert_eq!(f.tick(996 * MS), None, "one park at a time");
+        assert_eq!(f.next_wake(996 * MS), None, "the drain answers");
+        // Drained 2 ms later: armed at the boundary itself.
+        assert_eq!(
+            f.drained(10, false, 997 * MS),
+            Some(Action::Arm {
+                slot: 0,
+                gen: 10,
+                slot_ms: 100,
+                at_ns: 1000 * MS
+            })
+        );
+        let done = f.fired(10, 1000 * MS + 30_000).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::OnTime);
+        assert_eq!(done.late_ns, 30_000, "the timer's own lateness");
+        assert_eq!(done.slot, 0);
+        // The next boundary (gen 11, slot 1) at 1100 ms: the lead is the
+        // measured park + drain (2 ms) but at least 5 ms.
+        assert_eq!(f.next_wake(1001 * MS), Some(1095 * MS));
+    }
+
+    #[test]
+    fn a_drain_that_ends_after_the_boundary_switches_at_once_and_is_late() {
+        let mut f = follower(true);
+        assert!(matches!(f.tick(995 * MS), Some(Action::Park { .. })));
+        assert_eq!(
+            f.drained(10, false, 1004 * MS),
+            Some(Action::Arm {
+                slot: 0,
+                gen: 10,
+                slot_ms: 100,
+                at_ns: 1004 * MS
+            })
+        );
+        let done = f.fired(10, 1004 * MS).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::Late);
+        assert_eq!(done.late_ns, 4 * MS);
+        // It learnt: the next lead covers the 9 ms park + drain.
+        assert_eq!(f.next_wake(1005 * MS), Some(1091 * MS));
+    }
+
+    #[test]
+    fn a_drain_that_times_out_is_counted_so() {
+        let mut f = follower(true);
+        f.tick(995 * MS);
+        f.drained(10, true, 1025 * MS).unwrap();
+        let done = f.fired(10, 1025 * MS).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::TimedOut);
+    }
+
+    #[test]
+    fn barrier_off_arms_each_boundary_ahead_without_parking() {
+        let mut f = follower(false);
+        assert_eq!(f.next_wake(900 * MS), Some(950 * MS));
+        assert_eq!(
+            f.tick(950 * MS),
+            Some(Action::Arm {
+                slot: 0,
+                gen: 10,
+                slot_ms: 100,
+                at_ns: 1000 * MS
+            })
+        );
+        assert_eq!(f.tick(960 * MS), None, "one armed at a time");
+        let done = f.fired(10, 1000 * MS).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::OnTime);
+        assert_eq!(
+            f.tick(1050 * MS),
+            Some(Action::Arm {
+                slot: 1,
+                gen: 11,
+                slot_ms: 100,
+                at_ns: 1100 * MS
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_behind_the_plan_switches_to_the_slot_in_force_at_once() {
+        let mut f = follower(false);
+        // The plan arrived (or the loop woke) in the middle of gen 12.
+        assert_eq!(f.next_wake(1250 * MS), Some(1250 * MS));
+        assert_eq!(
+            f.tick(1250 * MS),
+            Some(Action::Arm {
+                slot: 0,
+                gen: 12,
+                slot_ms: 100,
+                at_ns: 1250 * MS
+            })
+        );
+        let done = f.fired(12, 1250 * MS).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::Late);
+        assert_eq!(done.late_ns, 50 * MS);
+        // Then on with the plan: gen 13 at 1300 ms.
+        assert!(matches!(
+            f.tick(1260 * MS),
+            Some(Action::Arm {
+                gen: 13,
+                at_ns,
+                ..
+            }) if at_ns == 1300 * MS
+        ));
+    }
+
+    #[test]
+    fn nothing_before_the_effective_time_and_nothing_without_a_plan() {
+        let mut f = Follower::new(cfg(false));
+        assert_eq!(f.tick(1000 * MS), None);
+        assert_eq!(f.next_wake(0), None);
+        // Effective from 1200 ms: the first boundary there is gen 12.
+        f.set_plan(plan(), 1200 * MS).unwrap();
+        assert_eq!(f.tick(1100 * MS), None);
+        assert!(matches!(
+            f.tick(1150 * MS),
+            Some(Action::Arm { gen: 12, .. })
+        ));
+        f.clear();
+        assert_eq!(f.tick(1150 * MS), None, "commands took over");
+        assert!(!f.following());
+    }
+
+    #[test]
+    fn answers_for_another_generation_are_ignored() {
+        let mut f = follower(true);
+        f.tick(995 * MS);
+        assert_eq!(f.drained(11, false, 996 * MS), None);
+        assert!(f.drained(10, false, 996 * MS).is_some());
+        assert_eq!(f.fired(9, 1000 * MS), None);
+        assert!(f.fired(10, 1000 * MS).is_some());
+        assert_eq!(f.fired(10, 1000 * MS), None, "reported once");
+    }
+
+    #[test]
+    fn a_bad_plan_is_refused_and_the_old_one_kept() {
+        let mut f = follower(false);
+        let mut bad = plan();
+        bad.slots.clear();
+        assert!(f.set_plan(bad, 0).is_err());
+        assert!(f.following());
+        assert!(matches!(
+            f.tick(950 * MS),
+            Some(Action::Arm { gen: 10, .. })
+        ));
+    }
+}
