@@ -9,7 +9,10 @@
 //!   the nodes must have before it.
 //! - planner.rs: [`planner::Planner`], the slot plan sent ahead of time
 //!   (issue 12): which boundary a new plan takes effect at, the nodes'
-//!   acknowledgements, the late ones. Not wired into the daemon yet.
+//!   acknowledgements, the late ones.
+//! - timed.rs: [`timed::Timed`], `switching = timed`: the planner wired to
+//!   the rotation's boundaries (Plan offers, acks, Amend on voluntary
+//!   yield, the nodes' Switched reports per generation).
 //! - switch_log.rs: [`switch_log::SwitchLog`], one JSON line per finished
 //!   switch.
 //!
@@ -66,3 +69,4 @@ pub mod barrier;
 pub mod planner;
 pub mod rotation;
 pub mod switch_log;
+pub mod timed;
