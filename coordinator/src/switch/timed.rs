@@ -5,7 +5,10 @@
 //! given by the caller.
 //!
 //! How it works, at every `tick`:
-//! 1. The planner (planner.rs) learns the live nodes (`node_joined`, with
+//! 1. The planner (planner.rs) takes its pending plan in force if its
+//!    epoch came, and re-offers the plan in force to nodes late with
+//!    their ack (`PlanAck` goes to `Planner::on_ack` through `on_agent`).
+//!    It learns the live nodes (`node_joined`, with
 //!    their link timing from [`ClusterView::link`]) and forgets the gone.
 //! 2. When the cycle (the slots holding a started job), slot_ms or a node's
 //!    table changed, the planner makes a new plan and every node gets a
@@ -13,14 +16,14 @@
 //!    by the rotation before this in the same outbox: on the one link of a
 //!    node they arrive in order, so a node has the table before the plan
 //!    that indexes it. The new cycle starts at the slot after the one in
-//!    force, so a replan does not run a slot twice.
-//! 3. The planner re-offers the plan in force to nodes late with their ack
-//!    (`PlanAck` goes to `Planner::on_ack` through `on_agent`).
-//! 4. Voluntary yield: once every (job, node) running in the slot in force
+//!    force now (not the one just before the new plan's epoch, which may
+//!    be a slot later: the fault is a slot run twice in a row, or one
+//!    skipped once).
+//! 3. Voluntary yield: once every (job, node) running in the slot in force
 //!    has sent `Yielded` for its generation, the slot ends at now + the
 //!    slowest link's margin (2 × RTT + clock error) and every node gets a
 //!    `ToAgent::Amend`. One amend per generation.
-//! 5. `Switched` reports (after the fact) are gathered per generation into
+//! 4. `Switched` reports (after the fact) are gathered per generation into
 //!    a [`TimedRecord`]; a record is finished once every known node
 //!    reported, or [`REPORT_WAIT_NS`] after its first report (the silent
 //!    nodes are listed as missing). Its skew is max − min of the nodes'
@@ -41,7 +44,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use log::{debug, warn};
 
 use super::barrier::Outbox;
-use super::planner::{Change, Offers, Planner};
+use super::planner::{Change, Planner};
 use super::rotation::ClusterView;
 use gang_wire::plan::{InForce, PlannedSlot};
 use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, ToAgent};
@@ -151,9 +154,12 @@ impl Timed {
         self.stats
     }
 
-    /// The slot in force at `now` by the plan in force.
+    /// The slot in force at `now`: by the pending plan once its epoch has
+    /// come (the planner moves it in force at its next tick), else by the
+    /// plan in force.
     pub fn in_force(&self, now_ns: u64) -> Option<InForce> {
-        self.planner.in_force()?.in_force(now_ns)
+        let pending = self.planner.pending().filter(|p| p.epoch_ns <= now_ns);
+        pending.or(self.planner.in_force())?.in_force(now_ns)
     }
 
     /// When something is next due: the pending plan's epoch or the next
@@ -169,8 +175,9 @@ impl Timed {
         std::mem::take(&mut self.finished)
     }
 
-    /// Steps 1 to 5 of the top comment. `tables_changed`: the rotation has
-    /// just queued new Schedules; `current`: the slot in force, if any.
+    /// Steps 1 to 4 of the top comment. `tables_changed`: the rotation has
+    /// just queued new Schedules; `current`: the slot in force before any
+    /// plan (a commanded switch's).
     pub fn tick(
         &mut self,
         now_ns: u64,
@@ -179,7 +186,9 @@ impl Timed {
         current: Option<u32>,
         view: &impl ClusterView,
     ) -> Outbox {
-        let mut offers = Offers::new();
+        // First the plan in force is brought to `now` (a node joining is
+        // then offered the plan that runs).
+        let mut offers = self.planner.on_tick(now_ns);
         let live: BTreeSet<NodeId> = view.nodes().into_iter().collect();
         for &gone in self.known.difference(&live) {
             self.planner.node_lost(gone);
@@ -195,8 +204,9 @@ impl Timed {
         let cycle = view.slots();
         let planned = (cycle.clone(), slot_ms);
         if !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned)) {
+            let now_slot = self.in_force(now_ns).map(|f| f.slot).or(current);
             let change = Change {
-                slots: starting_after(&cycle, current),
+                slots: starting_after(&cycle, now_slot),
                 slot_ms,
             };
             match self.planner.change(change, now_ns) {
@@ -207,7 +217,6 @@ impl Timed {
                 Err(e) => warn!("no new plan: {e}"),
             }
         }
-        offers.extend(self.planner.on_tick(now_ns));
         let mut out: Outbox = offers
             .into_iter()
             .map(|(n, o)| {
