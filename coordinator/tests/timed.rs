@@ -156,7 +156,10 @@ fn once_every_node_of_the_slot_yielded_every_node_gets_one_amend() {
     // Generation 1 (slot 0, job 1) runs from 100 ms.
     r.on_agent(NodeId(1), &yielded(7), 110 * MS);
     r.on_agent(NodeId(0), &yielded(1), 120 * MS);
-    assert!(r.tick(125 * MS, &timed(), &c).is_empty(), "node 1 runs job 1");
+    assert!(
+        r.tick(125 * MS, &timed(), &c).is_empty(),
+        "node 1 runs job 1"
+    );
     r.on_agent(NodeId(1), &yielded(1), 130 * MS);
     // It ends the slowest link's margin (2 × RTT 0 + 1 ms error) ahead.
     assert_eq!(

@@ -284,8 +284,7 @@ impl Timed {
             return Outbox::new();
         };
         let running = view.running(f.slot);
-        if self.amended == Some(f.gen) || running.is_empty() || !running.is_subset(&self.yielded)
-        {
+        if self.amended == Some(f.gen) || running.is_empty() || !running.is_subset(&self.yielded) {
             return Outbox::new();
         }
         let ends_at = now_ns.saturating_add(self.planner.links_margin_ns());

@@ -168,4 +168,3 @@ pub fn started(cluster: &Cluster) -> Rotation {
     r.take_finished();
     r
 }
-
