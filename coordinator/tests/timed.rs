@@ -288,3 +288,34 @@ fn a_joining_node_gets_the_plan_in_force_and_a_lost_one_owes_nothing() {
     r.node_lost(NodeId(2), 160 * MS);
     assert_eq!(owing(&r), [NodeId(0), NodeId(1)].into());
 }
+
+#[test]
+fn a_node_flooding_reports_cannot_grow_gangds_memory() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    // 1000 generations reported by node 0 only: at most 64 stay open, the
+    // oldest are closed (node 1 missing) to make room.
+    for g in 1..=1000 {
+        r.on_agent(
+            NodeId(0),
+            &switched(g, g * 1_000_000, 0, SwitchOutcome::OnTime),
+            60 * MS,
+        );
+    }
+    let closed = r.take_timed();
+    assert_eq!(closed.len(), 1000 - 64);
+    assert!(closed.iter().all(|rec| rec.missing == [NodeId(1)]));
+    // An older generation than every open one, once full, is dropped.
+    r.on_agent(
+        NodeId(1),
+        &switched(3, 0, 0, SwitchOutcome::OnTime),
+        60 * MS,
+    );
+    r.on_agent(
+        NodeId(1),
+        &switched(5000, 0, 0, SwitchOutcome::OnTime),
+        60 * MS,
+    );
+    assert_eq!(r.take_timed().len(), 1, "5000 made room by closing 937");
+    assert_eq!(r.timed().unwrap().stats().stray_reports, 1);
+}
