@@ -210,12 +210,11 @@ impl Timed {
                 slot_ms,
             };
             match self.planner.change(change, now_ns) {
-                Ok(o) => {
-                    offers.extend(o);
-                    self.planned = Some(planned);
-                }
+                Ok(o) => offers.extend(o),
                 Err(e) => warn!("no new plan: {e}"),
             }
+            // Not tried again every tick when refused.
+            self.planned = Some(planned);
         }
         let mut out: Outbox = offers
             .into_iter()
