@@ -55,6 +55,16 @@
 //!    (switch_log.rs::SwitchLog::write) and publishes the status files
 //!    (daemon/knobs.rs::Coordinator::publish_status).
 //!
+//! Under `switching = timed` (docs/timed-switching.md) steps 3 to 7 give
+//! way to plans: rotation.rs::Rotation::tick still queues knobs and
+//! tables, then calls timed.rs::Timed::tick (Plan offers from
+//! planner.rs::Planner::change, re-offers from Planner::on_tick, Amend from
+//! Planner::amend once every rank of the slot in force yielded); PlanAck,
+//! Yielded and Switched come in by the path of step 5 to
+//! timed.rs::Timed::on_agent; step 8 takes the finished generations with
+//! rotation.rs::Rotation::take_timed and writes them with
+//! switch_log.rs::SwitchLog::write_timed.
+//!
 //! Failures on the way: a node silent past its phase's deadline is dropped
 //! by barrier.rs::SlotSwitch::on_tick (step 2 feeds the time); a lost
 //! connection by daemon/nodes.rs::Coordinator::node_lost →

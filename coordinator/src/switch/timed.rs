@@ -37,7 +37,10 @@
 //! of the new table early). Reports of a generation already closed, or
 //! more than [`MAX_OPEN_RECORDS`] open generations, are dropped and
 //! counted (`stray_reports`): a node cannot grow gangd's memory with
-//! reports.
+//! reports. gangd wakes for the pending plan's epoch and the boundaries;
+//! re-offers and overdue records are seen on its next pass of the event
+//! loop (at most 50 ms later). The yields are tracked here, apart from the
+//! rotation's (commanded) set: their generations are the plan's.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
