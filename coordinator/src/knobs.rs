@@ -20,6 +20,18 @@ pub struct ClusterKnobs {
     pub fill: bool,
     pub barrier: Barrier,
     pub drain_timeout_ms: u32,
+    pub switching: Switching,
+}
+
+/// How the cluster switches slots (docs/timed-switching.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Switching {
+    /// A command per switch: the Freeze/Switch barrier (switch/barrier.rs).
+    #[default]
+    Commanded,
+    /// Plans sent ahead of time (switch/timed.rs): nodes switch on their
+    /// own clocks at the plan's boundaries.
+    Timed,
 }
 
 impl Default for ClusterKnobs {
@@ -31,25 +43,29 @@ impl Default for ClusterKnobs {
             fill: true,
             barrier: Barrier::Strict,
             drain_timeout_ms: 200,
+            switching: Switching::Commanded,
         }
     }
 }
 
-pub const WRITABLE: [&str; 6] = [
+pub const WRITABLE: [&str; 7] = [
     "slot_ms",
     "mpl_max",
     "policy",
     "fill",
     "barrier",
     "drain_timeout_ms",
+    "switching",
 ];
-pub const READ_ONLY: [&str; 7] = [
+pub const READ_ONLY: [&str; 9] = [
     "nodes",
     "jobs",
     "switches",
     "early_switches",
     "drain_timeouts",
     "missed_switches",
+    "late_switches",
+    "late_plans",
     "last_switch",
 ];
 
@@ -103,6 +119,17 @@ impl ClusterKnobs {
             "drain_timeout_ms" => {
                 self.drain_timeout_ms = number(value, 1, 10_000, "drain_timeout_ms")?
             }
+            "switching" => {
+                self.switching = match value.trim() {
+                    "commanded" => Switching::Commanded,
+                    "timed" => Switching::Timed,
+                    v => {
+                        return Err(KnobError::Invalid(format!(
+                            "switching must be commanded or timed, got {v:?}"
+                        )))
+                    }
+                }
+            }
             _ if READ_ONLY.contains(&name) => return Err(KnobError::ReadOnly),
             _ => return Err(KnobError::NotFound),
         }
@@ -120,6 +147,10 @@ impl ClusterKnobs {
                 Barrier::Off => "off".into(),
             },
             "drain_timeout_ms" => self.drain_timeout_ms.to_string(),
+            "switching" => match self.switching {
+                Switching::Commanded => "commanded".into(),
+                Switching::Timed => "timed".into(),
+            },
             _ => return None,
         })
     }
@@ -138,6 +169,11 @@ mod tests {
             Policy::BestFit
         );
         assert_eq!(k.with("barrier", "off").unwrap().barrier, Barrier::Off);
+        assert_eq!(k.switching, Switching::Commanded, "the default");
+        assert_eq!(
+            k.with("switching", "timed\n").unwrap().switching,
+            Switching::Timed
+        );
         assert!(!k.with("fill", "0").unwrap().fill);
         for (name, bad) in [
             ("slot_ms", "0"),
@@ -146,6 +182,8 @@ mod tests {
             ("policy", "bogus"),
             ("fill", "2"),
             ("barrier", "loose"),
+            ("switching", "sometimes"),
+            ("switching", ""),
             ("drain_timeout_ms", "0"),
         ] {
             assert!(
@@ -167,6 +205,8 @@ mod tests {
             ("fill", "0"),
             ("barrier", "off"),
             ("drain_timeout_ms", "9"),
+            ("switching", "timed"),
+            ("switching", "commanded"),
         ] {
             assert_eq!(k.with(name, v).unwrap().get(name).unwrap(), v);
         }

@@ -216,6 +216,7 @@ impl FakeAgent {
                         slot: *slot,
                         switch_us: 7,
                     }),
+                    ToAgent::Plan { plan, .. } => Some(FromAgent::PlanAck { plan_id: plan.id }),
                     ToAgent::Heartbeat { seq } => Some(FromAgent::Heartbeat {
                         seq: *seq,
                         mono_ns: 1,
@@ -466,6 +467,74 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
     for ag in &agents {
         ag.exit_all(b, ExitStatus::Exited(0));
     }
+    assert_eq!(fe2.ended().0, 0);
+}
+
+#[test]
+fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_switch() {
+    let g = Gangd::start("timed", 3, &["--slot-ms", "50", "--switching", "timed"]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let a = accepted(fe.submit("a", 3, &["/bin/true"]));
+    let mut fe2 = FrontEnd::connect(&g);
+    let b = accepted(fe2.submit("b", 3, &["/bin/true"]));
+    let plan_of = |ag: &FakeAgent| {
+        ag.got().iter().rev().find_map(|m| match m {
+            ToAgent::Plan { plan, .. } if plan.slots.len() == 2 => Some(plan.clone()),
+            _ => None,
+        })
+    };
+    for ag in &agents {
+        wait_until("a plan of both jobs", || plan_of(ag).is_some());
+    }
+    // Past the plan's epoch (one 50 ms slot and the margin) and a few
+    // boundaries: the fake answered PlanAck, so nothing more is owed.
+    thread::sleep(Duration::from_millis(400));
+    for ag in &agents {
+        let got = ag.got();
+        let plan = got
+            .iter()
+            .position(|m| matches!(m, ToAgent::Plan { plan, .. } if plan.slots.len() == 2));
+        let table = got.iter().position(|m| match m {
+            ToAgent::Schedule { slots } => slots.iter().filter(|s| !s.is_empty()).count() == 2,
+            _ => false,
+        });
+        assert!(
+            table.is_some() && table < plan,
+            "{}: the table comes before the plan",
+            ag.name
+        );
+        assert!(
+            !got.iter()
+                .any(|m| matches!(m, ToAgent::Freeze { .. } | ToAgent::Switch { .. })),
+            "{}: no commanded switch under timed switching",
+            ag.name
+        );
+    }
+    // The nodes' reports of a generation make one timed line of the log.
+    let plan = plan_of(&agents[0]).unwrap();
+    for (i, ag) in agents.iter().enumerate() {
+        ag.send(FromAgent::Switched {
+            gen: plan.first_gen,
+            slot: plan.slots[0].slot,
+            at_ns: plan.epoch_ns + 100 * i as u64,
+            late_us: 0,
+            outcome: SwitchOutcome::OnTime,
+            drain: None,
+        });
+    }
+    wait_until("a timed switch record", || {
+        g.switches().iter().any(|r| r["switching"] == "timed")
+    });
+    let rec = g.switches().pop().unwrap();
+    assert_eq!(rec["gen"], plan.first_gen.0);
+    assert_eq!(rec["skew_us"], 0, "200 ns apart");
+    assert_eq!(rec["nodes"].as_object().unwrap().len(), 3);
+    for ag in &agents {
+        ag.exit_all(a, ExitStatus::Exited(0));
+        ag.exit_all(b, ExitStatus::Exited(0));
+    }
+    assert_eq!(fe.ended().0, 0);
     assert_eq!(fe2.ended().0, 0);
 }
 

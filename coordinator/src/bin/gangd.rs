@@ -82,6 +82,9 @@ struct Opts {
     barrier: String,
     #[arg(long, default_value = "200")]
     drain_timeout_ms: String,
+    /// commanded (a barrier per switch) or timed (plans sent ahead).
+    #[arg(long, default_value = "commanded")]
+    switching: String,
 
     /// Heartbeat period, ms.
     #[arg(long, default_value = "500")]
@@ -172,6 +175,7 @@ fn knobs(o: &Opts) -> Result<ClusterKnobs> {
         ("fill", &o.fill),
         ("barrier", &o.barrier),
         ("drain_timeout_ms", &o.drain_timeout_ms),
+        ("switching", &o.switching),
     ] {
         k = k
             .with(name, v)

@@ -32,6 +32,10 @@ pub struct Status {
     pub drain_timeouts: u64,
     /// Times a node was left out of a switch for answering too late.
     pub missed_switches: u64,
+    /// Timed: node switches after their boundary (drain ended late).
+    pub late_switches: u64,
+    /// Timed: nodes that had not acknowledged a plan by its boundary.
+    pub late_plans: u64,
     /// The last switch's record, one JSON line.
     pub last_switch: String,
 }
@@ -74,6 +78,8 @@ impl KnobSet for KnobFiles {
             "early_switches" => s.early_switches.to_string(),
             "drain_timeouts" => s.drain_timeouts.to_string(),
             "missed_switches" => s.missed_switches.to_string(),
+            "late_switches" => s.late_switches.to_string(),
+            "late_plans" => s.late_plans.to_string(),
             "last_switch" => s.last_switch.clone(),
             _ => return Err(KnobError::NotFound),
         })
@@ -136,6 +142,8 @@ impl Coordinator {
         s.early_switches = stats.early_switches;
         s.drain_timeouts = stats.drain_timeouts;
         s.missed_switches = stats.missed;
+        s.late_switches = stats.late_switches;
+        s.late_plans = stats.late_plans;
         s.last_switch = self.switch_log.last().to_string();
     }
 }

@@ -220,7 +220,13 @@ impl Coordinator {
             clients: HashMap::new(),
             jobs: BTreeMap::new(),
             submissions: 0,
-            rotation: Rotation::new(),
+            rotation: {
+                // The cluster clock is gangd's CLOCK_MONOTONIC; `epoch`
+                // below is read right after, so the two agree within µs.
+                let mut r = Rotation::new();
+                r.set_cluster_epoch_ns(gang_wire::time::monotonic_ns());
+                r
+            },
             switch_log: SwitchLog::open(cfg.switch_log.as_deref())?,
             traces: BTreeMap::new(),
             next_trace: 1,

@@ -283,7 +283,11 @@ impl Coordinator {
         let name = n.name.clone();
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
-            FromAgent::Frozen { .. } | FromAgent::Running { .. } | FromAgent::Yielded { .. } => {
+            FromAgent::Frozen { .. }
+            | FromAgent::Running { .. }
+            | FromAgent::Yielded { .. }
+            | FromAgent::PlanAck { .. }
+            | FromAgent::Switched { .. } => {
                 let out = self.rotation.on_agent(node, &msg, now);
                 self.send_to_nodes(out);
             }
@@ -318,9 +322,6 @@ impl Coordinator {
             | FromAgent::PmiFinalized { .. }
             | FromAgent::PmiFailed { .. }
             | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
-            FromAgent::PlanAck { .. } | FromAgent::Switched { .. } => {
-                warn!("node {name}: {msg:?} ignored: this gangd does not send plans (timed switching is being built)")
-            }
         }
     }
 

@@ -3,7 +3,11 @@
 //! rotation gets the time, the knobs and a [`Boundary`], a read-only view
 //! of the allocator, the jobs and the nodes; what it queues goes out on the
 //! nodes' links, and the switches it finished go to the switch log and the
-//! status files.
+//! status files. Under `switching = timed` the rotation plans instead
+//! (switch/timed.rs); the view gives it each node's link timing: the
+//! heartbeat's shortest RTT and the default clock error bound (1 ms,
+//! switch/timed.rs::DEFAULT_CLOCK_ERROR_NS) until nodes report their own
+//! (the clock exchange's ClockStatus will).
 //!
 //! Only started jobs (every rank spawned) count: a slot whose jobs are all
 //! still preparing is not rotated to, and tables name started jobs only.
@@ -14,7 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::alloc::Allocator;
+use crate::switch::planner::LinkTiming;
 use crate::switch::rotation::{ClusterView, Table};
+use crate::switch::timed::DEFAULT_CLOCK_ERROR_NS;
 use gang_wire::proto::{JobId, NodeId, Placement};
 
 use super::jobs::{Job, Phase};
@@ -106,6 +112,14 @@ impl ClusterView for Boundary<'_> {
             })
             .collect()
     }
+
+    fn link(&self, node: NodeId) -> LinkTiming {
+        let rtt_us = self.nodes.get(&node).and_then(Node::min_rtt_us);
+        LinkTiming {
+            rtt_ns: rtt_us.unwrap_or(0).saturating_mul(1000),
+            clock_error_ns: DEFAULT_CLOCK_ERROR_NS,
+        }
+    }
 }
 
 impl Coordinator {
@@ -119,7 +133,11 @@ impl Coordinator {
         for rec in &finished {
             self.switch_log.write(rec);
         }
-        if !finished.is_empty() {
+        let timed = self.rotation.take_timed();
+        for rec in &timed {
+            self.switch_log.write_timed(rec);
+        }
+        if !finished.is_empty() || !timed.is_empty() {
             self.publish_status();
         }
     }

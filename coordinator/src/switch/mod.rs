@@ -9,7 +9,10 @@
 //!   the nodes must have before it.
 //! - planner.rs: [`planner::Planner`], the slot plan sent ahead of time
 //!   (issue 12): which boundary a new plan takes effect at, the nodes'
-//!   acknowledgements, the late ones. Not wired into the daemon yet.
+//!   acknowledgements, the late ones.
+//! - timed.rs: [`timed::Timed`], `switching = timed`: the planner wired to
+//!   the rotation's boundaries (Plan offers, acks, Amend on voluntary
+//!   yield, the nodes' Switched reports per generation).
 //! - switch_log.rs: [`switch_log::SwitchLog`], one JSON line per finished
 //!   switch.
 //!
@@ -52,6 +55,16 @@
 //!    (switch_log.rs::SwitchLog::write) and publishes the status files
 //!    (daemon/knobs.rs::Coordinator::publish_status).
 //!
+//! Under `switching = timed` (docs/timed-switching.md) steps 3 to 7 give
+//! way to plans: rotation.rs::Rotation::tick still queues knobs and
+//! tables, then calls timed.rs::Timed::tick (Plan offers from
+//! planner.rs::Planner::change, re-offers from Planner::on_tick, Amend from
+//! Planner::amend once every rank of the slot in force yielded); PlanAck,
+//! Yielded and Switched come in by the path of step 5 to
+//! timed.rs::Timed::on_agent; step 8 takes the finished generations with
+//! rotation.rs::Rotation::take_timed and writes them with
+//! switch_log.rs::SwitchLog::write_timed.
+//!
 //! Failures on the way: a node silent past its phase's deadline is dropped
 //! by barrier.rs::SlotSwitch::on_tick (step 2 feeds the time); a lost
 //! connection by daemon/nodes.rs::Coordinator::node_lost →
@@ -66,3 +79,4 @@ pub mod barrier;
 pub mod planner;
 pub mod rotation;
 pub mod switch_log;
+pub mod timed;

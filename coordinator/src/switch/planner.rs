@@ -37,7 +37,7 @@
 //! others; the planner counts it but cannot prevent it. An amend
 //! (voluntary yield) is refused while a plan is pending (its activation
 //! boundary would move closer than its margin): that slot runs its full
-//! length. Not wired into the daemon yet.
+//! length. Wired into gangd by timed.rs.
 //!
 //! Amends: [`Planner::amend`] ends the slot of a generation early in the
 //! plan in force and sends the [`Amend`] to every node; the re-offers
@@ -138,6 +138,23 @@ impl Planner {
         }
     }
 
+    /// The same planner, its first plan numbered `id` (gangd makes a new
+    /// planner each time switching becomes timed; plan ids keep increasing).
+    pub fn first_id(mut self, id: u64) -> Self {
+        self.next_id = id;
+        self
+    }
+
+    /// The margin of the slowest link alone (2 × RTT + clock error): how
+    /// far ahead an amend must be sent to reach every node in time.
+    pub fn links_margin_ns(&self) -> u64 {
+        self.links
+            .values()
+            .map(LinkTiming::margin_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn in_force(&self) -> Option<&Plan> {
         self.in_force.as_ref()
     }
@@ -166,12 +183,7 @@ impl Planner {
     /// The margin ahead of `now` a new plan of `slot_ms` needs: every
     /// node's, and at least one slot of the old and of the new plan.
     pub fn margin_ns(&self, slot_ms: u32) -> u64 {
-        let links = self
-            .links
-            .values()
-            .map(LinkTiming::margin_ns)
-            .max()
-            .unwrap_or(0);
+        let links = self.links_margin_ns();
         let old = self.in_force.as_ref().map_or(0, Plan::slot_ns);
         links.max(old).max(u64::from(slot_ms) * 1_000_000)
     }

@@ -18,6 +18,16 @@
 //! A new table forces a switch at once (even to the same slot): every node
 //! must be told which slot of its new table runs.
 //!
+//! With `switching = timed` (the knob) the rotation starts no switch per
+//! slot: between switches it still sends knobs and tables, and hands the
+//! boundary to [`Timed`] (timed.rs), which sends plans, amends and gathers
+//! the nodes' `Switched` reports (`take_timed`). The slot in force is then
+//! the plan's. Back to `commanded`, a commanded switch into the slot in
+//! force starts at once (nodes drop their plan on Freeze or Switch); to
+//! `timed` (after any switch in flight), the first plan starts one slot
+//! and the slowest link's margin from the knob write, with the slot after
+//! the one in force; the slot in force goes on until then.
+//!
 //! Known faults: a node left out of a switch (silent) is only "behind";
 //! it catches up at the next switch, or at a catch-up switch of its own
 //! when the slot in force is alone in the rotation. The knobs type is
@@ -28,8 +38,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use log::{debug, warn};
 
 use super::barrier::{Failure, Outbox, SlotSwitch, SwitchRecord, SwitchSpec};
-use crate::knobs::ClusterKnobs;
-use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
+use super::planner::LinkTiming;
+use super::timed::{Timed, TimedRecord, DEFAULT_CLOCK_ERROR_NS};
+use crate::knobs::{ClusterKnobs, Switching};
+use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, Placement, SwitchOutcome, ToAgent};
 
 /// A node silent this long in one phase is left out of the switch (the
 /// freeze phase adds drain_timeout_ms). It is not declared lost for that:
@@ -53,6 +65,14 @@ pub trait ClusterView {
     /// The (job, node) pairs running in `slot`: all must yield for an
     /// early switch.
     fn running(&self, slot: u32) -> BTreeSet<(JobId, NodeId)>;
+    /// A node's link timing, for timed switching's planner. By default no
+    /// RTT and the default clock error bound.
+    fn link(&self, _node: NodeId) -> LinkTiming {
+        LinkTiming {
+            rtt_ns: 0,
+            clock_error_ns: DEFAULT_CLOCK_ERROR_NS,
+        }
+    }
 }
 
 /// Counts since gangd started, for its status files.
@@ -62,8 +82,13 @@ pub struct Stats {
     /// Switches that came before the deadline: every job had yielded.
     pub early_switches: u64,
     pub drain_timeouts: u64,
-    /// Nodes left out of a switch for not answering in time.
+    /// Nodes left out of a switch for not answering in time (timed: that
+    /// sent no report of it).
     pub missed: u64,
+    /// Timed: a node's switch after its boundary (its drain ended late).
+    pub late_switches: u64,
+    /// Timed: nodes that had not acknowledged a plan by its boundary.
+    pub late_plans: u64,
 }
 
 #[derive(Default)]
@@ -95,6 +120,14 @@ pub struct Rotation {
     /// Nodes left out of the switch into the slot in force: they still run
     /// another slot (or, before their first switch, nothing).
     behind: BTreeSet<NodeId>,
+    /// Timed switching, while the knob says so.
+    timed: Option<Timed>,
+    /// Timed switches finished and not yet taken.
+    timed_finished: Vec<TimedRecord>,
+    /// Plans made so far (the next plan's id).
+    plans_made: u64,
+    /// The cluster clock (ns) at the rotation's time 0 (µs).
+    cluster_epoch_ns: u64,
 }
 
 impl Rotation {
@@ -123,7 +156,37 @@ impl Rotation {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        if let Some(t) = &self.timed {
+            s.early_switches += t.stats().amends;
+            s.late_plans += t.planner().stats().late_nodes;
+        }
+        s
+    }
+
+    /// The cluster clock's ns at the rotation's time 0 (gangd's
+    /// CLOCK_MONOTONIC when its µs count started; 0 in tests).
+    pub fn set_cluster_epoch_ns(&mut self, ns: u64) {
+        self.cluster_epoch_ns = ns;
+    }
+
+    /// Timed switching's state, while `switching = timed`.
+    pub fn timed(&self) -> Option<&Timed> {
+        self.timed.as_ref()
+    }
+
+    /// The timed switches finished since the last call, oldest first.
+    pub fn take_timed(&mut self) -> Vec<TimedRecord> {
+        std::mem::take(&mut self.timed_finished)
+    }
+
+    fn cluster_ns(&self, now_us: u64) -> u64 {
+        self.cluster_epoch_ns
+            .saturating_add(now_us.saturating_mul(1000))
+    }
+
+    fn us_of(&self, cluster_ns: u64) -> u64 {
+        cluster_ns.saturating_sub(self.cluster_epoch_ns) / 1000
     }
 
     /// The switches done since the last call, oldest first.
@@ -133,9 +196,12 @@ impl Rotation {
 
     /// µs until something is due.
     pub fn next_wakeup(&self, slot_ms: u32, now_us: u64) -> u64 {
-        let due = match &self.switch {
-            Some(sw) => sw.deadline_us().unwrap_or(now_us),
-            None => self.slot_start_us + u64::from(slot_ms) * 1000,
+        let due = match (&self.switch, &self.timed) {
+            (Some(sw), _) => sw.deadline_us().unwrap_or(now_us),
+            (None, Some(t)) => t
+                .next_due_ns(self.cluster_ns(now_us))
+                .map_or(now_us + u64::from(slot_ms) * 1000, |d| self.us_of(d)),
+            (None, None) => self.slot_start_us + u64::from(slot_ms) * 1000,
         };
         // At least 1 ms: a due time that cannot be acted on must not spin.
         due.saturating_sub(now_us).max(1000)
@@ -144,6 +210,20 @@ impl Rotation {
     /// Feeds a node's message: Frozen and Running go to the switch in
     /// flight, Yielded marks its job as done with the slot in force.
     pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_us: u64) -> Outbox {
+        let for_timed = matches!(
+            msg,
+            FromAgent::PlanAck { .. } | FromAgent::Switched { .. } | FromAgent::Yielded { .. }
+        );
+        let now_ns = self.cluster_ns(now_us);
+        if let Some(t) = self.timed.as_mut().filter(|_| for_timed) {
+            t.on_agent(node, msg, now_ns);
+            self.absorb_timed();
+            return Outbox::new();
+        }
+        if let FromAgent::PlanAck { .. } | FromAgent::Switched { .. } = msg {
+            debug!("node {node}: {msg:?} while switching is commanded; ignored");
+            return Outbox::new();
+        }
         if let FromAgent::Yielded { gen, job } = *msg {
             if self.current_gen == Some(gen) && self.switch.is_none() {
                 self.yielded.insert((job, node));
@@ -165,6 +245,9 @@ impl Rotation {
     /// forgotten (it gets a new one if it comes back).
     pub fn node_lost(&mut self, node: NodeId, now_us: u64) -> Outbox {
         self.installed.remove(&node);
+        if let Some(t) = self.timed.as_mut() {
+            t.node_lost(node);
+        }
         if let Some(sw) = self.switch.as_mut() {
             // Nothing to send to the others: a loss only closes a phase.
             let _ = sw.on_node_lost(node, now_us);
@@ -189,6 +272,7 @@ impl Rotation {
             let msg = knobs.message();
             out.extend(view.nodes().into_iter().map(|n| (n, msg.clone())));
         }
+        let mut tables_changed = false;
         if std::mem::take(&mut self.tables_dirty) {
             for (node, slots) in view.tables() {
                 if self.installed.get(&node) != Some(&slots) {
@@ -200,11 +284,72 @@ impl Rotation {
                     ));
                     self.installed.insert(node, slots);
                     self.force = true;
+                    tables_changed = true;
                 }
             }
         }
-        out.extend(self.maybe_switch(knobs, now_us, view));
+        match knobs.switching {
+            Switching::Timed => out.extend(self.tick_timed(now_us, knobs, view, tables_changed)),
+            Switching::Commanded => {
+                self.leave_timed();
+                out.extend(self.maybe_switch(knobs, now_us, view));
+            }
+        }
         out
+    }
+
+    /// A boundary under `switching = timed`: timed.rs plans; the slot in
+    /// force is the plan's.
+    fn tick_timed(
+        &mut self,
+        now_us: u64,
+        knobs: &ClusterKnobs,
+        view: &impl ClusterView,
+        tables_changed: bool,
+    ) -> Outbox {
+        let now_ns = self.cluster_ns(now_us);
+        let (first_gen, first_id) = (Gen(self.last_gen + 1), self.plans_made);
+        let timed = self
+            .timed
+            .get_or_insert_with(|| Timed::new(first_gen, first_id));
+        let out = timed.tick(now_ns, knobs.slot_ms, tables_changed, self.current, view);
+        if let Some(f) = timed.in_force(now_ns) {
+            self.current = Some(f.slot);
+            self.current_gen = Some(f.gen);
+            self.last_gen = self.last_gen.max(f.gen.0);
+            self.slot_start_us = self.us_of(f.start_ns);
+        }
+        self.absorb_timed();
+        out
+    }
+
+    /// Back to commanded switching: the next commanded switch (at once,
+    /// into the slot in force) takes over from the plan.
+    fn leave_timed(&mut self) {
+        self.absorb_timed();
+        let Some(t) = self.timed.take() else {
+            return;
+        };
+        self.stats.early_switches += t.stats().amends;
+        self.stats.late_plans += t.planner().stats().late_nodes;
+        self.plans_made += t.planner().stats().plans;
+        self.force = true;
+        self.behind.clear();
+        self.yielded.clear();
+    }
+
+    /// Timed records finished: counted, kept for `take_timed`.
+    fn absorb_timed(&mut self) {
+        let Some(t) = self.timed.as_mut() else {
+            return;
+        };
+        for rec in t.take_finished() {
+            self.stats.switches += 1;
+            self.stats.drain_timeouts += rec.count(SwitchOutcome::TimedOut);
+            self.stats.late_switches += rec.count(SwitchOutcome::Late);
+            self.stats.missed += rec.missing.len() as u64;
+            self.timed_finished.push(rec);
+        }
     }
 
     /// Starts the next switch if one is due: the slot is over (or every

@@ -1,6 +1,11 @@
 //! The switch log: one JSON line per finished cluster switch, appended to
 //! the file given with gangd's --switch-log, and the last line kept for the
-//! `last_switch` status file.
+//! `last_switch` status file. A commanded switch (barrier.rs) and a timed
+//! one (timed.rs, `"switching": "timed"`) share the names `gen`,
+//! `to_slot`, `skew_us`, `nodes` and `failed`; a timed line has no
+//! barrier phases, and its skew is the spread of the nodes' own switch
+//! instants (cluster clock) instead of the spread of their answers at
+//! gangd.
 //!
 //! Known faults: a write error is logged and the line lost; the file is
 //! never rotated.
@@ -14,7 +19,8 @@ use log::warn;
 use serde_json::json;
 
 use super::barrier::{Failure, SwitchRecord};
-use gang_wire::proto::Barrier;
+use super::timed::TimedRecord;
+use gang_wire::proto::{Barrier, FreezeReport, SwitchOutcome};
 
 #[derive(Default)]
 pub struct SwitchLog {
@@ -43,7 +49,14 @@ impl SwitchLog {
     }
 
     pub fn write(&mut self, rec: &SwitchRecord) {
-        let line = record_json(rec).to_string();
+        self.write_line(record_json(rec).to_string());
+    }
+
+    pub fn write_timed(&mut self, rec: &TimedRecord) {
+        self.write_line(timed_json(rec).to_string());
+    }
+
+    fn write_line(&mut self, line: String) {
         if let Some(f) = self.file.as_mut() {
             if let Err(e) = writeln!(f, "{line}") {
                 warn!("writing the switch log: {e}");
@@ -63,9 +76,7 @@ pub fn record_json(r: &SwitchRecord) -> serde_json::Value {
         .nodes
         .iter()
         .map(|(n, rec)| {
-            let frozen = rec.frozen.map(|f| {
-                json!({"drained_bytes": f.drained_bytes, "drain_us": f.drain_us, "timed_out": f.timed_out, "answer_us": f.answer_us})
-            });
+            let frozen = rec.frozen.as_ref().map(freeze_json);
             (
                 n.0.to_string(),
                 json!({
@@ -101,6 +112,50 @@ pub fn record_json(r: &SwitchRecord) -> serde_json::Value {
         "stale": r.stale,
         "duplicates": r.duplicates,
         "unexpected": r.unexpected,
+        "nodes": nodes,
+        "failed": failed,
+    })
+}
+
+fn freeze_json(f: &FreezeReport) -> serde_json::Value {
+    json!({"drained_bytes": f.drained_bytes, "drain_us": f.drain_us, "timed_out": f.timed_out, "answer_us": f.answer_us})
+}
+
+/// One timed switch (a generation of a plan) as a JSON object.
+pub fn timed_json(r: &TimedRecord) -> serde_json::Value {
+    let nodes: serde_json::Map<String, serde_json::Value> = r
+        .nodes
+        .iter()
+        .map(|(n, s)| {
+            let outcome = match s.outcome {
+                SwitchOutcome::OnTime => "on_time",
+                SwitchOutcome::Late => "late",
+                SwitchOutcome::TimedOut => "timed_out",
+                SwitchOutcome::Commanded => "commanded",
+            };
+            (
+                n.0.to_string(),
+                json!({
+                    "at_ns": s.at_ns,
+                    "late_us": s.late_us,
+                    "outcome": outcome,
+                    "drain": s.drain.as_ref().map(freeze_json),
+                }),
+            )
+        })
+        .collect();
+    let failed: Vec<serde_json::Value> = r
+        .missing
+        .iter()
+        .map(|n| json!({"node": n.0, "why": "no report"}))
+        .collect();
+    json!({
+        "switching": "timed",
+        "gen": r.gen.0,
+        "to_slot": r.slot,
+        "skew_us": r.skew_ns().map(|k| k / 1000),
+        "late_us": r.late_us(),
+        "drain_timeouts": r.count(SwitchOutcome::TimedOut),
         "nodes": nodes,
         "failed": failed,
     })

@@ -1,0 +1,388 @@
+//! Timed switching, gangd's side (`switching = timed`, issue 12 part 2): the
+//! rotation (rotation.rs) hands its boundaries here instead of starting a
+//! [`SlotSwitch`](super::barrier::SlotSwitch) per slot. A pure state
+//! machine: times are ns on the cluster clock (gangd's CLOCK_MONOTONIC),
+//! given by the caller.
+//!
+//! How it works, at every `tick`:
+//! 1. The planner (planner.rs) takes its pending plan in force if its
+//!    epoch came, and re-offers the plan in force to nodes late with
+//!    their ack (`PlanAck` goes to `Planner::on_ack` through `on_agent`).
+//!    It learns the live nodes (`node_joined`, with
+//!    their link timing from [`ClusterView::link`]) and forgets the gone.
+//! 2. When the cycle (the slots holding a started job), slot_ms or a node's
+//!    table changed, the planner makes a new plan and every node gets a
+//!    `ToAgent::Plan` offer. The tables themselves go by `Schedule`, queued
+//!    by the rotation before this in the same outbox: on the one link of a
+//!    node they arrive in order, so a node has the table before the plan
+//!    that indexes it. The new cycle starts at the slot after the one in
+//!    force now (not the one just before the new plan's epoch, which may
+//!    be a slot later: the fault is a slot run twice in a row, or one
+//!    skipped once).
+//! 3. Voluntary yield: once every (job, node) running in the slot in force
+//!    has sent `Yielded` for its generation, the slot ends at now + the
+//!    slowest link's margin (2 × RTT + clock error) and every node gets a
+//!    `ToAgent::Amend`. One amend per generation.
+//! 4. `Switched` reports (after the fact) are gathered per generation into
+//!    a [`TimedRecord`]; a record is finished once every known node
+//!    reported, or [`REPORT_WAIT_NS`] after its first report (the silent
+//!    nodes are listed as missing). Its skew is max − min of the nodes'
+//!    switch instants.
+//!
+//! Known faults: the nodes' link timing is the heartbeat's RTT and a clock
+//! error bound of [`DEFAULT_CLOCK_ERROR_NS`] until nodes report their own
+//! (the clock exchange adds ClockStatus); a node's Schedule is applied on
+//! receipt while its old plan may still be in force until the new plan's
+//! boundary (the node side must hold the table until then, or run a slot
+//! of the new table early). Reports of a generation already closed, or
+//! more than [`MAX_OPEN_RECORDS`] open generations, are dropped and
+//! counted (`stray_reports`): a node cannot grow gangd's memory with
+//! reports. gangd wakes for the pending plan's epoch and the boundaries;
+//! re-offers and overdue records are seen on its next pass of the event
+//! loop (at most 50 ms later). The yields are tracked here, apart from the
+//! rotation's (commanded) set: their generations are the plan's.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use log::{debug, warn};
+
+use super::barrier::Outbox;
+use super::planner::{Change, Planner};
+use super::rotation::ClusterView;
+use gang_wire::plan::{InForce, PlannedSlot};
+use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, ToAgent};
+
+/// A node's clock error bound until the node reports its own (1 ms).
+pub const DEFAULT_CLOCK_ERROR_NS: u64 = 1_000_000;
+/// How long a generation's record waits for the nodes' reports after the
+/// first one came.
+pub const REPORT_WAIT_NS: u64 = 2_000_000_000;
+/// Generations gathering reports at once; the oldest is closed beyond.
+pub const MAX_OPEN_RECORDS: usize = 64;
+/// Closed generations remembered, to drop their late reports.
+const CLOSED_KEPT: usize = 256;
+
+/// One node's timed switch, as it reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSwitch {
+    /// The switch instant on the cluster clock (the node's estimate).
+    pub at_ns: u64,
+    pub late_us: u64,
+    pub outcome: SwitchOutcome,
+    pub drain: Option<FreezeReport>,
+}
+
+/// One generation's timed switch across the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedRecord {
+    pub gen: Gen,
+    pub slot: u32,
+    pub nodes: BTreeMap<NodeId, NodeSwitch>,
+    /// Known nodes that did not report by the time the record closed.
+    pub missing: Vec<NodeId>,
+}
+
+impl TimedRecord {
+    /// max − min of the nodes' switch instants; None without reports.
+    pub fn skew_ns(&self) -> Option<u64> {
+        let at = self.nodes.values().map(|n| n.at_ns);
+        Some(at.clone().max()? - at.min()?)
+    }
+
+    /// The latest node's lateness.
+    pub fn late_us(&self) -> u64 {
+        self.nodes.values().map(|n| n.late_us).max().unwrap_or(0)
+    }
+
+    pub fn count(&self, outcome: SwitchOutcome) -> u64 {
+        self.nodes.values().filter(|n| n.outcome == outcome).count() as u64
+    }
+}
+
+/// A record gathering reports.
+#[derive(Clone, Debug)]
+struct Open {
+    record: TimedRecord,
+    first_ns: u64,
+}
+
+/// Counts of this timed period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedStats {
+    pub amends: u64,
+    /// Reports dropped: closed generation, too many open, unknown.
+    pub stray_reports: u64,
+}
+
+pub struct Timed {
+    planner: Planner,
+    /// The cycle and slot_ms of the last plan made (unrotated).
+    planned: Option<(Vec<u32>, u32)>,
+    /// The nodes the planner knows.
+    known: BTreeSet<NodeId>,
+    /// The generation whose yields are gathered, and who yielded it.
+    yield_gen: Option<Gen>,
+    yielded: BTreeSet<(JobId, NodeId)>,
+    /// The last generation amended (at most one amend each).
+    amended: Option<Gen>,
+    open: BTreeMap<Gen, Open>,
+    closed: VecDeque<Gen>,
+    finished: Vec<TimedRecord>,
+    stats: TimedStats,
+}
+
+impl Timed {
+    /// Timed switching from now: the first plan starts at `first_gen` and
+    /// is numbered `first_id`.
+    pub fn new(first_gen: Gen, first_id: u64) -> Self {
+        Timed {
+            planner: Planner::new(first_gen).first_id(first_id),
+            planned: None,
+            known: BTreeSet::new(),
+            yield_gen: None,
+            yielded: BTreeSet::new(),
+            amended: None,
+            open: BTreeMap::new(),
+            closed: VecDeque::new(),
+            finished: Vec::new(),
+            stats: TimedStats::default(),
+        }
+    }
+
+    pub fn planner(&self) -> &Planner {
+        &self.planner
+    }
+
+    pub fn stats(&self) -> TimedStats {
+        self.stats
+    }
+
+    /// The slot in force at `now`: by the pending plan once its epoch has
+    /// come (the planner moves it in force at its next tick), else by the
+    /// plan in force.
+    pub fn in_force(&self, now_ns: u64) -> Option<InForce> {
+        let pending = self.planner.pending().filter(|p| p.epoch_ns <= now_ns);
+        pending.or(self.planner.in_force())?.in_force(now_ns)
+    }
+
+    /// When something is next due: the pending plan's epoch or the next
+    /// boundary of the plan in force.
+    pub fn next_due_ns(&self, now_ns: u64) -> Option<u64> {
+        let pending = self.planner.pending().map(|p| p.epoch_ns);
+        let boundary = self.in_force(now_ns).map(|f| f.end_ns);
+        pending.into_iter().chain(boundary).min()
+    }
+
+    /// The records finished since the last call, oldest first.
+    pub fn take_finished(&mut self) -> Vec<TimedRecord> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Steps 1 to 4 of the top comment. `tables_changed`: the rotation has
+    /// just queued new Schedules; `current`: the slot in force before any
+    /// plan (a commanded switch's).
+    pub fn tick(
+        &mut self,
+        now_ns: u64,
+        slot_ms: u32,
+        tables_changed: bool,
+        current: Option<u32>,
+        view: &impl ClusterView,
+    ) -> Outbox {
+        // First the plan in force is brought to `now` (a node joining is
+        // then offered the plan that runs).
+        let mut offers = self.planner.on_tick(now_ns);
+        let live: BTreeSet<NodeId> = view.nodes().into_iter().collect();
+        for &gone in self.known.difference(&live) {
+            self.planner.node_lost(gone);
+        }
+        for &n in &live {
+            if self.known.contains(&n) {
+                self.planner.timing(n, view.link(n));
+            } else {
+                offers.extend(self.planner.node_joined(n, view.link(n), now_ns));
+            }
+        }
+        self.known = live;
+        let cycle = view.slots();
+        let planned = (cycle.clone(), slot_ms);
+        if !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned)) {
+            let now_slot = self.in_force(now_ns).map(|f| f.slot).or(current);
+            let change = Change {
+                slots: starting_after(&cycle, now_slot),
+                slot_ms,
+            };
+            match self.planner.change(change, now_ns) {
+                Ok(o) => offers.extend(o),
+                Err(e) => warn!("no new plan: {e}"),
+            }
+            // Not tried again every tick when refused.
+            self.planned = Some(planned);
+        }
+        let mut out: Outbox = offers
+            .into_iter()
+            .map(|(n, o)| {
+                let msg = ToAgent::Plan {
+                    plan: o.plan,
+                    effective_ns: o.effective_ns,
+                };
+                (n, msg)
+            })
+            .collect();
+        out.extend(self.maybe_amend(now_ns, view));
+        self.close_overdue(now_ns);
+        out
+    }
+
+    /// PlanAck, Yielded and Switched; anything else is not for this.
+    pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_ns: u64) {
+        match *msg {
+            FromAgent::PlanAck { plan_id } => self.planner.on_ack(node, plan_id),
+            FromAgent::Yielded { gen, job } => {
+                self.follow_gen(now_ns);
+                if self.yield_gen == Some(gen) {
+                    self.yielded.insert((job, node));
+                } else {
+                    debug!("yield of job {job} on node {node} for gen {gen:?}: not in force");
+                }
+            }
+            FromAgent::Switched {
+                gen,
+                slot,
+                at_ns,
+                late_us,
+                outcome,
+                drain,
+            } => {
+                let sw = NodeSwitch {
+                    at_ns,
+                    late_us,
+                    outcome,
+                    drain,
+                };
+                self.on_switched(node, gen, slot, sw, now_ns);
+            }
+            _ => debug!("node {node}: {msg:?} is not for timed switching"),
+        }
+    }
+
+    pub fn node_lost(&mut self, node: NodeId) {
+        self.planner.node_lost(node);
+        self.known.remove(&node);
+    }
+
+    /// The yields gathered are those of the generation in force.
+    fn follow_gen(&mut self, now_ns: u64) -> Option<InForce> {
+        let f = self.in_force(now_ns)?;
+        if self.yield_gen != Some(f.gen) {
+            self.yield_gen = Some(f.gen);
+            self.yielded.clear();
+        }
+        Some(f)
+    }
+
+    fn maybe_amend(&mut self, now_ns: u64, view: &impl ClusterView) -> Outbox {
+        let Some(f) = self.follow_gen(now_ns) else {
+            return Outbox::new();
+        };
+        let running = view.running(f.slot);
+        if self.amended == Some(f.gen) || running.is_empty() || !running.is_subset(&self.yielded) {
+            return Outbox::new();
+        }
+        let ends_at = now_ns.saturating_add(self.planner.links_margin_ns());
+        if ends_at >= f.end_ns {
+            // The planned end comes first anyway.
+            self.amended = Some(f.gen);
+            return Outbox::new();
+        }
+        match self.planner.amend(f.gen, ends_at) {
+            Ok(amends) => {
+                self.amended = Some(f.gen);
+                self.stats.amends += 1;
+                amends
+                    .into_iter()
+                    .map(|(n, amend)| (n, ToAgent::Amend { amend }))
+                    .collect()
+            }
+            Err(e) => {
+                debug!("gen {:?} yielded, not amended: {e:?}", f.gen);
+                Outbox::new()
+            }
+        }
+    }
+
+    fn on_switched(&mut self, node: NodeId, gen: Gen, slot: u32, sw: NodeSwitch, now_ns: u64) {
+        if self.closed.contains(&gen) || !self.known.contains(&node) {
+            self.stats.stray_reports += 1;
+            return;
+        }
+        if !self.open.contains_key(&gen) && self.open.len() >= MAX_OPEN_RECORDS {
+            match self.open.keys().next().copied() {
+                Some(oldest) if oldest < gen => self.close(oldest),
+                _ => {
+                    self.stats.stray_reports += 1;
+                    return;
+                }
+            }
+        }
+        let open = self.open.entry(gen).or_insert_with(|| Open {
+            record: TimedRecord {
+                gen,
+                slot,
+                nodes: BTreeMap::new(),
+                missing: Vec::new(),
+            },
+            first_ns: now_ns,
+        });
+        open.record.nodes.insert(node, sw);
+        if self.known.iter().all(|n| open.record.nodes.contains_key(n)) {
+            self.close(gen);
+        }
+    }
+
+    fn close_overdue(&mut self, now_ns: u64) {
+        let overdue: Vec<Gen> = self
+            .open
+            .iter()
+            .filter(|(_, o)| now_ns.saturating_sub(o.first_ns) >= REPORT_WAIT_NS)
+            .map(|(&g, _)| g)
+            .collect();
+        for g in overdue {
+            self.close(g);
+        }
+    }
+
+    fn close(&mut self, gen: Gen) {
+        let Some(mut open) = self.open.remove(&gen) else {
+            return;
+        };
+        let rec = &mut open.record;
+        rec.missing = self
+            .known
+            .iter()
+            .filter(|n| !rec.nodes.contains_key(n))
+            .copied()
+            .collect();
+        if !rec.missing.is_empty() {
+            warn!(
+                "timed switch {}: no report from node(s) {:?}",
+                gen.0, rec.missing
+            );
+        }
+        self.closed.push_back(gen);
+        if self.closed.len() > CLOSED_KEPT {
+            self.closed.pop_front();
+        }
+        self.finished.push(open.record);
+    }
+}
+
+/// The cycle in order, starting at the first slot after `current`.
+fn starting_after(cycle: &[u32], current: Option<u32>) -> Vec<PlannedSlot> {
+    let start = current
+        .and_then(|c| cycle.iter().position(|&s| s > c))
+        .unwrap_or(0);
+    let mut slots: Vec<PlannedSlot> = cycle.iter().map(|&slot| PlannedSlot { slot }).collect();
+    slots.rotate_left(start);
+    slots
+}

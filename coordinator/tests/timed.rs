@@ -1,0 +1,321 @@
+//! The rotation under `switching = timed` (switch/timed.rs), as a
+//! specification: plans instead of a switch per slot, acks, late nodes,
+//! voluntary yield as an Amend, the nodes' Switched reports in the switch
+//! log, and the knob switched both ways at run time. Times are µs for the
+//! rotation; the cluster clock is µs × 1000 (its epoch is 0 here), so a
+//! plan's boundaries read in ms.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{answer_all, knobs, show, started, Cluster};
+use gang_coordinator::knobs::{ClusterKnobs, Switching};
+use gang_coordinator::switch::rotation::Rotation;
+use gang_coordinator::switch::switch_log::timed_json;
+use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome};
+
+const MS: u64 = 1000;
+
+/// 100 ms slots, timed.
+fn timed() -> ClusterKnobs {
+    ClusterKnobs {
+        switching: Switching::Timed,
+        ..knobs()
+    }
+}
+
+fn ack(plan_id: u64) -> FromAgent {
+    FromAgent::PlanAck { plan_id }
+}
+
+fn switched(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> FromAgent {
+    FromAgent::Switched {
+        gen: Gen(gen),
+        slot: 0,
+        at_ns,
+        late_us,
+        outcome,
+        drain: None,
+    }
+}
+
+fn owing(r: &Rotation) -> BTreeSet<NodeId> {
+    r.timed().expect("timed").planner().owing()
+}
+
+/// Two nodes, jobs 1 (slot 0) and 2 (slot 1) on both.
+fn two_jobs() -> Cluster {
+    Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1])])
+}
+
+/// Plan 0 ([0, 1] from 100 ms, generation 1) made at 0 and acked by both
+/// nodes at 50 ms.
+fn planned(c: &Cluster) -> Rotation {
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &timed(), c);
+    for n in 0..2 {
+        r.on_agent(NodeId(n), &ack(0), 50 * MS);
+    }
+    r
+}
+
+#[test]
+fn a_matrix_change_sends_the_tables_then_a_plan_and_no_switch_per_slot() {
+    let c = two_jobs();
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    let out = r.tick(0, &timed(), &c);
+    assert_eq!(
+        show(&out),
+        [
+            "0 Schedule 2 slots",
+            "1 Schedule 2 slots",
+            "0 Plan 0 [0, 1] g1 at 100ms from 100ms",
+            "1 Plan 0 [0, 1] g1 at 100ms from 100ms",
+        ]
+    );
+    assert!(!r.in_switch());
+    for n in 0..2 {
+        r.on_agent(NodeId(n), &ack(0), 50 * MS);
+    }
+    for t in (50..1000).step_by(10) {
+        let out = r.tick(t * MS, &timed(), &c);
+        assert!(out.is_empty(), "at {t} ms: {:?}", show(&out));
+    }
+    // The slot in force is the plan's.
+    assert_eq!(r.current(), Some(0), "at 990 ms, generation 9: slot 0");
+    assert_eq!(r.stats().switches, 0, "no report, no switch counted");
+
+    // A third job: the tables, then a plan from the boundary one slot
+    // ahead, starting after the slot in force, generations going on.
+    let c = Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1]), (3, 2, &[0, 1])]);
+    r.matrix_changed();
+    assert_eq!(
+        show(&r.tick(1000 * MS, &timed(), &c)),
+        [
+            "0 Schedule 3 slots",
+            "1 Schedule 3 slots",
+            "0 Plan 1 [2, 0, 1] g11 at 1100ms from 1100ms",
+            "1 Plan 1 [2, 0, 1] g11 at 1100ms from 1100ms",
+        ]
+    );
+    assert_eq!(r.stats().late_plans, 0);
+}
+
+#[test]
+fn acks_clear_what_nodes_owe_and_stray_acks_are_counted() {
+    let c = two_jobs();
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &timed(), &c);
+    assert_eq!(owing(&r), [NodeId(0), NodeId(1)].into());
+    r.on_agent(NodeId(0), &ack(0), 10 * MS);
+    assert_eq!(owing(&r), [NodeId(1)].into());
+    r.on_agent(NodeId(1), &ack(7), 10 * MS);
+    r.on_agent(NodeId(1), &ack(0), 20 * MS);
+    assert!(owing(&r).is_empty());
+    let stats = r.timed().unwrap().planner().stats();
+    assert_eq!(stats.stray_acks, 1);
+}
+
+#[test]
+fn a_node_that_never_acks_is_offered_the_plan_again_at_every_boundary_and_counted() {
+    let c = two_jobs();
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &timed(), &c);
+    r.on_agent(NodeId(0), &ack(0), 10 * MS);
+    assert!(r.tick(99 * MS, &timed(), &c).is_empty());
+    assert_eq!(
+        show(&r.tick(100 * MS, &timed(), &c)),
+        ["1 Plan 0 [0, 1] g1 at 100ms from 200ms"]
+    );
+    assert_eq!(r.stats().late_plans, 1);
+    assert!(r.tick(150 * MS, &timed(), &c).is_empty());
+    assert_eq!(
+        show(&r.tick(200 * MS, &timed(), &c)),
+        ["1 Plan 0 [0, 1] g1 at 100ms from 300ms"]
+    );
+    assert_eq!(r.stats().late_plans, 2);
+    r.on_agent(NodeId(1), &ack(0), 250 * MS);
+    assert!(owing(&r).is_empty());
+    assert!(r.tick(300 * MS, &timed(), &c).is_empty());
+    assert_eq!(r.stats().late_plans, 2);
+}
+
+#[test]
+fn once_every_node_of_the_slot_yielded_every_node_gets_one_amend() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    let yielded = |gen| FromAgent::Yielded {
+        gen: Gen(gen),
+        job: JobId(1),
+    };
+    // Generation 1 (slot 0, job 1) runs from 100 ms.
+    r.on_agent(NodeId(1), &yielded(7), 110 * MS);
+    r.on_agent(NodeId(0), &yielded(1), 120 * MS);
+    assert!(
+        r.tick(125 * MS, &timed(), &c).is_empty(),
+        "node 1 runs job 1"
+    );
+    r.on_agent(NodeId(1), &yielded(1), 130 * MS);
+    // It ends the slowest link's margin (2 × RTT 0 + 1 ms error) ahead.
+    assert_eq!(
+        show(&r.tick(140 * MS, &timed(), &c)),
+        ["0 Amend 0 g1 ends 141ms", "1 Amend 0 g1 ends 141ms"]
+    );
+    assert!(r.tick(140 * MS + 500, &timed(), &c).is_empty(), "once");
+    assert!(r.tick(145 * MS, &timed(), &c).is_empty());
+    assert_eq!(r.current(), Some(1), "generation 2 from 141 ms");
+    assert_eq!(r.stats().early_switches, 1);
+}
+
+#[test]
+fn switched_reports_make_one_record_per_generation_with_its_skew() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    r.on_agent(
+        NodeId(0),
+        &switched(1, 100_000_300, 0, SwitchOutcome::OnTime),
+        101 * MS,
+    );
+    assert!(r.take_timed().is_empty(), "node 1 has not reported");
+    r.on_agent(
+        NodeId(1),
+        &switched(1, 100_001_500, 1, SwitchOutcome::Late),
+        102 * MS,
+    );
+    let recs = r.take_timed();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].gen, Gen(1));
+    assert_eq!(recs[0].skew_ns(), Some(1_200));
+    let line = timed_json(&recs[0]);
+    assert_eq!(line["switching"], "timed");
+    assert_eq!(line["skew_us"], 1);
+    assert_eq!(line["late_us"], 1);
+    assert_eq!(line["nodes"]["1"]["outcome"], "late");
+    let s = r.stats();
+    assert_eq!((s.switches, s.late_switches, s.missed), (1, 1, 0));
+
+    // A late duplicate of a closed generation is dropped.
+    r.on_agent(
+        NodeId(1),
+        &switched(1, 100_001_500, 1, SwitchOutcome::Late),
+        103 * MS,
+    );
+    assert!(r.take_timed().is_empty());
+
+    // Node 1 never reports generation 2: closed 2 s after the first
+    // report, node 1 missing; a drain timeout is counted.
+    r.on_agent(
+        NodeId(0),
+        &switched(2, 200_000_000, 200_000, SwitchOutcome::TimedOut),
+        201 * MS,
+    );
+    assert!(r.tick(2200 * MS, &timed(), &c).is_empty());
+    assert!(r.take_timed().is_empty(), "2 s after the first report");
+    r.tick(2201 * MS, &timed(), &c);
+    let recs = r.take_timed();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].missing, [NodeId(1)]);
+    assert_eq!(timed_json(&recs[0])["failed"][0]["node"], 1);
+    let s = r.stats();
+    assert_eq!((s.switches, s.missed, s.drain_timeouts), (2, 1, 1));
+}
+
+#[test]
+fn the_knob_switches_from_commanded_to_timed_and_back_at_run_time() {
+    let c = two_jobs();
+    // Commanded: generation 1 into slot 0 at 0.
+    let mut r = started(&c);
+    // Timed: a plan from one slot ahead, after the slot in force, the
+    // generations going on; no Freeze.
+    assert_eq!(
+        show(&r.tick(10 * MS, &timed(), &c)),
+        [
+            "0 Plan 0 [1, 0] g2 at 110ms from 110ms",
+            "1 Plan 0 [1, 0] g2 at 110ms from 110ms",
+        ]
+    );
+    for n in 0..2 {
+        r.on_agent(NodeId(n), &ack(0), 20 * MS);
+    }
+    for t in (20..300).step_by(10) {
+        assert!(r.tick(t * MS, &timed(), &c).is_empty(), "at {t} ms");
+    }
+    assert_eq!(r.current(), Some(0), "generation 3, slot 0, from 210 ms");
+
+    // Commanded again: a switch into the slot in force at once, which the
+    // nodes take as the end of their plan.
+    let out = r.tick(300 * MS, &knobs(), &c);
+    assert_eq!(show(&out), ["0 Freeze g4 0->0", "1 Freeze g4 0->0"]);
+    answer_all(&mut r, out, 301 * MS);
+    assert!(r.timed().is_none());
+    assert_eq!(r.current(), Some(0));
+    let out = r.tick(401 * MS, &knobs(), &c);
+    assert_eq!(show(&out), ["0 Freeze g5 0->1", "1 Freeze g5 0->1"]);
+    answer_all(&mut r, out, 402 * MS);
+
+    // And timed once more: plan ids keep increasing.
+    assert_eq!(
+        show(&r.tick(410 * MS, &timed(), &c)),
+        [
+            "0 Plan 1 [0, 1] g6 at 510ms from 510ms",
+            "1 Plan 1 [0, 1] g6 at 510ms from 510ms",
+        ]
+    );
+}
+
+#[test]
+fn a_joining_node_gets_the_plan_in_force_and_a_lost_one_owes_nothing() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    let c3 = Cluster::new(3, &[(1, 0, &[0, 1]), (2, 1, &[0, 1])]);
+    r.matrix_changed();
+    let out = show(&r.tick(150 * MS, &timed(), &c3));
+    assert_eq!(
+        out[..2],
+        [
+            "2 Schedule 2 slots",
+            "2 Plan 0 [0, 1] g1 at 100ms from 150ms",
+        ]
+    );
+    // Its table is new: a new plan for every node.
+    assert_eq!(out[2..].len(), 3);
+    assert_eq!(owing(&r), [NodeId(0), NodeId(1), NodeId(2)].into());
+    r.node_lost(NodeId(2), 160 * MS);
+    assert_eq!(owing(&r), [NodeId(0), NodeId(1)].into());
+}
+
+#[test]
+fn a_node_flooding_reports_cannot_grow_gangds_memory() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    // 1000 generations reported by node 0 only: at most 64 stay open, the
+    // oldest are closed (node 1 missing) to make room.
+    for g in 1..=1000 {
+        r.on_agent(
+            NodeId(0),
+            &switched(g, g * 1_000_000, 0, SwitchOutcome::OnTime),
+            60 * MS,
+        );
+    }
+    let closed = r.take_timed();
+    assert_eq!(closed.len(), 1000 - 64);
+    assert!(closed.iter().all(|rec| rec.missing == [NodeId(1)]));
+    // An older generation than every open one, once full, is dropped.
+    r.on_agent(
+        NodeId(1),
+        &switched(3, 0, 0, SwitchOutcome::OnTime),
+        60 * MS,
+    );
+    r.on_agent(
+        NodeId(1),
+        &switched(5000, 0, 0, SwitchOutcome::OnTime),
+        60 * MS,
+    );
+    assert_eq!(r.take_timed().len(), 1, "5000 made room by closing 937");
+    assert_eq!(r.timed().unwrap().stats().stray_reports, 1);
+}
