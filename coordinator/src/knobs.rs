@@ -9,7 +9,7 @@
 
 use crate::alloc::Policy;
 use gang_wire::knobfs::KnobError;
-use gang_wire::proto::{Barrier, ToAgent};
+use gang_wire::proto::{Barrier, ClockSource, ToAgent};
 
 /// The writable knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +20,11 @@ pub struct ClusterKnobs {
     pub fill: bool,
     pub barrier: Barrier,
     pub drain_timeout_ms: u32,
+    /// The nodes' cluster clock: gangd's, estimated by each agent, or
+    /// their CLOCK_REALTIME (PTP or chrony keeps it).
+    pub clock: ClockSource,
+    /// With `clock = realtime`: the error bound the nodes state, µs.
+    pub clock_error_us: u32,
 }
 
 impl Default for ClusterKnobs {
@@ -31,17 +36,23 @@ impl Default for ClusterKnobs {
             fill: true,
             barrier: Barrier::Strict,
             drain_timeout_ms: 200,
+            clock: ClockSource::Gangd,
+            // chrony against a LAN server: tens of µs; a conservative
+            // default until the operator says what their PTP achieves.
+            clock_error_us: 1000,
         }
     }
 }
 
-pub const WRITABLE: [&str; 6] = [
+pub const WRITABLE: [&str; 8] = [
     "slot_ms",
     "mpl_max",
     "policy",
     "fill",
     "barrier",
     "drain_timeout_ms",
+    "clock",
+    "clock_error_us",
 ];
 pub const READ_ONLY: [&str; 7] = [
     "nodes",
@@ -71,6 +82,8 @@ impl ClusterKnobs {
             drain_timeout_ms: self.drain_timeout_ms,
             barrier: self.barrier,
             fill: self.fill,
+            clock: self.clock,
+            clock_error_us: self.clock_error_us,
         }
     }
 
@@ -103,6 +116,22 @@ impl ClusterKnobs {
             "drain_timeout_ms" => {
                 self.drain_timeout_ms = number(value, 1, 10_000, "drain_timeout_ms")?
             }
+            "clock" => {
+                self.clock = match value.trim() {
+                    "gangd" => ClockSource::Gangd,
+                    "realtime" => ClockSource::Realtime,
+                    v => {
+                        return Err(KnobError::Invalid(format!(
+                            "clock must be gangd or realtime, got {v:?}"
+                        )))
+                    }
+                }
+            }
+            // 1 µs is better than PTP in software; 1 s is no clock for
+            // switching slots of milliseconds.
+            "clock_error_us" => {
+                self.clock_error_us = number(value, 1, 1_000_000, "clock_error_us")?
+            }
             _ if READ_ONLY.contains(&name) => return Err(KnobError::ReadOnly),
             _ => return Err(KnobError::NotFound),
         }
@@ -120,6 +149,11 @@ impl ClusterKnobs {
                 Barrier::Off => "off".into(),
             },
             "drain_timeout_ms" => self.drain_timeout_ms.to_string(),
+            "clock" => match self.clock {
+                ClockSource::Gangd => "gangd".into(),
+                ClockSource::Realtime => "realtime".into(),
+            },
+            "clock_error_us" => self.clock_error_us.to_string(),
             _ => return None,
         })
     }
@@ -139,6 +173,16 @@ mod tests {
         );
         assert_eq!(k.with("barrier", "off").unwrap().barrier, Barrier::Off);
         assert!(!k.with("fill", "0").unwrap().fill);
+        let rt = k.with("clock", "realtime\n").unwrap();
+        assert_eq!(rt.clock, ClockSource::Realtime);
+        assert!(matches!(
+            rt.with("clock_error_us", "40").unwrap().message(),
+            ToAgent::Knobs {
+                clock: ClockSource::Realtime,
+                clock_error_us: 40,
+                ..
+            }
+        ));
         for (name, bad) in [
             ("slot_ms", "0"),
             ("slot_ms", "abc"),
@@ -147,6 +191,11 @@ mod tests {
             ("fill", "2"),
             ("barrier", "loose"),
             ("drain_timeout_ms", "0"),
+            ("clock", "ntp"),
+            ("clock", ""),
+            ("clock_error_us", "0"),
+            ("clock_error_us", "1000001"),
+            ("clock_error_us", "-5"),
         ] {
             assert!(
                 matches!(k.with(name, bad), Err(KnobError::Invalid(_))),
@@ -167,6 +216,9 @@ mod tests {
             ("fill", "0"),
             ("barrier", "off"),
             ("drain_timeout_ms", "9"),
+            ("clock", "realtime"),
+            ("clock", "gangd"),
+            ("clock_error_us", "250"),
         ] {
             assert_eq!(k.with(name, v).unwrap().get(name).unwrap(), v);
         }

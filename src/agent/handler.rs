@@ -131,7 +131,10 @@ impl Handler {
                 drain_timeout_ms,
                 barrier,
                 fill,
+                ..
             } => self.knobs(slot_ms, drain_timeout_ms, barrier, fill),
+            // Taken by the reader (mod.rs), which stamps t4 on receipt.
+            ToAgent::ClockEcho { .. } => {}
             ToAgent::Prepare {
                 job,
                 argv,

@@ -664,6 +664,8 @@ fn knobs_from_gangd_become_the_node_knobs() {
         drain_timeout_ms: 100,
         barrier: gang_wire::proto::Barrier::Strict,
         fill: true,
+        clock: Default::default(),
+        clock_error_us: 0,
     });
     conn.send(ToAgent::Heartbeat { seq: 1 });
     assert!(matches!(conn.recv(), FromAgent::Heartbeat { seq: 1, .. }));
@@ -676,6 +678,8 @@ fn knobs_from_gangd_become_the_node_knobs() {
         drain_timeout_ms: 100,
         barrier: gang_wire::proto::Barrier::Off,
         fill: true,
+        clock: Default::default(),
+        clock_error_us: 0,
     });
     conn.send(ToAgent::Heartbeat { seq: 2 });
     assert!(matches!(conn.recv(), FromAgent::Heartbeat { seq: 2, .. }));

@@ -122,13 +122,7 @@ impl Coordinator {
         s.nodes = self
             .nodes
             .values()
-            .map(|n| {
-                let rtt = n.min_rtt_us().map_or("-".to_string(), |r| r.to_string());
-                format!(
-                    "{} {} {} cpus={} rtt_us={rtt}\n",
-                    n.id.0, n.name, n.addr, n.nr_cpus
-                )
-            })
+            .map(|n| n.status_line())
             .collect();
         s.jobs = self.jobs.len();
         let stats = self.rotation.stats();
