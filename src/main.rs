@@ -291,6 +291,7 @@ fn run(opts: Opts) -> Result<()> {
                         max_memory: opts.job_max_memory,
                     },
                 },
+                cluster_clock: std::sync::Arc::new(agent::cluster_clock::SharedClusterClock::new()),
             },
             inbox.clone(),
             shutdown.clone(),

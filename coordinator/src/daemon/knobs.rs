@@ -119,11 +119,7 @@ impl Coordinator {
 
     pub(super) fn publish_status(&self) {
         let mut s = self.status.lock().unwrap();
-        s.nodes = self
-            .nodes
-            .values()
-            .map(|n| n.status_line())
-            .collect();
+        s.nodes = self.nodes.values().map(|n| n.status_line()).collect();
         s.jobs = self.jobs.len();
         let stats = self.rotation.stats();
         s.switches = stats.switches;

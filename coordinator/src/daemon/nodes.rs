@@ -22,7 +22,9 @@ use log::{info, warn};
 
 use crate::matrix::{self, Cluster};
 use crate::switch::barrier::Outbox;
-use gang_wire::proto::{ClockReport, ClockSource, ClockState, ExitStatus, FromAgent, NodeId, ToAgent, ToClient};
+use gang_wire::proto::{
+    ClockReport, ClockSource, ClockState, ExitStatus, FromAgent, NodeId, ToAgent, ToClient,
+};
 
 use super::jobs::Ending;
 use super::net::{self, ConnId, Link};

@@ -554,7 +554,8 @@ mod tests {
             r#"{"type":"clock_status","source":"gangd","state":"good","offset_ns":-1500,"rate_ppb":12000,"error_bound_ns":80000,"samples":16,"steps":1}"#
         );
         for m in [probe, status] {
-            let back: FromAgent = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+            let back: FromAgent =
+                serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
             assert_eq!(back, m);
         }
     }

@@ -57,6 +57,7 @@ pub use frame::{
 };
 pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
 pub use types::{
-    parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport, Gen, JobId, JobInfo, JobLimits, JobState,
-    LiveJob, NodeId, Placement, RankFailure, Stream, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
+    parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport,
+    Gen, JobId, JobInfo, JobLimits, JobState, LiveJob, NodeId, Placement, RankFailure, Stream,
+    MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
 };

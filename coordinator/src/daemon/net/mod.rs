@@ -52,7 +52,11 @@ const MAX_QUEUED: usize = 64 << 20;
 enum Out {
     Frame(Vec<u8>),
     /// A ClockEcho, encoded by the writer with t3 read just before.
-    ClockEcho { seq: u64, t1: u64, t2: u64 },
+    ClockEcho {
+        seq: u64,
+        t1: u64,
+        t2: u64,
+    },
 }
 
 /// What a queued ClockEcho counts against MAX_QUEUED (its frame is
