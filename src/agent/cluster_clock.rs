@@ -241,6 +241,18 @@ impl SharedClusterClock {
     /// The report for gangd at local `now`; clears the "stepped" mark.
     pub fn report(&self, now: u64) -> ClockReport {
         let mut s = self.lock();
+        let r = Self::make_report(&s, now);
+        s.stepped = false;
+        r
+    }
+
+    /// The report at `now` for a reader other than gangd (the monitor):
+    /// leaves the "stepped" mark for gangd's next report.
+    pub fn current(&self, now: u64) -> ClockReport {
+        Self::make_report(&self.lock(), now)
+    }
+
+    fn make_report(s: &State, now: u64) -> ClockReport {
         let estimate = match s.source {
             ClockSource::Gangd => s.clock.estimate(now),
             ClockSource::Realtime => Some(realtime_estimate(now, s.realtime_bound_ns)),
@@ -250,7 +262,6 @@ impl SharedClusterClock {
             (false, Some(_)) => ClockState::Good,
             (false, None) => ClockState::Unsynchronised,
         };
-        s.stepped = false;
         let e = estimate.unwrap_or(Estimate {
             remote_ns: 0,
             error_bound_ns: 0,
@@ -434,6 +445,7 @@ mod tests {
             clock.echo(seq, t1, t2, t2 + 10_000, t1 + 210_000),
             Ok(Event::Stepped { .. })
         ));
+        assert_eq!(clock.current(4_000_300_000).state, ClockState::Stepped);
         let r = clock.report(4_000_300_000);
         assert_eq!((r.state, r.steps), (ClockState::Stepped, 1));
         assert_eq!(
