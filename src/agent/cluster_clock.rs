@@ -1,10 +1,13 @@
 //! The node's cluster clock, shared: the one `ClusterClock`
 //! (gang_wire::cluster_clock, the pure estimator) of the current
 //! connection to gangd, behind a lock, with the bookkeeping of the
-//! exchanges that feed it. The agent's prober thread asks for probes
-//! (`probe`) and sends the reports (`report`), the reader hands it every
-//! echo with its receipt time (`echo`), and whoever needs the cluster time
-//! (the main loop, the future plan timers) asks `to_local` or `check`.
+//! exchanges that feed it. The prober thread (`spawn_prober`) sends a
+//! probe every 250 ms on the urgent side of the link and a report
+//! (ClockStatus) to gangd every 4 s, and logs the clock's line when its
+//! state changes and every minute; the agent's reader hands it every echo
+//! with its receipt time (`echo`); whoever needs the cluster time (the
+//! main loop, the future plan timers) asks `to_local` or `check`, and
+//! `scx_gang --monitor` shows `current` (through the daemon's stats).
 //! Not to be confused with crate::clock, the slot clock the ranks read.
 //!
 //! How it works. Every probe is remembered (seq → t1, the last

@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gang_wire::cluster_clock::Event;
 use gang_wire::proto::tls::{self, ClientTls, Session, SessionWriter};
 use gang_wire::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
 use gang_wire::time::monotonic_ns;
@@ -355,15 +356,11 @@ impl Reader {
     /// Feeds an echo received at `t4` to the cluster clock.
     fn take_echo(&mut self, seq: u64, t1: u64, t2: u64, t3: u64, t4: u64) {
         match self.clock.echo(seq, t1, t2, t3, t4) {
-            Ok(cluster_clock_event) => {
-                if let gang_wire::cluster_clock::Event::Stepped {
-                    offset_change_ns,
-                    bound_ns,
-                } = cluster_clock_event
-                {
-                    warn!("gangd's clock stepped by {offset_change_ns} ns (beyond ±{bound_ns} ns): its estimate starts over");
-                }
-            }
+            Ok(Event::Accepted) => {}
+            Ok(Event::Stepped {
+                offset_change_ns,
+                bound_ns,
+            }) => warn!("gangd's clock stepped by {offset_change_ns} ns (beyond ±{bound_ns} ns): its estimate starts over"),
             Err(e) => {
                 if self
                     .refused_logged

@@ -224,8 +224,8 @@ pub enum ToAgent {
         /// Absent from an older gangd: gangd's clock.
         #[serde(default)]
         clock: ClockSource,
-        /// The error bound of `clock = realtime`, µs (0 with gangd's clock
-        /// or from an older gangd).
+        /// The error bound of `clock = realtime`, µs (ignored with gangd's
+        /// clock; 0 from an older gangd).
         #[serde(default)]
         clock_error_us: u32,
     },
