@@ -219,6 +219,22 @@ impl Conn {
             .expect("the agent closed the connection")
     }
 
+    /// Echoes every probe as gangd would if its clock were this machine's
+    /// + `ahead_ns`, until the agent reports its clock (every 4 s).
+    fn echo_until_report(&mut self, ahead_ns: u64) -> gang_wire::proto::ClockReport {
+        loop {
+            match self.recv_any() {
+                FromAgent::ClockProbe { seq, t1 } => {
+                    let t2 = monotonic_ns() + ahead_ns;
+                    let t3 = monotonic_ns() + ahead_ns;
+                    self.send(ToAgent::ClockEcho { seq, t1, t2, t3 });
+                }
+                FromAgent::ClockStatus { report } => return report,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     /// The next probe (answering nothing else).
     fn next_probe(&mut self) -> (u64, u64) {
         loop {
@@ -416,18 +432,7 @@ fn the_cluster_clock_converges_on_gangds_within_its_stated_bound_and_is_reported
     let gangd = Gangd::new(&ca);
     let agent = start_agent("clock-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    // Echo every probe as gangd does, until a report comes.
-    let report = loop {
-        match conn.recv_any() {
-            FromAgent::ClockProbe { seq, t1 } => {
-                let t2 = monotonic_ns() + GANGD_AHEAD_NS;
-                let t3 = monotonic_ns() + GANGD_AHEAD_NS;
-                conn.send(ToAgent::ClockEcho { seq, t1, t2, t3 });
-            }
-            FromAgent::ClockStatus { report } => break report,
-            other => panic!("{other:?}"),
-        }
-    };
+    let report = conn.echo_until_report(GANGD_AHEAD_NS);
     // 4 s of probes: about 16 exchanges, far more than the 3 needed.
     assert_eq!(report.state, ClockState::Good, "{report:?}");
     assert_eq!((report.source, report.steps), (ClockSource::Gangd, 0));
@@ -451,6 +456,31 @@ fn the_cluster_clock_converges_on_gangds_within_its_stated_bound_and_is_reported
     assert!(
         local.abs_diff(now + 1_000_000) <= bound,
         "{local} ± {bound}"
+    );
+    assert_eq!(agent.cluster_clock.dropped(), 0);
+}
+
+#[test]
+fn a_new_connection_is_a_new_gangd_clock_estimated_from_scratch() {
+    let ca = TestCa::new("clock4");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("clock-again", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let first = conn.echo_until_report(GANGD_AHEAD_NS);
+    assert_eq!(first.state, ClockState::Good, "{first:?}");
+    drop(conn);
+    // Another gangd, 2 s further ahead: not a step of the old one.
+    let mut conn = gangd.accept(1).unwrap();
+    let ahead = GANGD_AHEAD_NS + 2_000_000_000;
+    let second = conn.echo_until_report(ahead);
+    assert_eq!(
+        (second.state, second.steps),
+        (ClockState::Good, 0),
+        "{second:?}"
+    );
+    assert!(
+        second.offset_ns.abs_diff(ahead as i64) <= second.error_bound_ns,
+        "{second:?}"
     );
     assert_eq!(agent.cluster_clock.dropped(), 0);
 }
