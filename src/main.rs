@@ -294,7 +294,13 @@ fn run(opts: Opts) -> Result<()> {
         switching::recover(&opts.gang_root);
     }
     let mut on_all_yielded = None;
+    let mut clock_line: Option<stats::ClockLine> = None;
     if let Some((coordinator, tls, node)) = cluster {
+        let cluster_clock = Arc::new(agent::cluster_clock::SharedClusterClock::new());
+        let shown = cluster_clock.clone();
+        clock_line = Some(Arc::new(move || {
+            agent::cluster_clock::describe(&shown.current(gang_wire::time::monotonic_ns()))
+        }));
         let (_agent, sink) = agent::start(
             AgentConfig {
                 coordinator,
@@ -311,6 +317,7 @@ fn run(opts: Opts) -> Result<()> {
                         max_memory: opts.job_max_memory,
                     },
                 },
+                cluster_clock,
             },
             inbox.clone(),
             shutdown.clone(),
@@ -332,6 +339,7 @@ fn run(opts: Opts) -> Result<()> {
             clock,
             inbox,
             on_all_yielded,
+            cluster_clock: clock_line,
         };
         scheduler::run(&cfg, shared, &requests, &shutdown)
     } else {

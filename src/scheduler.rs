@@ -45,7 +45,7 @@ use scx_gang::switching::bpf::{BpfConfig, BpfScheduler, BpfSwitcher};
 use scx_gang::switching::{mainloop, YieldSink};
 
 use crate::bpf_skel::*;
-use crate::stats::Metrics;
+use crate::stats::{ClockLine, Metrics};
 
 /// What the scheduler needs from the command line and the daemon.
 pub struct Config {
@@ -59,6 +59,8 @@ pub struct Config {
     pub clock: Arc<ClockShare>,
     /// The main loop's inbox (the yield notices thread writes to it).
     pub inbox: Sender<Inbox>,
+    /// The node agent's cluster clock line, for `--monitor` (None: no agent).
+    pub cluster_clock: Option<ClockLine>,
     /// Told (gang name, generation) when every rank of a gang here yielded
     /// its slot: the node agent tells gangd.
     pub on_all_yielded: Option<YieldSink>,
@@ -105,6 +107,7 @@ pub struct Scheduler<'a> {
     nr_cpus: u32,
     clock: Arc<ClockShare>,
     stats_server: StatsServer<(), Metrics>,
+    cluster_clock: Option<ClockLine>,
     events: RingBuffer<'static>,
     /// What `events` delivered and `take_events` did not take yet.
     incoming: Rc<RefCell<Vec<TraceEvent>>>,
@@ -178,6 +181,7 @@ impl<'a> Scheduler<'a> {
             nr_cpus,
             clock: cfg.clock.clone(),
             stats_server,
+            cluster_clock: cfg.cluster_clock.clone(),
             events,
             incoming,
             notices: Some(notices),
@@ -242,6 +246,10 @@ impl<'a> Scheduler<'a> {
             other_ns: s.other_run_ns,
             gang_pct: gang_ns as f64 * 100.0 / total,
             other_pct: s.other_run_ns as f64 * 100.0 / total,
+            cluster_clock: self
+                .cluster_clock
+                .as_ref()
+                .map_or_else(String::new, |f| f()),
         }
     }
 }

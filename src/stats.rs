@@ -1,5 +1,7 @@
 //! `--stats N` / `--monitor N`: counters served through scx_stats, like the
-//! scx schedulers, so the usual tooling reads them.
+//! scx schedulers, so the usual tooling reads them. On a node of a cluster
+//! the daemon's node agent also puts its cluster clock's line in them
+//! (`cluster_clock`), so `scx_gang --monitor` in another process shows it.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,7 +53,16 @@ pub struct Metrics {
     pub gang_ns: u64,
     #[stat(desc = "CPU time run by tasks of no gang (ns)")]
     pub other_ns: u64,
+    #[stat(
+        desc = "The node agent's cluster clock: source, state, offset, bound (empty: no agent)"
+    )]
+    #[serde(default)]
+    pub cluster_clock: String,
 }
+
+/// Makes the cluster clock's line for the metrics (the agent's, given by
+/// main.rs: the scheduler does not know the agent).
+pub type ClockLine = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl Metrics {
     fn format<W: Write>(&self, w: &mut W) -> Result<()> {
@@ -76,6 +87,9 @@ impl Metrics {
             self.other_pct,
             self.events_lost,
         )?;
+        if !self.cluster_clock.is_empty() {
+            writeln!(w, "[scx_gang] {}", self.cluster_clock)?;
+        }
         Ok(())
     }
 
@@ -135,4 +149,29 @@ pub fn monitor(interval: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
         || shutdown.load(Ordering::Relaxed),
         |metrics| metrics.format(&mut std::io::stdout()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(m: &Metrics) -> String {
+        let mut out = Vec::new();
+        m.format(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_cluster_clock_line_is_shown_only_when_the_agent_runs() {
+        let mut m = Metrics::default();
+        assert_eq!(shown(&m).lines().count(), 1);
+        m.cluster_clock =
+            "cluster clock (gangd): good, offset -1500 ns, bound 85 µs, rate 0 ppb, 16 samples, 0 steps".into();
+        let text = shown(&m);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1], format!("[scx_gang] {}", m.cluster_clock));
+        // Over an interval the line is the latest, not a difference.
+        assert_eq!(m.delta(&Metrics::default()).cluster_clock, m.cluster_clock);
+    }
 }

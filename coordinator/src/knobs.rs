@@ -9,7 +9,7 @@
 
 use crate::alloc::Policy;
 use gang_wire::knobfs::KnobError;
-use gang_wire::proto::{Barrier, ToAgent};
+use gang_wire::proto::{Barrier, ClockSource, ToAgent};
 
 /// The writable knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,11 @@ pub struct ClusterKnobs {
     pub barrier: Barrier,
     pub drain_timeout_ms: u32,
     pub switching: Switching,
+    /// The nodes' cluster clock: gangd's, estimated by each agent, or
+    /// their CLOCK_REALTIME (PTP or chrony keeps it).
+    pub clock: ClockSource,
+    /// With `clock = realtime`: the error bound the nodes state, µs.
+    pub clock_error_us: u32,
 }
 
 /// How the cluster switches slots (docs/timed-switching.md).
@@ -44,11 +49,15 @@ impl Default for ClusterKnobs {
             barrier: Barrier::Strict,
             drain_timeout_ms: 200,
             switching: Switching::Commanded,
+            clock: ClockSource::Gangd,
+            // chrony against a LAN server: tens of µs; a conservative
+            // default until the operator says what their PTP achieves.
+            clock_error_us: 1000,
         }
     }
 }
 
-pub const WRITABLE: [&str; 7] = [
+pub const WRITABLE: [&str; 9] = [
     "slot_ms",
     "mpl_max",
     "policy",
@@ -56,6 +65,8 @@ pub const WRITABLE: [&str; 7] = [
     "barrier",
     "drain_timeout_ms",
     "switching",
+    "clock",
+    "clock_error_us",
 ];
 pub const READ_ONLY: [&str; 9] = [
     "nodes",
@@ -87,6 +98,8 @@ impl ClusterKnobs {
             drain_timeout_ms: self.drain_timeout_ms,
             barrier: self.barrier,
             fill: self.fill,
+            clock: self.clock,
+            clock_error_us: self.clock_error_us,
         }
     }
 
@@ -130,6 +143,22 @@ impl ClusterKnobs {
                     }
                 }
             }
+            "clock" => {
+                self.clock = match value.trim() {
+                    "gangd" => ClockSource::Gangd,
+                    "realtime" => ClockSource::Realtime,
+                    v => {
+                        return Err(KnobError::Invalid(format!(
+                            "clock must be gangd or realtime, got {v:?}"
+                        )))
+                    }
+                }
+            }
+            // 1 µs is better than PTP in software; 1 s is no clock for
+            // switching slots of milliseconds.
+            "clock_error_us" => {
+                self.clock_error_us = number(value, 1, 1_000_000, "clock_error_us")?
+            }
             _ if READ_ONLY.contains(&name) => return Err(KnobError::ReadOnly),
             _ => return Err(KnobError::NotFound),
         }
@@ -151,6 +180,11 @@ impl ClusterKnobs {
                 Switching::Commanded => "commanded".into(),
                 Switching::Timed => "timed".into(),
             },
+            "clock" => match self.clock {
+                ClockSource::Gangd => "gangd".into(),
+                ClockSource::Realtime => "realtime".into(),
+            },
+            "clock_error_us" => self.clock_error_us.to_string(),
             _ => return None,
         })
     }
@@ -175,6 +209,16 @@ mod tests {
             Switching::Timed
         );
         assert!(!k.with("fill", "0").unwrap().fill);
+        let rt = k.with("clock", "realtime\n").unwrap();
+        assert_eq!(rt.clock, ClockSource::Realtime);
+        assert!(matches!(
+            rt.with("clock_error_us", "40").unwrap().message(),
+            ToAgent::Knobs {
+                clock: ClockSource::Realtime,
+                clock_error_us: 40,
+                ..
+            }
+        ));
         for (name, bad) in [
             ("slot_ms", "0"),
             ("slot_ms", "abc"),
@@ -185,6 +229,11 @@ mod tests {
             ("switching", "sometimes"),
             ("switching", ""),
             ("drain_timeout_ms", "0"),
+            ("clock", "ntp"),
+            ("clock", ""),
+            ("clock_error_us", "0"),
+            ("clock_error_us", "1000001"),
+            ("clock_error_us", "-5"),
         ] {
             assert!(
                 matches!(k.with(name, bad), Err(KnobError::Invalid(_))),
@@ -207,6 +256,9 @@ mod tests {
             ("drain_timeout_ms", "9"),
             ("switching", "timed"),
             ("switching", "commanded"),
+            ("clock", "realtime"),
+            ("clock", "gangd"),
+            ("clock_error_us", "250"),
         ] {
             assert_eq!(k.with(name, v).unwrap().get(name).unwrap(), v);
         }

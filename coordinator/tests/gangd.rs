@@ -1359,3 +1359,39 @@ fn job_limits_beyond_gangds_maximum_are_refused_and_the_others_reach_the_node() 
         .unwrap();
     assert_eq!(limits, within);
 }
+
+#[test]
+fn a_clock_probe_is_echoed_with_gangds_receive_and_send_times() {
+    let g = Gangd::start("clock", 1, &[]);
+    let n0 = FakeAgent::join(&g, "n0", 1);
+    let echo = || {
+        n0.got().into_iter().find_map(|m| match m {
+            ToAgent::ClockEcho { seq, t1, t2, t3 } => Some((seq, t1, t2, t3)),
+            _ => None,
+        })
+    };
+    n0.send(FromAgent::ClockProbe { seq: 5, t1: 42 });
+    wait_until("the echo", || echo().is_some());
+    let (seq, t1, t2, t3) = echo().unwrap();
+    assert_eq!((seq, t1), (5, 42), "the probe's own seq and t1 come back");
+    // gangd's CLOCK_MONOTONIC: read on receipt, then just before the write.
+    assert!(t2 > 0 && t2 <= t3, "t2 {t2} t3 {t3}");
+    // A report is kept, not echoed; the node stays in the cluster.
+    n0.send(FromAgent::ClockStatus {
+        report: ClockReport {
+            source: ClockSource::Gangd,
+            state: ClockState::Good,
+            offset_ns: 7,
+            rate_ppb: 0,
+            error_bound_ns: 100_000,
+            samples: 3,
+            steps: 0,
+        },
+    });
+    n0.send(FromAgent::ClockProbe { seq: 6, t1: 43 });
+    wait_until("the second echo", || {
+        n0.got()
+            .iter()
+            .any(|m| matches!(m, ToAgent::ClockEcho { seq: 6, t1: 43, .. }))
+    });
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_wire::proto::{Barrier, FreezeReport, FromAgent, Gen, Placement, ToAgent};
+use gang_wire::proto::{Barrier, ClockSource, FreezeReport, FromAgent, Gen, Placement, ToAgent};
 use log::{info, warn};
 
 use crate::control::{self, Request};
@@ -22,6 +22,7 @@ use crate::knobs::{SharedKnobs, SLOT_MS_RANGE};
 use gang_wire::knobfs::KnobSet;
 use gang_wire::time::monotonic_ns;
 
+use super::cluster_clock::SharedClusterClock;
 use super::link::Link;
 use super::mainloop::{self, MainLoop};
 use super::ranks::{RankSpec, Ranks};
@@ -58,6 +59,7 @@ pub struct Handler {
     freeze_waiter: Sender<Job>,
     tracer: Tracer,
     job_worker: Sender<Job>,
+    cluster_clock: Arc<SharedClusterClock>,
 }
 
 /// Logs a failure and tells gangd, naming the node.
@@ -86,6 +88,7 @@ impl Handler {
         main: MainLoop,
         link: Arc<Link>,
         ranks: Ranks,
+        cluster_clock: Arc<SharedClusterClock>,
     ) -> std::io::Result<Self> {
         let freeze_waiter = worker("agent-freeze")?;
         let job_worker = worker("agent-jobs")?;
@@ -103,6 +106,7 @@ impl Handler {
             freeze_waiter,
             tracer: Tracer::default(),
             job_worker,
+            cluster_clock,
         })
     }
 
@@ -131,7 +135,14 @@ impl Handler {
                 drain_timeout_ms,
                 barrier,
                 fill,
-            } => self.knobs(slot_ms, drain_timeout_ms, barrier, fill),
+                clock,
+                clock_error_us,
+            } => {
+                self.knobs(slot_ms, drain_timeout_ms, barrier, fill);
+                self.clock_knobs(clock, clock_error_us);
+            }
+            // Taken by the reader (mod.rs), which stamps t4 on receipt.
+            ToAgent::ClockEcho { .. } => {}
             ToAgent::Prepare {
                 job,
                 argv,
@@ -364,6 +375,13 @@ impl Handler {
                 Err(e) => self.error(format!("knob {name} = {value} refused: {e}")),
             }
         }
+    }
+
+    fn clock_knobs(&mut self, clock: ClockSource, error_us: u32) {
+        if self.cluster_clock.source() != clock {
+            info!("gangd's clock knob: the cluster clock is {clock:?} (error bound {error_us} µs if realtime)");
+        }
+        self.cluster_clock.set_source(clock, error_us);
     }
 
     /// gangd is gone: the node runs its last schedule on its own timer so the

@@ -5,7 +5,8 @@
 //!
 //! Bulk (rank output, trace chunks: `send_bulk`) gives way to everything
 //! else: a bulk sender waits while an answer gangd's switch or heartbeat
-//! waits for (Frozen, Running, Heartbeat...) is queued for the lock, so
+//! waits for (Frozen, Running, Heartbeat...) or a clock probe (whose
+//! round trip is the clock's error bound) is queued for the lock, so
 //! such an answer waits for at most the one bulk frame being written.
 //!
 //! While gangd is away nothing is lost that matters later: rank exits are

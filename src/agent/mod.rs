@@ -9,6 +9,9 @@
 //!   control socket's, so the thread owning BPF takes every action.
 //! - link.rs: the sending half, shared by every thread; keeps rank output
 //!   and exits while gangd is away.
+//! - cluster_clock.rs: the node's estimate of gangd's clock, fed by
+//!   probes of its own thread and echoes the reader takes (with t4 read on
+//!   receipt, before the handler sees anything).
 //! - ranks.rs, cgroup.rs: the ranks and their job's cgroup.
 //! - pmi.rs: MPI bootstrap, each rank's PMI_FD served here and relayed to
 //!   gangd.
@@ -23,6 +26,7 @@
 
 pub mod adopt;
 pub mod cgroup;
+pub mod cluster_clock;
 mod ends;
 mod handler;
 pub mod link;
@@ -45,8 +49,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gang_wire::cluster_clock::Event;
 use gang_wire::proto::tls::{self, ClientTls, Session, SessionWriter};
 use gang_wire::proto::{write_frame, FrameDecoder, FromAgent, ToAgent};
+use gang_wire::time::monotonic_ns;
 use log::{info, warn};
 
 use crate::control::Inbox;
@@ -55,6 +61,7 @@ use crate::gangs;
 use crate::knobs::SharedKnobs;
 use crate::switching::YieldSink;
 
+use cluster_clock::SharedClusterClock;
 use handler::Handler;
 use link::Link;
 use mainloop::MainLoop;
@@ -92,6 +99,8 @@ pub struct AgentConfig {
     pub holds: FreezeHolds,
     /// Who may run ranks here, and the jobs' default limits.
     pub rules: RankRules,
+    /// The node's cluster clock, kept by the agent, read by anyone.
+    pub cluster_clock: Arc<SharedClusterClock>,
 }
 
 /// Starts the agent thread. `inbox` is the daemon's main loop's (what
@@ -122,7 +131,9 @@ pub fn start(
         MainLoop::new(inbox),
         link.clone(),
         ranks,
+        cfg.cluster_clock.clone(),
     )?;
+    cluster_clock::spawn_prober(cfg.cluster_clock.clone(), link.clone(), shutdown.clone())?;
     let yields = link.clone();
     let sink: YieldSink = Arc::new(move |gang: &str, gen: u64| {
         // Only jobs' gangs are the cluster's business; a yield notice is
@@ -247,7 +258,7 @@ impl Agent {
         if let Err(e) = session.socket().set_write_timeout(Some(WRITE_TIMEOUT)) {
             return End::Failed(format!("setting up the connection: {e}"));
         }
-        let mut reader = Reader::new(session.clone());
+        let mut reader = Reader::new(session.clone(), self.cfg.cluster_clock.clone());
         info!(
             "connected to gangd at {} (TLS, its certificate verified)",
             self.cfg.coordinator
@@ -281,6 +292,8 @@ impl Agent {
             Err(None) => return End::Stop,
             Err(Some(why)) => return End::Failed(format!("waiting for the welcome: {why}")),
         }
+        // A new connection, maybe a new gangd: its clock is estimated anew.
+        self.cfg.cluster_clock.reset();
         if let Err(e) = self.link.attach(session) {
             return End::Lost(format!("sending what was kept: {e}"));
         }
@@ -314,21 +327,52 @@ fn kind(msg: &ToAgent) -> String {
 }
 
 /// The receiving half: frames from gangd, read with a short timeout so the
-/// agent notices the daemon stopping and a silent gangd.
+/// agent notices the daemon stopping and a silent gangd. Clock echoes are
+/// taken here, with t4 read as soon as their bytes were read, and fed to
+/// the cluster clock: they never reach the handler.
 struct Reader {
     session: Arc<Session>,
     decoder: FrameDecoder<ToAgent>,
-    ready: VecDeque<ToAgent>,
+    /// Decoded messages, each with the local time its bytes were read.
+    ready: VecDeque<(ToAgent, u64)>,
     buf: Vec<u8>,
+    clock: Arc<SharedClusterClock>,
+    /// When an echo was last refused in the log (one line a minute).
+    refused_logged: Option<Instant>,
 }
 
 impl Reader {
-    fn new(session: Arc<Session>) -> Self {
+    fn new(session: Arc<Session>, clock: Arc<SharedClusterClock>) -> Self {
         Self {
             session,
             decoder: FrameDecoder::new(),
             ready: VecDeque::new(),
             buf: vec![0; 64 << 10],
+            clock,
+            refused_logged: None,
+        }
+    }
+
+    /// Feeds an echo received at `t4` to the cluster clock.
+    fn take_echo(&mut self, seq: u64, t1: u64, t2: u64, t3: u64, t4: u64) {
+        match self.clock.echo(seq, t1, t2, t3, t4) {
+            Ok(Event::Accepted) => {}
+            Ok(Event::Stepped {
+                offset_change_ns,
+                bound_ns,
+            }) => warn!("gangd's clock stepped by {offset_change_ns} ns (beyond ±{bound_ns} ns): its estimate starts over"),
+            Err(e) => {
+                if self
+                    .refused_logged
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                {
+                    warn!(
+                        "{e}: dropped ({} clock echoes dropped so far)",
+                        self.clock.dropped()
+                    );
+                    self.refused_logged = Some(Instant::now());
+                }
+            }
         }
     }
 
@@ -341,8 +385,14 @@ impl Reader {
     ) -> Result<ToAgent, Option<String>> {
         let mut heard = Instant::now();
         loop {
-            if let Some(msg) = self.ready.pop_front() {
-                return Ok(msg);
+            if let Some((msg, t4)) = self.ready.pop_front() {
+                match msg {
+                    ToAgent::ClockEcho { seq, t1, t2, t3 } => {
+                        self.take_echo(seq, t1, t2, t3, t4);
+                        continue;
+                    }
+                    msg => return Ok(msg),
+                }
             }
             if shutdown.load(Ordering::Relaxed) {
                 return Err(None);
@@ -355,12 +405,13 @@ impl Reader {
                     }))
                 }
                 Ok(n) => {
+                    let t4 = monotonic_ns();
                     heard = Instant::now();
                     let msgs = self
                         .decoder
                         .feed(&self.buf[..n])
                         .map_err(|e| Some(format!("bad frame from gangd: {e}")))?;
-                    self.ready.extend(msgs);
+                    self.ready.extend(msgs.into_iter().map(|m| (m, t4)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if heard.elapsed() >= silence {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use gang_wire::proto::tls::testing::{self as tls_testing, TestCa};
 use gang_wire::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
 use gang_wire::proto::{
-    read_frame, write_frame, Bytes, ExitStatus, FromAgent, Gen, JobId, LiveJob, NodeId, Placement,
-    Stream, ToAgent, MAX_OUTPUT_CHUNK,
+    read_frame, write_frame, Bytes, ClockSource, ClockState, ExitStatus, FromAgent, Gen, JobId,
+    LiveJob, NodeId, Placement, Stream, ToAgent, MAX_OUTPUT_CHUNK,
 };
 use gang_wire::trace::{EventKind, TraceEvent, TraceMeta};
 
@@ -201,10 +201,47 @@ impl Conn {
         write_frame(&mut SessionWriter(self.session.clone()), &msg).unwrap();
     }
 
+    /// The next message other than the cluster clock's (ClockProbe and
+    /// ClockStatus come every 250 ms and 4 s whatever else happens).
     fn recv(&mut self) -> FromAgent {
+        loop {
+            match self.recv_any() {
+                FromAgent::ClockProbe { .. } | FromAgent::ClockStatus { .. } => {}
+                msg => return msg,
+            }
+        }
+    }
+
+    /// The next message, whatever it is.
+    fn recv_any(&mut self) -> FromAgent {
         read_frame(&mut self.reader)
             .unwrap()
             .expect("the agent closed the connection")
+    }
+
+    /// Echoes every probe as gangd would if its clock were this machine's
+    /// + `ahead_ns`, until the agent reports its clock (every 4 s).
+    fn echo_until_report(&mut self, ahead_ns: u64) -> gang_wire::proto::ClockReport {
+        loop {
+            match self.recv_any() {
+                FromAgent::ClockProbe { seq, t1 } => {
+                    let t2 = monotonic_ns() + ahead_ns;
+                    let t3 = monotonic_ns() + ahead_ns;
+                    self.send(ToAgent::ClockEcho { seq, t1, t2, t3 });
+                }
+                FromAgent::ClockStatus { report } => return report,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// The next probe (answering nothing else).
+    fn next_probe(&mut self) -> (u64, u64) {
+        loop {
+            if let FromAgent::ClockProbe { seq, t1 } = self.recv_any() {
+                return (seq, t1);
+            }
+        }
     }
 
     /// The rank's messages up to and including its exit: (stdout, stderr,
@@ -248,6 +285,7 @@ struct Running {
     seen: Receiver<Request>,
     knobs: Arc<SharedKnobs>,
     holds: FreezeHolds,
+    cluster_clock: Arc<SharedClusterClock>,
 }
 
 impl Drop for Running {
@@ -289,6 +327,7 @@ fn start_agent_with(
     let knobs = SharedKnobs::new(NodeKnobs::new(), 4);
     let holds = FreezeHolds::new();
     let shutdown = Arc::new(AtomicBool::new(false));
+    let cluster_clock = Arc::new(SharedClusterClock::new());
     start(
         AgentConfig {
             coordinator: addr,
@@ -299,6 +338,7 @@ fn start_agent_with(
             knobs: knobs.clone(),
             holds: holds.clone(),
             rules,
+            cluster_clock: cluster_clock.clone(),
         },
         inbox,
         shutdown.clone(),
@@ -309,6 +349,7 @@ fn start_agent_with(
         seen,
         knobs,
         holds,
+        cluster_clock,
     }
 }
 
@@ -380,6 +421,154 @@ fn a_node_of_the_cluster_ca_is_welcomed_by_its_certificate_name_and_heartbeats_c
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// gangd's clock in the clock tests: this machine's, 3.5 s ahead.
+const GANGD_AHEAD_NS: u64 = 3_500_000_000;
+
+#[test]
+fn the_cluster_clock_converges_on_gangds_within_its_stated_bound_and_is_reported() {
+    let ca = TestCa::new("clock1");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("clock-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let report = conn.echo_until_report(GANGD_AHEAD_NS);
+    // 4 s of probes: about 16 exchanges, far more than the 3 needed.
+    assert_eq!(report.state, ClockState::Good, "{report:?}");
+    assert_eq!((report.source, report.steps), (ClockSource::Gangd, 0));
+    let error = report.offset_ns.abs_diff(GANGD_AHEAD_NS as i64);
+    assert!(
+        error <= report.error_bound_ns,
+        "offset {} is {error} ns off, beyond its bound {} ns",
+        report.offset_ns,
+        report.error_bound_ns
+    );
+    // Loopback round trips are well under a millisecond; the bound is
+    // half of the best plus drift since it (ms on a loaded test host).
+    assert!(report.error_bound_ns < 5_000_000, "{report:?}");
+    assert!(report.samples >= 3, "{report:?}");
+    // The main loop's view: a local instant for a cluster instant.
+    let now = monotonic_ns();
+    let (local, bound) = agent
+        .cluster_clock
+        .to_local(now + GANGD_AHEAD_NS + 1_000_000)
+        .unwrap();
+    assert!(
+        local.abs_diff(now + 1_000_000) <= bound,
+        "{local} ± {bound}"
+    );
+    assert_eq!(agent.cluster_clock.dropped(), 0);
+}
+
+#[test]
+fn a_new_connection_is_a_new_gangd_clock_estimated_from_scratch() {
+    let ca = TestCa::new("clock4");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("clock-again", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let first = conn.echo_until_report(GANGD_AHEAD_NS);
+    assert_eq!(first.state, ClockState::Good, "{first:?}");
+    drop(conn);
+    // Another gangd, 2 s further ahead: not a step of the old one.
+    let mut conn = gangd.accept(1).unwrap();
+    let ahead = GANGD_AHEAD_NS + 2_000_000_000;
+    let second = conn.echo_until_report(ahead);
+    assert_eq!(
+        (second.state, second.steps),
+        (ClockState::Good, 0),
+        "{second:?}"
+    );
+    assert!(
+        second.offset_ns.abs_diff(ahead as i64) <= second.error_bound_ns,
+        "{second:?}"
+    );
+    assert_eq!(agent.cluster_clock.dropped(), 0);
+}
+
+#[test]
+fn absurd_clock_echoes_are_dropped_and_counted_not_fed() {
+    let ca = TestCa::new("clock2");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("clock-bad", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let (seq, t1) = conn.next_probe();
+    let t2 = monotonic_ns() + GANGD_AHEAD_NS;
+    // Answered before it was received; a probe never sent; not our t1.
+    conn.send(ToAgent::ClockEcho {
+        seq,
+        t1,
+        t2,
+        t3: t2 - 1,
+    });
+    conn.send(ToAgent::ClockEcho {
+        seq: seq + 1_000_000,
+        t1,
+        t2,
+        t3: t2,
+    });
+    let (seq, t1) = conn.next_probe();
+    conn.send(ToAgent::ClockEcho {
+        seq,
+        t1: t1 + 1,
+        t2,
+        t3: t2,
+    });
+    // gangd's echo of the real probe after the refusals would be fine;
+    // a replay of the refused one is not (its probe is answered).
+    conn.send(ToAgent::ClockEcho {
+        seq,
+        t1,
+        t2,
+        t3: t2 - 1,
+    });
+    conn.send(ToAgent::Heartbeat { seq: 77 });
+    assert!(
+        matches!(conn.recv(), FromAgent::Heartbeat { seq: 77, .. }),
+        "the connection goes on"
+    );
+    assert_eq!(agent.cluster_clock.dropped(), 4);
+    assert_eq!(
+        agent.cluster_clock.report(monotonic_ns()).state,
+        ClockState::Unsynchronised,
+        "nothing was fed"
+    );
+    wait_for_log(&["clock echo", "dropped"]);
+}
+
+#[test]
+fn with_the_realtime_clock_knob_no_probes_go_out() {
+    let ca = TestCa::new("clock3");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("clock-rt", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(ToAgent::Knobs {
+        slot_ms: 100,
+        drain_timeout_ms: 100,
+        barrier: gang_wire::proto::Barrier::Strict,
+        fill: true,
+        clock: ClockSource::Realtime,
+        clock_error_us: 40,
+    });
+    wait_for_log(&["cluster clock is Realtime"]);
+    // A probe sent before the knob arrived may still come; then none.
+    let report = loop {
+        if let FromAgent::ClockStatus { report } = conn.recv_any() {
+            break report;
+        }
+    };
+    assert_eq!(
+        (report.source, report.state, report.error_bound_ns),
+        (ClockSource::Realtime, ClockState::Good, 40_000)
+    );
+    conn.send(ToAgent::Heartbeat { seq: 1 });
+    loop {
+        match conn.recv_any() {
+            FromAgent::Heartbeat { seq: 1, .. } => break,
+            FromAgent::ClockProbe { .. } => panic!("a probe with clock = realtime"),
+            _ => {}
+        }
+    }
+    assert_eq!(agent.cluster_clock.source(), ClockSource::Realtime);
 }
 
 /// The attack of the issue: a user binds gangd's port while gangd is away
@@ -458,6 +647,7 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
             knobs: SharedKnobs::new(NodeKnobs::new(), 4),
             holds: FreezeHolds::new(),
             rules: TEST_RULES,
+            cluster_clock: Arc::new(SharedClusterClock::new()),
         },
         inbox,
         shutdown.clone(),
@@ -665,6 +855,8 @@ fn knobs_from_gangd_become_the_node_knobs() {
         drain_timeout_ms: 100,
         barrier: gang_wire::proto::Barrier::Strict,
         fill: true,
+        clock: Default::default(),
+        clock_error_us: 0,
     });
     conn.send(ToAgent::Heartbeat { seq: 1 });
     assert!(matches!(conn.recv(), FromAgent::Heartbeat { seq: 1, .. }));
@@ -677,6 +869,8 @@ fn knobs_from_gangd_become_the_node_knobs() {
         drain_timeout_ms: 100,
         barrier: gang_wire::proto::Barrier::Off,
         fill: true,
+        clock: Default::default(),
+        clock_error_us: 0,
     });
     conn.send(ToAgent::Heartbeat { seq: 2 });
     assert!(matches!(conn.recv(), FromAgent::Heartbeat { seq: 2, .. }));

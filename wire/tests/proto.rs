@@ -123,7 +123,36 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
         (any::<u64>(), any::<u64>())
             .prop_map(|(seq, mono_ns)| FromAgent::Heartbeat { seq, mono_ns }),
         text().prop_map(|message| FromAgent::Error { message }),
+        (any::<u64>(), any::<u64>()).prop_map(|(seq, t1)| FromAgent::ClockProbe { seq, t1 }),
+        clock_report().prop_map(|report| FromAgent::ClockStatus { report }),
     ]
+}
+
+fn clock_report() -> impl Strategy<Value = ClockReport> {
+    (
+        prop_oneof![Just(ClockSource::Gangd), Just(ClockSource::Realtime)],
+        prop_oneof![
+            Just(ClockState::Unsynchronised),
+            Just(ClockState::Good),
+            Just(ClockState::Stepped)
+        ],
+        any::<i64>(),
+        any::<i64>(),
+        any::<u64>(),
+        any::<u32>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(source, state, offset_ns, rate_ppb, error_bound_ns, samples, steps)| ClockReport {
+                source,
+                state,
+                offset_ns,
+                rate_ppb,
+                error_bound_ns,
+                samples,
+                steps,
+            },
+        )
 }
 
 fn to_agent() -> impl Strategy<Value = ToAgent> {
@@ -182,16 +211,28 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
         (job(), any::<i32>()).prop_map(|(job, signal)| ToAgent::KillJob { job, signal }),
         job().prop_map(|job| ToAgent::SuspendJob { job }),
         job().prop_map(|job| ToAgent::ResumeJob { job }),
-        (any::<u32>(), any::<u32>(), barrier, any::<bool>()).prop_map(
-            |(slot_ms, drain_timeout_ms, barrier, fill)| {
-                ToAgent::Knobs {
-                    slot_ms,
-                    drain_timeout_ms,
-                    barrier,
-                    fill,
+        (
+            any::<u32>(),
+            any::<u32>(),
+            barrier,
+            any::<bool>(),
+            prop_oneof![Just(ClockSource::Gangd), Just(ClockSource::Realtime)],
+            any::<u32>()
+        )
+            .prop_map(
+                |(slot_ms, drain_timeout_ms, barrier, fill, clock, clock_error_us)| {
+                    ToAgent::Knobs {
+                        slot_ms,
+                        drain_timeout_ms,
+                        barrier,
+                        fill,
+                        clock,
+                        clock_error_us,
+                    }
                 }
-            }
-        ),
+            ),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
+            .prop_map(|(seq, t1, t2, t3)| ToAgent::ClockEcho { seq, t1, t2, t3 }),
         any::<u64>().prop_map(|seq| ToAgent::Heartbeat { seq }),
         (any::<u64>(), any::<u64>()).prop_map(|(id, ms)| ToAgent::Trace { id, ms }),
         (job(), strings(), env(), text(), any::<u32>(), any::<u32>()).prop_map(
@@ -491,6 +532,19 @@ fn every_message_type_has_a_sample_and_round_trips() {
         FromAgent::Error {
             message: "no such gang".into(),
         },
+        FromAgent::Yielded { gen, job },
+        FromAgent::ClockProbe { seq: 4, t1: 99 },
+        FromAgent::ClockStatus {
+            report: ClockReport {
+                source: ClockSource::Gangd,
+                state: ClockState::Stepped,
+                offset_ns: -42,
+                rate_ppb: 3_000,
+                error_bound_ns: 120_000,
+                samples: 5,
+                steps: 2,
+            },
+        },
         FromAgent::PmiBarrierIn {
             job,
             epoch: 0,
@@ -581,6 +635,14 @@ fn every_message_type_has_a_sample_and_round_trips() {
             drain_timeout_ms: 50,
             barrier: Barrier::Strict,
             fill: true,
+            clock: ClockSource::Realtime,
+            clock_error_us: 20,
+        },
+        ToAgent::ClockEcho {
+            seq: 3,
+            t1: 10,
+            t2: 2_000,
+            t3: 2_050,
         },
         ToAgent::Heartbeat { seq: 2 },
         ToAgent::Trace { id: 1, ms: 2000 },

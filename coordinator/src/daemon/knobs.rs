@@ -125,17 +125,7 @@ impl Coordinator {
 
     pub(super) fn publish_status(&self) {
         let mut s = self.status.lock().unwrap();
-        s.nodes = self
-            .nodes
-            .values()
-            .map(|n| {
-                let rtt = n.min_rtt_us().map_or("-".to_string(), |r| r.to_string());
-                format!(
-                    "{} {} {} cpus={} rtt_us={rtt}\n",
-                    n.id.0, n.name, n.addr, n.nr_cpus
-                )
-            })
-            .collect();
+        s.nodes = self.nodes.values().map(|n| n.status_line()).collect();
         s.jobs = self.jobs.len();
         let stats = self.rotation.stats();
         s.switches = stats.switches;

@@ -1,6 +1,10 @@
 //! A node as gangd sees it: its connection, its CPUs, and its clock's
-//! offset from gangd's (for merged traces); the table it was last sent is
-//! the rotation's (switch/rotation.rs).
+//! offset from gangd's (for merged traces, from the heartbeats); the table
+//! it was last sent is the rotation's (switch/rotation.rs). Its own
+//! estimate of the cluster clock (FromAgent::ClockStatus, the agent's
+//! ClusterClock fed by probes answered in net/) is kept as reported and
+//! shown in the `nodes` status file (`Node::status_line`), nothing more:
+//! gangd takes no decision on it yet.
 //!
 //! The coordinator's side (`impl Coordinator`): a node joining (refused,
 //! welcomed, its live jobs adopted), its messages dispatched, its
@@ -18,7 +22,9 @@ use log::{info, warn};
 
 use crate::matrix::{self, Cluster};
 use crate::switch::barrier::Outbox;
-use gang_wire::proto::{ExitStatus, FromAgent, NodeId, ToAgent, ToClient};
+use gang_wire::proto::{
+    ClockReport, ClockSource, ClockState, ExitStatus, FromAgent, NodeId, ToAgent, ToClient,
+};
 
 use super::jobs::Ending;
 use super::net::{self, ConnId, Link};
@@ -45,6 +51,8 @@ pub struct Node {
     /// (round trip, offset) of recent answers.
     samples: VecDeque<(u64, i64)>,
     next_port: u16,
+    /// The node's last report of its cluster clock.
+    pub clock: Option<ClockReport>,
 }
 
 impl Node {
@@ -69,6 +77,7 @@ impl Node {
             sent: VecDeque::new(),
             samples: VecDeque::new(),
             next_port: RANK_PORTS.start,
+            clock: None,
         }
     }
 
@@ -114,6 +123,19 @@ impl Node {
         self.samples.iter().map(|(rtt, _)| rtt / 1000).min()
     }
 
+    /// The node's line in the `nodes` status file.
+    pub fn status_line(&self) -> String {
+        let rtt = self.min_rtt_us().map_or("-".to_string(), |r| r.to_string());
+        format!(
+            "{} {} {} cpus={} rtt_us={rtt} {}\n",
+            self.id.0,
+            self.name,
+            self.addr,
+            self.nr_cpus,
+            clock_columns(self.clock.as_ref())
+        )
+    }
+
     pub fn next_port(&mut self) -> u16 {
         let p = self.next_port;
         self.next_port = if p + 1 >= RANK_PORTS.end {
@@ -123,6 +145,28 @@ impl Node {
         };
         p
     }
+}
+
+/// The cluster clock columns of a node's status line: its source, state,
+/// offset (cluster − node, ns) and error bound (ns), "-" before the first
+/// report.
+fn clock_columns(report: Option<&ClockReport>) -> String {
+    let Some(r) = report else {
+        return "clock=- clock_state=- clock_offset_ns=- clock_bound_ns=-".into();
+    };
+    let source = match r.source {
+        ClockSource::Gangd => "gangd",
+        ClockSource::Realtime => "realtime",
+    };
+    let state = match r.state {
+        ClockState::Unsynchronised => "unsynchronised",
+        ClockState::Good => "good",
+        ClockState::Stepped => "stepped",
+    };
+    format!(
+        "clock={source} clock_state={state} clock_offset_ns={} clock_bound_ns={}",
+        r.offset_ns, r.error_bound_ns
+    )
 }
 
 impl Coordinator {
@@ -283,6 +327,9 @@ impl Coordinator {
         let name = n.name.clone();
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
+            FromAgent::ClockStatus { report } => n.clock = Some(report),
+            // Answered by the connection's threads (net/), never posted.
+            FromAgent::ClockProbe { .. } => {}
             FromAgent::Frozen { .. }
             | FromAgent::Running { .. }
             | FromAgent::Yielded { .. }
@@ -339,5 +386,55 @@ impl Coordinator {
                 node.link.send(&msg);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> Node {
+        Node::new(
+            NodeId(3),
+            "n3".into(),
+            Link::new(std::io::sink(), std::sync::Arc::new(|| {}), "test".into()),
+            IpAddr::from([10, 0, 0, 3]),
+            8,
+            vec![0],
+        )
+    }
+
+    #[test]
+    fn the_status_line_shows_the_nodes_last_clock_report() {
+        let mut n = node();
+        assert_eq!(
+            n.status_line(),
+            "3 n3 10.0.0.3 cpus=8 rtt_us=- clock=- clock_state=- clock_offset_ns=- clock_bound_ns=-\n"
+        );
+        n.clock = Some(ClockReport {
+            source: ClockSource::Gangd,
+            state: ClockState::Good,
+            offset_ns: -1_234_567,
+            rate_ppb: 20_000,
+            error_bound_ns: 85_000,
+            samples: 16,
+            steps: 0,
+        });
+        assert_eq!(
+            n.status_line(),
+            "3 n3 10.0.0.3 cpus=8 rtt_us=- clock=gangd clock_state=good clock_offset_ns=-1234567 clock_bound_ns=85000\n"
+        );
+        n.clock = Some(ClockReport {
+            source: ClockSource::Realtime,
+            state: ClockState::Stepped,
+            offset_ns: 0,
+            rate_ppb: 0,
+            error_bound_ns: 0,
+            samples: 0,
+            steps: 2,
+        });
+        assert!(n
+            .status_line()
+            .ends_with("clock=realtime clock_state=stepped clock_offset_ns=0 clock_bound_ns=0\n"));
     }
 }

@@ -140,6 +140,17 @@ pub enum FromAgent {
         #[serde(default)]
         drain: Option<FreezeReport>,
     },
+    /// A cluster clock exchange begins: `t1` is the node's CLOCK_MONOTONIC
+    /// (ns) just before it sent this. Answered by ClockEcho.
+    ClockProbe {
+        seq: u64,
+        t1: u64,
+    },
+    /// The node's cluster clock, after the fact (every few seconds).
+    ClockStatus {
+        #[serde(flatten)]
+        report: ClockReport,
+    },
 }
 
 /// One key a rank put, relayed by its node at a PMI barrier.
@@ -229,6 +240,13 @@ pub enum ToAgent {
         drain_timeout_ms: u32,
         barrier: Barrier,
         fill: bool,
+        /// Absent from an older gangd: gangd's clock.
+        #[serde(default)]
+        clock: ClockSource,
+        /// The error bound of `clock = realtime`, µs (ignored with gangd's
+        /// clock; 0 from an older gangd).
+        #[serde(default)]
+        clock_error_us: u32,
     },
     /// Liveness probe; the agent echoes seq.
     Heartbeat {
@@ -276,6 +294,15 @@ pub enum ToAgent {
     /// yielded): every later boundary of the plan moves with it.
     Amend {
         amend: Amend,
+    },
+    /// Answer to ClockProbe: its `seq` and `t1` back, with gangd's
+    /// CLOCK_MONOTONIC (ns) when its reader thread had read the probe
+    /// (`t2`) and when its writer thread was about to write this (`t3`).
+    ClockEcho {
+        seq: u64,
+        t1: u64,
+        t2: u64,
+        t3: u64,
     },
 }
 
@@ -404,6 +431,9 @@ impl Message for FromAgent {
         "pmi_puts",
         "plan_ack",
         "switched",
+        "yielded",
+        "clock_probe",
+        "clock_status",
     ];
 }
 
@@ -428,6 +458,7 @@ impl Message for ToAgent {
         "pmi_entries",
         "plan",
         "amend",
+        "clock_echo",
     ];
 }
 
@@ -519,5 +550,104 @@ mod tests {
         let json =
             r#"{"type":"rank_output","job":3,"rank":0,"stream":"stdout","data":"not base64!"}"#;
         assert!(serde_json::from_str::<FromAgent>(json).is_err());
+    }
+
+    fn clock_report() -> ClockReport {
+        ClockReport {
+            source: ClockSource::Gangd,
+            state: ClockState::Good,
+            offset_ns: -1_500,
+            rate_ppb: 12_000,
+            error_bound_ns: 80_000,
+            samples: 16,
+            steps: 1,
+        }
+    }
+
+    #[test]
+    fn clock_messages_have_a_stable_wire_form() {
+        let probe = FromAgent::ClockProbe { seq: 7, t1: 1000 };
+        assert_eq!(
+            serde_json::to_string(&probe).unwrap(),
+            r#"{"type":"clock_probe","seq":7,"t1":1000}"#
+        );
+        let echo = ToAgent::ClockEcho {
+            seq: 7,
+            t1: 1000,
+            t2: 5000,
+            t3: 5100,
+        };
+        assert_eq!(
+            serde_json::to_string(&echo).unwrap(),
+            r#"{"type":"clock_echo","seq":7,"t1":1000,"t2":5000,"t3":5100}"#
+        );
+        let status = FromAgent::ClockStatus {
+            report: clock_report(),
+        };
+        assert_eq!(
+            serde_json::to_string(&status).unwrap(),
+            r#"{"type":"clock_status","source":"gangd","state":"good","offset_ns":-1500,"rate_ppb":12000,"error_bound_ns":80000,"samples":16,"steps":1}"#
+        );
+        for m in [probe, status] {
+            let back: FromAgent =
+                serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn knobs_of_an_older_gangd_mean_gangds_clock() {
+        let old: ToAgent = serde_json::from_str(
+            r#"{"type":"knobs","slot_ms":100,"drain_timeout_ms":200,"barrier":"strict","fill":true}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            old,
+            ToAgent::Knobs {
+                slot_ms: 100,
+                drain_timeout_ms: 200,
+                barrier: Barrier::Strict,
+                fill: true,
+                clock: ClockSource::Gangd,
+                clock_error_us: 0,
+            }
+        );
+        let new: ToAgent = serde_json::from_str(
+            r#"{"type":"knobs","slot_ms":100,"drain_timeout_ms":200,"barrier":"off","fill":false,"clock":"realtime","clock_error_us":50}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            new,
+            ToAgent::Knobs {
+                clock: ClockSource::Realtime,
+                clock_error_us: 50,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn malformed_clock_messages_are_errors() {
+        for json in [
+            // Negative or fractional times, a missing field, a string.
+            r#"{"type":"clock_probe","seq":1,"t1":-5}"#,
+            r#"{"type":"clock_probe","seq":1,"t1":1.5}"#,
+            r#"{"type":"clock_probe","seq":1}"#,
+            r#"{"type":"clock_probe","seq":"1","t1":2}"#,
+            // An unknown state or source, an offset beyond i64.
+            r#"{"type":"clock_status","source":"gangd","state":"fine","offset_ns":0,"rate_ppb":0,"error_bound_ns":0,"samples":0,"steps":0}"#,
+            r#"{"type":"clock_status","source":"gps","state":"good","offset_ns":0,"rate_ppb":0,"error_bound_ns":0,"samples":0,"steps":0}"#,
+            r#"{"type":"clock_status","source":"gangd","state":"good","offset_ns":9223372036854775808,"rate_ppb":0,"error_bound_ns":0,"samples":0,"steps":0}"#,
+            r#"{"type":"clock_status","source":"gangd","state":"good"}"#,
+        ] {
+            assert!(serde_json::from_str::<FromAgent>(json).is_err(), "{json}");
+        }
+        for json in [
+            r#"{"type":"clock_echo","seq":1,"t1":1,"t2":2}"#,
+            r#"{"type":"clock_echo","seq":1,"t1":1,"t2":2,"t3":null}"#,
+            r#"{"type":"knobs","slot_ms":100,"drain_timeout_ms":200,"barrier":"off","fill":false,"clock":"sundial"}"#,
+        ] {
+            assert!(serde_json::from_str::<ToAgent>(json).is_err(), "{json}");
+        }
     }
 }

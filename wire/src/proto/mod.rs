@@ -22,6 +22,10 @@
 //!   Switch{g, to}  once all are Frozen
 //!                                    ←   Running{g, to}
 //!   Heartbeat{seq}                   →   ←   Heartbeat{seq}
+//! cluster clock (every 250 ms, answered by gangd's connection threads):
+//!                                    ←   ClockProbe{seq, t1}
+//!   ClockEcho{seq, t1, t2, t3}       →   (t2: gangd read it, t3: gangd wrote the echo)
+//!                                    ←   ClockStatus{...} (every few seconds, after the fact)
 //! ```
 //!
 //! The switch follows SCore-D's network preemption: a gang's traffic must
@@ -53,7 +57,7 @@ pub use frame::{
 };
 pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
 pub use types::{
-    parse_size, Barrier, Bytes, ExitStatus, FreezeReport, Gen, JobId, JobInfo, JobLimits, JobState,
-    LiveJob, NodeId, Placement, RankFailure, Stream, SwitchOutcome, MAX_OUTPUT_CHUNK,
-    NODE_MAX_GANGS,
+    parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport,
+    Gen, JobId, JobInfo, JobLimits, JobState, LiveJob, NodeId, Placement, RankFailure, Stream,
+    SwitchOutcome, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
 };

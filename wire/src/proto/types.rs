@@ -236,6 +236,50 @@ pub enum Barrier {
     Off,
 }
 
+/// Where a node's cluster clock comes from (gangd's `clock` knob).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockSource {
+    /// gangd's CLOCK_MONOTONIC, estimated by the agent from ClockProbe /
+    /// ClockEcho exchanges (crate::cluster_clock).
+    #[default]
+    Gangd,
+    /// The node's CLOCK_REALTIME, kept by PTP or chrony; its error bound
+    /// is the `clock_error_us` knob, not measured.
+    Realtime,
+}
+
+/// How good a node's cluster clock is, as it reports it (ClockReport).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockState {
+    /// Not enough exchanges yet (since the connection or the last step).
+    Unsynchronised,
+    Good,
+    /// A step (or drift past the model) was seen since the last report.
+    Stepped,
+}
+
+/// A node's estimate of the cluster clock, sent after the fact every few
+/// seconds (FromAgent::ClockStatus): for the `nodes` status file, never
+/// for a decision of gangd's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockReport {
+    pub source: ClockSource,
+    pub state: ClockState,
+    /// Cluster clock − the node's CLOCK_MONOTONIC, ns (0 if unsynchronised).
+    pub offset_ns: i64,
+    /// How much faster the cluster clock runs than the node's, ppb.
+    pub rate_ppb: i64,
+    /// The cluster clock is within ± this of the estimate, ns (0 if
+    /// unsynchronised).
+    pub error_bound_ns: u64,
+    /// Exchanges the estimate rests on.
+    pub samples: u32,
+    /// Steps seen since the connection began.
+    pub steps: u64,
+}
+
 /// Limits of one job on each node it runs on (its cgroup's pids.max and
 /// memory.max): asked for with `gang run --max-pids/--max-memory`, capped
 /// by gangd's maximum; None: the node's default.

@@ -7,6 +7,7 @@
 //! revocation list, and the node's Hello. The node's name is the one in
 //! its certificate. Only then does the coordinator hear of it; every
 //! refusal is a log line, and the TLS layer tells the peer why (an alert).
+//! A node's clock probes are answered from its reader thread (mod.rs).
 
 use std::io::{self, BufReader};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
@@ -21,6 +22,7 @@ use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
 use super::{next_conn, Hello, Link, NetEvent};
 use gang_wire::proto::tls::{self, rustls, ServerTls, Session, SessionReader, SessionWriter};
 use gang_wire::proto::{encode, read_frame, FrameDecoder, FromAgent, ToAgent};
+use gang_wire::time::monotonic_ns;
 
 /// Accepts agents on `listener`; every event goes through `post`.
 pub fn serve_agents(
@@ -109,6 +111,7 @@ fn agent_connection(
         "agent {} ({peer}) admitted: its certificate is the cluster's",
         hello.node
     );
+    let echo = link.clone();
     post(NetEvent::AgentJoined {
         conn,
         link,
@@ -125,6 +128,12 @@ fn agent_connection(
     );
     let why = loop {
         match read_frame::<FromAgent>(&mut reader) {
+            // t2 as soon as the probe is read; answered from here and the
+            // writer thread, never queued behind the main loop (mod.rs).
+            Ok(Some(FromAgent::ClockProbe { seq, t1 })) => {
+                let t2 = monotonic_ns();
+                echo.echo_clock(seq, t1, t2);
+            }
             Ok(Some(msg)) => post(NetEvent::Agent { conn, msg }),
             Ok(None) => break "connection closed".to_string(),
             Err(e) => break format!("{e}"),

@@ -11,6 +11,16 @@
 //!   uid, whole-handshake deadlines, backoff on accept errors).
 //!
 //! A malformed frame drops its connection, never the daemon.
+//!
+//! Clock probes (FromAgent::ClockProbe) never reach the coordinator: the
+//! agent's reader thread reads t2 as it decodes one and hands the echo to
+//! the writer thread (`Link::echo_clock`), which reads t3 just before it
+//! writes the frame. The echo therefore waits behind frames already queued
+//! for that node (a Schedule, output of nothing else: gangd sends agents
+//! only small messages) but never behind the main loop. t3 is read before
+//! the frame is encoded and written, t2 after it was read and decoded:
+//! both errors widen the exchange, which the node's estimate allows for
+//! (gang_wire::cluster_clock::Sample), never narrow it.
 
 mod agents;
 mod clients;
@@ -28,7 +38,8 @@ use std::thread;
 
 use log::warn;
 
-use gang_wire::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement};
+use gang_wire::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement, ToAgent};
+use gang_wire::time::monotonic_ns;
 
 /// A connection's number, unique for gangd's lifetime.
 pub type ConnId = u64;
@@ -37,11 +48,27 @@ pub type ConnId = u64;
 /// connection is closed rather than letting gangd's memory grow.
 const MAX_QUEUED: usize = 64 << 20;
 
+/// What a connection's writer thread writes.
+enum Out {
+    Frame(Vec<u8>),
+    /// A ClockEcho, encoded by the writer with t3 read just before.
+    ClockEcho {
+        seq: u64,
+        t1: u64,
+        t2: u64,
+    },
+}
+
+/// What a queued ClockEcho counts against MAX_QUEUED (its frame is
+/// smaller): a node flooding probes without reading fills its queue and
+/// is closed like any other peer that does not read.
+const ECHO_QUEUED: usize = 128;
+
 /// The sending half of a connection (the node agent has its own, also
 /// named Link: src/agent/link.rs).
 #[derive(Clone)]
 pub struct Link {
-    tx: Sender<Vec<u8>>,
+    tx: Sender<Out>,
     queued: Arc<AtomicUsize>,
     closer: Arc<dyn Fn() + Send + Sync>,
 }
@@ -52,15 +79,28 @@ impl Link {
         closer: Arc<dyn Fn() + Send + Sync>,
         name: String,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let (tx, rx) = mpsc::channel::<Out>();
         let queued = Arc::new(AtomicUsize::new(0));
         let q = queued.clone();
         let close = closer.clone();
         let _ = thread::Builder::new()
             .name(format!("{name}-tx"))
             .spawn(move || {
-                for frame in rx {
-                    q.fetch_sub(frame.len(), Ordering::Relaxed);
+                for out in rx {
+                    let frame = match out {
+                        Out::Frame(frame) => {
+                            q.fetch_sub(frame.len(), Ordering::Relaxed);
+                            frame
+                        }
+                        Out::ClockEcho { seq, t1, t2 } => {
+                            q.fetch_sub(ECHO_QUEUED, Ordering::Relaxed);
+                            let t3 = monotonic_ns();
+                            match encode(&ToAgent::ClockEcho { seq, t1, t2, t3 }) {
+                                Ok(f) => f,
+                                Err(_) => continue,
+                            }
+                        }
+                    };
                     if sink.write_all(&frame).is_err() {
                         break;
                     }
@@ -80,7 +120,17 @@ impl Link {
                 return false;
             }
         };
-        if self.queued.fetch_add(frame.len(), Ordering::Relaxed) + frame.len() > MAX_QUEUED {
+        self.queue(frame.len(), Out::Frame(frame))
+    }
+
+    /// Answers a node's ClockProbe `seq`, `t1` read by gangd at `t2`: the
+    /// writer thread stamps t3 (see the top of this file).
+    pub fn echo_clock(&self, seq: u64, t1: u64, t2: u64) -> bool {
+        self.queue(ECHO_QUEUED, Out::ClockEcho { seq, t1, t2 })
+    }
+
+    fn queue(&self, len: usize, out: Out) -> bool {
+        if self.queued.fetch_add(len, Ordering::Relaxed) + len > MAX_QUEUED {
             warn!(
                 "a peer is not reading: more than {} MiB queued, closing it",
                 MAX_QUEUED >> 20
@@ -88,7 +138,7 @@ impl Link {
             self.close();
             return false;
         }
-        self.tx.send(frame).is_ok()
+        self.tx.send(out).is_ok()
     }
 
     pub fn close(&self) {
