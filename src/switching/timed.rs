@@ -15,6 +15,7 @@
 //!   absolute BPF timer).
 //! - barrier = off: it arms the switch at B as soon as the previous one
 //!   fired (one switch is armed at a time in BPF).
+//!
 //! When the switch fired ([`Follower::fired`]) it hands out a [`Done`]:
 //! the report gangd gets after the fact (when, how late, how the drain
 //! went), and the park + drain time goes into the lead.
