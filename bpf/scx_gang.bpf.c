@@ -673,6 +673,11 @@ static int slot_timerfn(void *map, int *key, struct bpf_timer *timer)
 			do_switch(pending.slot, pending.gen, pending.cause, timed_fired_ns,
 				  pending.len);
 		} else {
+			if (pending.cause == SWITCH_TIMED) {
+				/* Armed after its instant: at once, late. */
+				timed_fired_ns = bpf_ktime_get_ns();
+				timed_fired_gen = pending.gen;
+			}
 			do_switch(pending.slot, pending.gen, pending.cause, pending.ts,
 				  pending.len);
 		}

@@ -87,6 +87,24 @@ pub enum Request {
     /// so the coordinator's slot numbers stay valid for `Switch`. A bad CPU
     /// list or a CPU given twice still refuses it.
     Column { slots: Vec<Vec<GangCpus>> },
+    /// Timed switching (docs/timed-switching.md): follow `plan`, whose
+    /// times are this node's CLOCK_MONOTONIC (the agent converted gangd's),
+    /// from `effective_ns` on: the main loop parks (strict: `lead` before
+    /// each boundary, waiting up to `drain_timeout_ms`) and arms each
+    /// switch itself (switching/timed.rs). Given again as the clock
+    /// estimate moves; a `Freeze` or a `Switch` from outside, or `Unplan`,
+    /// ends it (commands take over).
+    Plan {
+        plan: gang_wire::plan::Plan,
+        effective_ns: u64,
+        strict: bool,
+        drain_timeout_ms: u32,
+        /// This node's clock error bound, for the lead.
+        #[serde(default)]
+        clock_error_ns: u64,
+    },
+    /// Stop following a plan.
+    Unplan,
     /// Become autonomous: run the explicit schedule in force on the node's
     /// own timer (a switch to the next slot every slot_ms), e.g. while the
     /// coordinator is away, and thaw the gangs a freeze left parked. The

@@ -294,6 +294,7 @@ fn run(opts: Opts) -> Result<()> {
         switching::recover(&opts.gang_root);
     }
     let mut on_all_yielded = None;
+    let mut on_switched = None;
     let mut clock_line: Option<stats::ClockLine> = None;
     if let Some((coordinator, tls, node)) = cluster {
         let cluster_clock = Arc::new(agent::cluster_clock::SharedClusterClock::new());
@@ -301,7 +302,7 @@ fn run(opts: Opts) -> Result<()> {
         clock_line = Some(Arc::new(move || {
             agent::cluster_clock::describe(&shown.current(gang_wire::time::monotonic_ns()))
         }));
-        let (_agent, sink) = agent::start(
+        let (_agent, sink, switched) = agent::start(
             AgentConfig {
                 coordinator,
                 tls,
@@ -324,6 +325,7 @@ fn run(opts: Opts) -> Result<()> {
         )
         .context("starting the node agent")?;
         on_all_yielded = Some(sink);
+        on_switched = Some(switched);
     }
     let wake = inbox.clone();
     shared.on_change(move || {
@@ -339,6 +341,7 @@ fn run(opts: Opts) -> Result<()> {
             clock,
             inbox,
             on_all_yielded,
+            on_switched,
             cluster_clock: clock_line,
         };
         scheduler::run(&cfg, shared, &requests, &shutdown)

@@ -42,6 +42,7 @@ use scx_gang::gangs;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
 use scx_gang::switching::bpf::{BpfConfig, BpfScheduler, BpfSwitcher};
+use scx_gang::switching::follow::SwitchedSink;
 use scx_gang::switching::{mainloop, YieldSink};
 
 use crate::bpf_skel::*;
@@ -64,6 +65,8 @@ pub struct Config {
     /// Told (gang name, generation) when every rank of a gang here yielded
     /// its slot: the node agent tells gangd.
     pub on_all_yielded: Option<YieldSink>,
+    /// Told every timed switch (the node agent tells gangd: Switched).
+    pub on_switched: Option<SwitchedSink>,
 }
 
 /// Runs the BPF mode until `shutdown`: loads and attaches the scheduler,
@@ -88,7 +91,14 @@ pub fn run(
             shared_knobs: knobs.clone(),
         };
         let mut switcher = BpfSwitcher::new(sched, bpf_cfg, knob_values)?;
-        mainloop::run(&mut switcher, requests, shutdown, &knobs, generation)?;
+        mainloop::run(
+            &mut switcher,
+            requests,
+            shutdown,
+            &knobs,
+            generation,
+            cfg.on_switched.clone(),
+        )?;
         switcher.stop();
         let exit = switcher.scheduler().detach()?;
         // Thaws what the last freeze parked, and says so.
@@ -347,6 +357,11 @@ impl BpfScheduler for Scheduler<'_> {
     fn current(&self) -> (u32, u64) {
         let bss = self.skel.maps.bss_data.as_ref().unwrap();
         (bss.cur_slot, bss.cur_gen)
+    }
+
+    fn timed_fired(&self) -> (u64, u64) {
+        let bss = self.skel.maps.bss_data.as_ref().unwrap();
+        (bss.timed_fired_gen, bss.timed_fired_ns)
     }
 
     fn done_gen(&self, gang: GangId) -> u64 {

@@ -25,6 +25,7 @@ use gang_wire::time::monotonic_ns;
 use super::cluster_clock::SharedClusterClock;
 use super::link::Link;
 use super::mainloop::{self, MainLoop};
+use super::plans::Plans;
 use super::ranks::{RankSpec, Ranks};
 use super::trace::Tracer;
 
@@ -60,6 +61,8 @@ pub struct Handler {
     tracer: Tracer,
     job_worker: Sender<Job>,
     cluster_clock: Arc<SharedClusterClock>,
+    /// gangd's plan, followed by the main loop (timed switching).
+    plans: Arc<Plans>,
 }
 
 /// Logs a failure and tells gangd, naming the node.
@@ -89,6 +92,7 @@ impl Handler {
         link: Arc<Link>,
         ranks: Ranks,
         cluster_clock: Arc<SharedClusterClock>,
+        plans: Arc<Plans>,
     ) -> std::io::Result<Self> {
         let freeze_waiter = worker("agent-freeze")?;
         let job_worker = worker("agent-jobs")?;
@@ -107,6 +111,7 @@ impl Handler {
             tracer: Tracer::default(),
             job_worker,
             cluster_clock,
+            plans,
         })
     }
 
@@ -127,8 +132,14 @@ impl Handler {
                 from_slot,
                 to_slot,
                 drain_timeout_ms,
-            } => self.freeze(gen, from_slot, to_slot, drain_timeout_ms),
-            ToAgent::Switch { gen, slot, slot_ms } => self.switch(gen, slot, slot_ms),
+            } => {
+                self.plans.forget();
+                self.freeze(gen, from_slot, to_slot, drain_timeout_ms)
+            }
+            ToAgent::Switch { gen, slot, slot_ms } => {
+                self.plans.forget();
+                self.switch(gen, slot, slot_ms)
+            }
             ToAgent::Schedule { slots } => self.install(slots),
             ToAgent::Knobs {
                 slot_ms,
@@ -197,8 +208,21 @@ impl Handler {
             }),
             ToAgent::SuspendJob { job } => self.job_action(move |ranks| ranks.suspend(job, true)),
             ToAgent::ResumeJob { job } => self.job_action(move |ranks| ranks.suspend(job, false)),
-            ToAgent::Plan { .. } | ToAgent::Amend { .. } => self
-                .error("timed switching (Plan, Amend) is not supported by this agent yet".into()),
+            ToAgent::Plan { plan, effective_ns } => {
+                let plan_id = plan.id;
+                match self.plans.offer(plan, effective_ns) {
+                    Ok(()) => {
+                        self.link.send(FromAgent::PlanAck { plan_id });
+                        self.autonomous = false;
+                    }
+                    Err(e) => self.error(e),
+                }
+            }
+            ToAgent::Amend { amend } => {
+                if let Err(e) = self.plans.amend(&amend) {
+                    self.error(e);
+                }
+            }
             ToAgent::Trace { id, ms } => {
                 self.tracer
                     .start(id, ms, &self.node, self.main.clone(), self.link.clone())
@@ -353,6 +377,8 @@ impl Handler {
             self.barrier = Some(barrier);
             self.drain_timeout_ms = drain_timeout_ms;
         }
+        self.plans
+            .knobs(barrier == Barrier::Strict, drain_timeout_ms);
         let node_slot_ms = slot_ms.clamp(*SLOT_MS_RANGE.start(), *SLOT_MS_RANGE.end());
         if node_slot_ms != slot_ms {
             warn!("gangd's slot_ms {slot_ms} is out of this node's range {SLOT_MS_RANGE:?}: {node_slot_ms} ms when rotating alone");
@@ -388,6 +414,10 @@ impl Handler {
     /// jobs keep running (and thaws what a freeze in flight left parked).
     pub fn on_lost(&mut self) {
         if !self.commanded || self.autonomous {
+            return;
+        }
+        if self.plans.following() {
+            info!("gangd is gone: this node goes on following its plan");
             return;
         }
         match self.main.call(Request::Autonomous, REQUEST_TIMEOUT) {

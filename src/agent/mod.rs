@@ -31,6 +31,7 @@ mod ends;
 mod handler;
 pub mod link;
 pub mod mainloop;
+pub mod plans;
 pub mod pmi;
 pub mod prepare;
 pub mod ranks;
@@ -59,6 +60,7 @@ use crate::control::Inbox;
 use crate::freezer::FreezeHolds;
 use crate::gangs;
 use crate::knobs::SharedKnobs;
+use crate::switching::follow::SwitchedSink;
 use crate::switching::YieldSink;
 
 use cluster_clock::SharedClusterClock;
@@ -105,12 +107,13 @@ pub struct AgentConfig {
 
 /// Starts the agent thread. `inbox` is the daemon's main loop's (what
 /// control::serve returns); the thread runs until `shutdown` is set. The
-/// sink tells gangd about yields (FromAgent::Yielded).
+/// sinks tell gangd about yields (FromAgent::Yielded) and timed switches
+/// (FromAgent::Switched).
 pub fn start(
     cfg: AgentConfig,
     inbox: Sender<Inbox>,
     shutdown: Arc<AtomicBool>,
-) -> io::Result<(JoinHandle<()>, YieldSink)> {
+) -> io::Result<(JoinHandle<()>, YieldSink, SwitchedSink)> {
     let link = Arc::new(Link::new());
     let ranks = Ranks::new(
         cfg.node.clone(),
@@ -125,14 +128,19 @@ pub fn start(
             ranks.adopt(found);
         }
     }
+    let main = MainLoop::new(inbox);
+    let plans = plans::Plans::new(cfg.cluster_clock.clone(), main.clone());
+    plans.spawn_refresher(shutdown.clone())?;
     let handler = Handler::new(
         cfg.node.clone(),
         cfg.knobs.clone(),
-        MainLoop::new(inbox),
+        main,
         link.clone(),
         ranks,
         cfg.cluster_clock.clone(),
+        plans,
     )?;
+    let switched = plans::switched_sink(cfg.cluster_clock.clone(), link.clone());
     cluster_clock::spawn_prober(cfg.cluster_clock.clone(), link.clone(), shutdown.clone())?;
     let yields = link.clone();
     let sink: YieldSink = Arc::new(move |gang: &str, gen: u64| {
@@ -151,7 +159,7 @@ pub fn start(
     let thread = thread::Builder::new()
         .name("agent".into())
         .spawn(move || agent.run(&shutdown))?;
-    Ok((thread, sink))
+    Ok((thread, sink, switched))
 }
 
 struct Agent {

@@ -6,7 +6,9 @@
 //! polling (BPF: trace events, finished traces, stats requests), a wait for
 //! the inbox bounded by the switcher's period, its timer and the next
 //! rescan; every message waiting; the knobs if they changed; the timer;
-//! every SCAN_PERIOD the rescan and the status files.
+//! every SCAN_PERIOD the rescan and the status files; the plan
+//! follower's turn (follow.rs: timed switching), whose next instant also
+//! bounds the wait.
 //!
 //! Known fault: the wait is polled (IDLE_PERIOD at most), so a BPF
 //! scheduler that exits is noticed up to one period late.
@@ -17,21 +19,26 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::follow::{Follow, SwitchedSink};
 use super::{handle, Switcher, SCAN_PERIOD};
-use crate::control::Inbox;
+use crate::control::{Inbox, Response};
 use crate::knobs::SharedKnobs;
+use gang_wire::time::monotonic_ns;
 
 /// Runs `sw` until `shutdown` is set or the switcher ended; `applied` is
-/// the generation of the knob values the switcher started with. An error
-/// (knobs the BPF scheduler refused) ends the loop.
+/// the generation of the knob values the switcher started with; timed
+/// switches are reported to `on_switched`. An error (knobs the BPF
+/// scheduler refused) ends the loop.
 pub fn run(
     sw: &mut dyn Switcher,
     inbox: &Receiver<Inbox>,
     shutdown: &AtomicBool,
     knobs: &SharedKnobs,
     mut applied: u64,
+    on_switched: Option<SwitchedSink>,
 ) -> Result<()> {
     let mut last_scan = Instant::now();
+    let mut follow = Follow::new(on_switched);
     while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
         sw.poll()?;
         let now = Instant::now();
@@ -41,11 +48,14 @@ pub fn run(
         if let Some(at) = sw.next_wake() {
             wait = wait.min(at.saturating_duration_since(now));
         }
+        if let Some(w) = follow.wait(monotonic_ns()) {
+            wait = wait.min(w);
+        }
         if let Ok(msg) = inbox.recv_timeout(wait) {
-            take(sw, msg, knobs);
+            take(sw, &mut follow, msg, knobs);
         }
         while let Ok(msg) = inbox.try_recv() {
-            take(sw, msg, knobs);
+            take(sw, &mut follow, msg, knobs);
         }
         // Knob writes only wake the loop; this applies them.
         if knobs.generation() != applied {
@@ -53,6 +63,7 @@ pub fn run(
             sw.knobs_changed(&knobs.snapshot())?;
         }
         sw.tick(Instant::now());
+        follow.turn(sw, monotonic_ns());
         if last_scan.elapsed() >= SCAN_PERIOD {
             last_scan = Instant::now();
             sw.rescan();
@@ -62,9 +73,17 @@ pub fn run(
     Ok(())
 }
 
-fn take(sw: &mut dyn Switcher, msg: Inbox, knobs: &SharedKnobs) {
+fn take(sw: &mut dyn Switcher, follow: &mut Follow, msg: Inbox, knobs: &SharedKnobs) {
     match msg {
-        Inbox::Request(p) => handle(sw, p.request, p.reply, knobs),
+        Inbox::Request(p) => match follow.take(&p.request) {
+            Some(result) => {
+                let _ = p.reply.send(match result {
+                    Ok(()) => Response::ok(),
+                    Err(e) => Response::error(format!("{e:#}")),
+                });
+            }
+            None => handle(sw, p.request, p.reply, knobs),
+        },
         // The loop applies knob changes.
         Inbox::KnobsChanged => {}
         Inbox::AllYielded { gang, gen } => sw.all_yielded(gang, gen),

@@ -54,6 +54,7 @@
 //! file there shows what gangd asked, not what runs.
 
 pub mod bpf;
+pub mod follow;
 pub mod lead;
 pub mod mainloop;
 pub mod none;
@@ -210,6 +211,11 @@ pub trait Switcher {
     fn next_wake(&self) -> Option<Instant> {
         None
     }
+    /// The last timed switch (Switch with at_ns) that fired: (generation,
+    /// CLOCK_MONOTONIC ns when it did). None if none did, or without BPF.
+    fn timed_fired(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// Periodic upkeep (new gangs, new processes), every SCAN_PERIOD.
     fn rescan(&mut self);
     fn status(&self) -> NodeStatus;
@@ -286,6 +292,10 @@ pub fn handle(
             at_ns,
         } => sw.switch(slot, gen, slot_ms, at_ns),
         Request::Autonomous => sw.autonomous(),
+        // Taken by the main loop (follow.rs) before they get here.
+        Request::Plan { .. } | Request::Unplan => {
+            Err(anyhow::anyhow!("plans are followed by the main loop only"))
+        }
         Request::Standalone => sw.standalone(),
     };
     knobs.set_status(sw.status());
@@ -349,7 +359,7 @@ pub fn run_without_bpf(
     );
     sw.rescan();
     cfg.knobs.set_status(sw.status());
-    mainloop::run(sw.as_mut(), inbox, shutdown, &cfg.knobs, applied)?;
+    mainloop::run(sw.as_mut(), inbox, shutdown, &cfg.knobs, applied, None)?;
     drop(sw);
     info!("scx_gang stopping: every process it stopped was continued");
     Ok(())

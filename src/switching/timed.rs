@@ -136,6 +136,23 @@ impl Follower {
         Ok(())
     }
 
+    /// A park is in progress (its drain answers `drained`).
+    pub fn parking(&self) -> bool {
+        matches!(self.step, Step::Parking { .. })
+    }
+
+    /// The action for `gen` could not be carried out (the switcher refused
+    /// it): on to the next boundary, without a report.
+    pub fn abandon(&mut self, gen: u64) {
+        match self.step {
+            Step::Parking { to, .. } | Step::Armed { to, .. } if to.gen.0 == gen => {
+                self.step = Step::Idle;
+                self.last_gen = Some(gen);
+            }
+            _ => {}
+        }
+    }
+
     /// Commands take over (switching = commanded, or gangd said so).
     pub fn clear(&mut self) {
         self.plan = None;

@@ -243,6 +243,30 @@ impl Plan {
             .collect()
     }
 
+    /// The same plan restated from its last boundary at or before `t` (the
+    /// plan itself before its epoch): same boundaries and generations from
+    /// there on, a recent epoch. A node converting a plan to its own clock
+    /// converts this epoch, so the rate error of the conversion applies to
+    /// the time since `t` only.
+    pub fn restated_from(&self, t: u64) -> Option<Plan> {
+        let since = t.checked_sub(self.epoch_ns);
+        let k = match since {
+            None => return Some(self.clone()),
+            Some(d) => d.checked_div(self.slot_ns())?,
+        };
+        let b = self.boundary(k)?;
+        let mut slots = self.slots.clone();
+        let shift = (k % slots.len() as u64) as usize;
+        slots.rotate_left(shift);
+        Some(Plan {
+            id: self.id,
+            epoch_ns: b.at_ns,
+            slot_ms: self.slot_ms,
+            slots,
+            first_gen: b.gen,
+        })
+    }
+
     /// The plan with `amend` applied: the slot of `amend.gen` ends at
     /// `amend.ends_at_ns`, and the rotation goes on from there with the
     /// next generation and its slot.

@@ -285,3 +285,29 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_plan_restated_from_later_has_the_same_boundaries() {
+    let p = Plan {
+        id: 4,
+        epoch_ns: 1_000,
+        slot_ms: 2,
+        slots: vec![
+            PlannedSlot { slot: 0 },
+            PlannedSlot { slot: 1 },
+            PlannedSlot { slot: 2 },
+        ],
+        first_gen: Gen(7),
+    };
+    assert_eq!(p.restated_from(500), Some(p.clone()), "before the epoch");
+    // t inside boundary 4 (at 1_000 + 4 × 2 ms).
+    let r = p.restated_from(1_000 + 9_000_000).unwrap();
+    assert_eq!(r.epoch_ns, 1_000 + 8_000_000);
+    assert_eq!(r.first_gen, Gen(11));
+    assert_eq!(r.id, 4);
+    assert_eq!(
+        r.boundaries(r.epoch_ns, 5),
+        p.boundaries(r.epoch_ns, 5),
+        "same slots, generations and instants"
+    );
+}

@@ -95,6 +95,8 @@ pub trait BpfScheduler {
     fn release_parked(&mut self, gang: GangId) -> Result<()>;
     /// The slot in force and its generation.
     fn current(&self) -> (u32, u64);
+    /// The last timed switch that fired: (generation, CLOCK_MONOTONIC ns).
+    fn timed_fired(&self) -> (u64, u64);
     /// The generation in which every rank of `gang` yielded last.
     fn done_gen(&self, gang: GangId) -> u64;
     /// Slot switches so far.
@@ -457,6 +459,11 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
             self.armed = None;
             self.thaw();
         }
+    }
+
+    fn timed_fired(&self) -> Option<(u64, u64)> {
+        let (gen, at) = self.bpf.timed_fired();
+        (at != 0).then_some((gen, at))
     }
 
     fn next_wake(&self) -> Option<Instant> {

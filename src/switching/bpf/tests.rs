@@ -26,6 +26,8 @@ struct FakeBpf {
     released: Vec<GangId>,
     /// A timed switch armed and not fired yet: (slot, gen).
     armed: Option<(u32, u64)>,
+    /// The last one that fired: (gen, ns).
+    fired: (u64, u64),
 }
 
 impl FakeBpf {
@@ -33,6 +35,7 @@ impl FakeBpf {
     fn fire_armed(&mut self) {
         if let Some(cur) = self.armed.take() {
             self.cur = cur;
+            self.fired = (cur.1, monotonic_ns());
         }
     }
 }
@@ -84,6 +87,9 @@ impl BpfScheduler for FakeBpf {
     fn release_parked(&mut self, gang: GangId) -> Result<()> {
         self.released.push(gang);
         Ok(())
+    }
+    fn timed_fired(&self) -> (u64, u64) {
+        self.fired
     }
     fn current(&self) -> (u32, u64) {
         self.cur

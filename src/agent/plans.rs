@@ -1,0 +1,223 @@
+//! The agent's side of timed switching (docs/timed-switching.md): gangd's
+//! plans, on the cluster clock, turned into the main loop's, on this
+//! node's clock, kept fresh; and the node's timed switches reported back.
+//!
+//! A plan (ToAgent::Plan) is kept as gangd sent it. What the main loop
+//! gets (Request::Plan) is the plan restated from its latest boundary
+//! (`Plan::restated_from`) with that epoch and the effective instant
+//! converted by the cluster clock (`to_local`). The conversion's rate
+//! error grows with the time since it was made, so a refresher thread
+//! converts again every `REFRESH`: the boundaries move by microseconds
+//! (the follower re-reads them). An Amend (voluntary yield) is applied to
+//! the kept plan and converted the same way. A Freeze or a Switch means
+//! gangd went back to commands: the plan is forgotten (the main loop ends
+//! its follower on its own). Without a synchronised clock a plan is
+//! refused (gangd counts the node late and offers it again).
+//!
+//! The sink (`switched_sink`) turns a follower's report into
+//! FromAgent::Switched: the switch instant on the cluster clock (this
+//! node's estimate), the lateness, the park and drain.
+//!
+//! Known faults: a node whose clock is not good enough is not switched by
+//! command instead (gangd does not know to do so yet): it refuses plans
+//! until its clock is synchronised.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use gang_wire::cluster_clock::Quality;
+use gang_wire::plan::{Amend, Plan};
+use gang_wire::proto::{FromAgent, Gen};
+use gang_wire::time::monotonic_ns;
+use log::{info, warn};
+
+use super::cluster_clock::SharedClusterClock;
+use super::link::Link;
+use super::mainloop::MainLoop;
+use crate::control::Request;
+use crate::switching::follow::SwitchedSink;
+
+/// How often a kept plan is converted again.
+pub const REFRESH: Duration = Duration::from_secs(1);
+/// How long the main loop may take to accept a plan.
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Held {
+    plan: Plan,
+    effective_ns: u64,
+}
+
+struct State {
+    held: Option<Held>,
+    strict: bool,
+    drain_timeout_ms: u32,
+}
+
+pub struct Plans {
+    state: Mutex<State>,
+    clock: Arc<SharedClusterClock>,
+    main: MainLoop,
+}
+
+impl Plans {
+    pub fn new(clock: Arc<SharedClusterClock>, main: MainLoop) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                held: None,
+                strict: true,
+                drain_timeout_ms: 200,
+            }),
+            clock,
+            main,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// gangd's plan: followed from `effective_ns` (cluster clock) on.
+    pub fn offer(&self, plan: Plan, effective_ns: u64) -> Result<(), String> {
+        plan.validate()
+            .map_err(|e| format!("plan {}: {e}", plan.id))?;
+        self.install(Held { plan, effective_ns })
+    }
+
+    /// gangd ends a slot early: the kept plan amended.
+    pub fn amend(&self, amend: &Amend) -> Result<(), String> {
+        let held = self.lock().held.clone().ok_or_else(|| {
+            format!(
+                "amend of plan {} but no plan is followed here",
+                amend.plan_id
+            )
+        })?;
+        let plan = held
+            .plan
+            .amended(amend)
+            .map_err(|e| format!("amend of plan {}: {e}", amend.plan_id))?;
+        self.install(Held {
+            plan,
+            effective_ns: held.effective_ns,
+        })
+    }
+
+    /// The barrier knobs from gangd; a kept plan is given again with them.
+    pub fn knobs(&self, strict: bool, drain_timeout_ms: u32) {
+        let held = {
+            let mut s = self.lock();
+            if s.strict == strict && s.drain_timeout_ms == drain_timeout_ms {
+                return;
+            }
+            s.strict = strict;
+            s.drain_timeout_ms = drain_timeout_ms;
+            s.held.clone()
+        };
+        if let Some(h) = held {
+            if let Err(e) = self.install(h) {
+                warn!("plan with the new knobs: {e}");
+            }
+        }
+    }
+
+    /// A plan of gangd's is followed.
+    pub fn following(&self) -> bool {
+        self.lock().held.is_some()
+    }
+
+    /// Commands took over: the plan is forgotten.
+    pub fn forget(&self) {
+        if self.lock().held.take().is_some() {
+            info!("switch commands from gangd: the plan is no longer followed");
+        }
+    }
+
+    /// Converts the kept plan again (the clock estimate moved).
+    pub fn refresh(&self) {
+        let Some(held) = self.lock().held.clone() else {
+            return;
+        };
+        if let Err(e) = self.install(held) {
+            warn!("refreshing the plan: {e}");
+        }
+    }
+
+    /// Converts `held` and hands it to the main loop; kept if accepted.
+    fn install(&self, held: Held) -> Result<(), String> {
+        let (strict, drain_timeout_ms) = {
+            let s = self.lock();
+            (s.strict, s.drain_timeout_ms)
+        };
+        let now = monotonic_ns();
+        let estimate = match self.clock.check(now, u64::MAX) {
+            Quality::Good(e) | Quality::TooCoarse(e) => e,
+            Quality::Unsynchronised => {
+                return Err(format!(
+                    "plan {}: this node's cluster clock is not synchronised yet",
+                    held.plan.id
+                ))
+            }
+        };
+        let restated = held
+            .plan
+            .restated_from(estimate.remote_ns)
+            .ok_or_else(|| format!("plan {}: past the end of time", held.plan.id))?;
+        let local = |cluster: u64| {
+            self.clock
+                .to_local(cluster)
+                .map(|(t, _)| t)
+                .ok_or_else(|| format!("plan {}: the cluster clock cannot convert", held.plan.id))
+        };
+        let plan = Plan {
+            epoch_ns: local(restated.epoch_ns)?,
+            ..restated
+        };
+        let request = Request::Plan {
+            plan,
+            effective_ns: local(held.effective_ns)?,
+            strict,
+            drain_timeout_ms,
+            clock_error_ns: estimate.error_bound_ns,
+        };
+        self.main.call(request, ACCEPT_TIMEOUT)?;
+        self.lock().held = Some(held);
+        Ok(())
+    }
+
+    /// Refreshes the kept plan every REFRESH until `shutdown`.
+    pub fn spawn_refresher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
+        let plans = self.clone();
+        thread::Builder::new()
+            .name("plan-refresh".into())
+            .spawn(move || {
+                while !shutdown.load(Ordering::Relaxed) {
+                    thread::sleep(REFRESH);
+                    plans.refresh();
+                }
+            })?;
+        Ok(())
+    }
+}
+
+/// What the main loop tells of each timed switch, sent to gangd.
+pub fn switched_sink(clock: Arc<SharedClusterClock>, link: Arc<Link>) -> SwitchedSink {
+    Arc::new(move |done, drain| {
+        if !link.is_connected() {
+            return;
+        }
+        let at_ns = match clock.check(done.at_ns, u64::MAX) {
+            Quality::Good(e) | Quality::TooCoarse(e) => e.remote_ns,
+            Quality::Unsynchronised => return,
+        };
+        link.send(FromAgent::Switched {
+            gen: Gen(done.gen),
+            slot: done.slot,
+            at_ns,
+            late_us: done.late_ns / 1_000,
+            outcome: done.outcome,
+            drain: drain.map(|r| r.summary(r.drain_us)),
+        });
+    })
+}
