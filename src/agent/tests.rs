@@ -460,6 +460,89 @@ fn the_cluster_clock_converges_on_gangds_within_its_stated_bound_and_is_reported
     assert_eq!(agent.cluster_clock.dropped(), 0);
 }
 
+/// gangd's plan: refused while the clock is unsynchronised; once it is,
+/// converted to this node's clock for the main loop and acked; a command
+/// (Switch) forgets it.
+#[test]
+fn a_plan_is_followed_on_this_nodes_clock_until_a_command_comes() {
+    use gang_wire::plan::{Plan, PlannedSlot};
+    let ca = TestCa::new("plan1");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("plan-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let plan = |epoch_ns| Plan {
+        id: 7,
+        epoch_ns,
+        slot_ms: 100,
+        slots: vec![PlannedSlot { slot: 0 }, PlannedSlot { slot: 1 }],
+        first_gen: Gen(40),
+    };
+    // Before any probe was answered: no clock, no plan.
+    let cluster_soon = monotonic_ns() + GANGD_AHEAD_NS + 2_000_000_000;
+    conn.send(ToAgent::Plan {
+        plan: plan(cluster_soon),
+        effective_ns: cluster_soon,
+    });
+    loop {
+        match conn.recv_any() {
+            FromAgent::Error { message } => {
+                assert!(message.contains("not synchronised"), "{message}");
+                break;
+            }
+            FromAgent::ClockProbe { .. } | FromAgent::ClockStatus { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let report = conn.echo_until_report(GANGD_AHEAD_NS);
+    assert_eq!(report.state, ClockState::Good, "{report:?}");
+    let cluster_soon = monotonic_ns() + GANGD_AHEAD_NS + 2_000_000_000;
+    conn.send(ToAgent::Plan {
+        plan: plan(cluster_soon),
+        effective_ns: cluster_soon,
+    });
+    assert_eq!(conn.recv(), FromAgent::PlanAck { plan_id: 7 });
+    let local_soon = cluster_soon - GANGD_AHEAD_NS;
+    match next_request(&agent.seen) {
+        Request::Plan {
+            plan: p,
+            effective_ns,
+            strict,
+            clock_error_ns,
+            ..
+        } => {
+            let slack = clock_error_ns + 1_000_000;
+            assert!(p.epoch_ns.abs_diff(local_soon) <= slack, "{p:?}");
+            assert!(effective_ns.abs_diff(local_soon) <= slack);
+            assert_eq!((p.id, p.first_gen, p.slot_ms), (7, Gen(40), 100));
+            assert!(strict, "gangd's barrier is strict until it says");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Refreshed every second: the same plan again.
+    assert!(matches!(next_request(&agent.seen), Request::Plan { .. }));
+    conn.send(ToAgent::Switch {
+        gen: Gen(39),
+        slot: 1,
+        slot_ms: 100,
+    });
+    loop {
+        match next_request(&agent.seen) {
+            Request::Plan { .. } => continue,
+            Request::Switch { gen, .. } => {
+                assert_eq!(gen, 39);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Forgotten: no refresh any more.
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(agent
+        .seen
+        .try_iter()
+        .all(|r| !matches!(r, Request::Plan { .. })));
+}
+
 #[test]
 fn a_new_connection_is_a_new_gangd_clock_estimated_from_scratch() {
     let ca = TestCa::new("clock4");
