@@ -163,6 +163,10 @@ impl Follow {
                     self.drain = None;
                 }
             }
+            Action::Lost { gen } => {
+                warn!("timed switch {gen} was armed but never fired (replaced by an immediate switch?): given up");
+                self.drain = None;
+            }
         }
     }
 

@@ -55,7 +55,14 @@ pub enum Action {
         slot_ms: u32,
         at_ns: u64,
     },
+    /// The switch to `gen` was armed but never fired within ARM_LOST of
+    /// its instant (an immediate switch, e.g. a new table, replaced it in
+    /// BPF): given up, on to the next boundary. Nothing to do but log.
+    Lost { gen: u64 },
 }
+
+/// How long after its instant an armed switch that did not fire is given up.
+pub const ARM_LOST_NS: u64 = 1_000_000_000;
 
 /// A timed switch that happened, for gangd (FromAgent::Switched).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,8 +211,10 @@ impl Follower {
                     (to, false) => Some(self.act_at(plan, &to).max(now)),
                 }
             }
-            // The drain answers, or the timer fires.
-            Step::Parking { .. } | Step::Armed { .. } => None,
+            // The drain answers.
+            Step::Parking { .. } => None,
+            // The timer fires (the switcher wakes the loop), or it is lost.
+            Step::Armed { to, .. } => Some(to.at_ns.saturating_add(ARM_LOST_NS)),
         }
     }
 
@@ -221,6 +230,13 @@ impl Follower {
 
     /// The time passed: the next action, if one is due.
     pub fn tick(&mut self, now: u64) -> Option<Action> {
+        if let Step::Armed { to, .. } = self.step {
+            if now > to.at_ns.saturating_add(ARM_LOST_NS) {
+                self.step = Step::Idle;
+                self.last_gen = Some(to.gen.0);
+                return Some(Action::Lost { gen: to.gen.0 });
+            }
+        }
         if self.step != Step::Idle {
             return None;
         }
@@ -479,6 +495,24 @@ mod tests {
         f.clear();
         assert_eq!(f.tick(1150 * MS), None, "commands took over");
         assert!(!f.following());
+    }
+
+    #[test]
+    fn an_armed_switch_that_never_fires_is_given_up_after_a_second() {
+        let mut f = follower(false);
+        assert!(matches!(
+            f.tick(950 * MS),
+            Some(Action::Arm { gen: 10, .. })
+        ));
+        assert_eq!(f.next_wake(960 * MS), Some(2000 * MS));
+        assert_eq!(f.tick(1999 * MS), None);
+        assert_eq!(f.tick(2001 * MS), Some(Action::Lost { gen: 10 }));
+        assert_eq!(f.fired(10, 2001 * MS), None, "too late to report");
+        // On with the slot in force at 2001 ms (gen 20), at once.
+        assert!(matches!(
+            f.tick(2001 * MS),
+            Some(Action::Arm { gen: 20, .. })
+        ));
     }
 
     #[test]
