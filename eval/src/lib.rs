@@ -43,6 +43,7 @@ pub const KNOWN_POLICIES: &[&str] = &[
     "gang-off",
     "gang-strict",
     "gang-yield",
+    "gang-timed",
 ];
 
 /// The baseline policy: every workload alone on the cluster.

@@ -13,8 +13,9 @@
 //!   is over ([`Follower::drained`]) it arms the switch at B, or at once if
 //!   B is past (a late switch) ([`Action::Arm`]: Switch with at_ns, an
 //!   absolute BPF timer).
-//! - barrier = off: it arms the switch at B as soon as the previous one
-//!   fired (one switch is armed at a time in BPF).
+//! - barrier = off, or a boundary into the slot already running (a slot
+//!   alone in the rotation: nothing leaves): it arms the switch at B half
+//!   a slot ahead, nothing parked (one switch is armed at a time in BPF).
 //!
 //! When the switch fired ([`Follower::fired`]) it hands out a [`Done`]:
 //! the report gangd gets after the fact (when, how late, how the drain
@@ -110,8 +111,9 @@ pub struct Follower {
     cfg: FollowConfig,
     lead: DrainLead,
     step: Step,
-    /// The generation last switched to by this follower.
+    /// The generation last switched to by this follower, and its slot.
     last_gen: Option<u64>,
+    last_slot: Option<u32>,
 }
 
 impl Follower {
@@ -123,6 +125,7 @@ impl Follower {
             lead: DrainLead::new(),
             step: Step::Idle,
             last_gen: None,
+            last_slot: None,
         }
     }
 
@@ -220,7 +223,7 @@ impl Follower {
 
     /// The local instant of the action for boundary `to`.
     fn act_at(&self, plan: &Plan, to: &SlotStart) -> u64 {
-        if self.cfg.strict {
+        if self.cfg.strict && self.last_slot != Some(to.slot) {
             to.at_ns.saturating_sub(self.lead_ns(plan))
         } else {
             // Arm well ahead; only one switch is armed at a time anyway.
@@ -245,7 +248,9 @@ impl Follower {
         if !behind && now < self.act_at(plan, &to) {
             return None;
         }
-        if self.cfg.strict {
+        // Into the slot already running (a slot alone in the rotation):
+        // nothing leaves, nothing to park.
+        if self.cfg.strict && self.last_slot != Some(to.slot) {
             self.step = Step::Parking { to, parked_at: now };
             Some(Action::Park {
                 gen: to.gen.0,
@@ -302,6 +307,7 @@ impl Follower {
         }
         self.step = Step::Idle;
         self.last_gen = Some(gen);
+        self.last_slot = Some(to.slot);
         let late_ns = at_ns.saturating_sub(to.at_ns);
         let outcome = match drain {
             Some((park_drain_ns, end)) => {
@@ -513,6 +519,37 @@ mod tests {
             f.tick(2001 * MS),
             Some(Action::Arm { gen: 20, .. })
         ));
+    }
+
+    #[test]
+    fn a_slot_alone_in_the_rotation_is_never_parked() {
+        let mut f = Follower::new(cfg(true));
+        let mut alone = plan();
+        alone.slots = vec![PlannedSlot { slot: 3 }];
+        f.set_plan(alone, 1000 * MS).unwrap();
+        // The first switch into it parks whatever ran before.
+        assert!(matches!(
+            f.tick(995 * MS),
+            Some(Action::Park { gen: 10, .. })
+        ));
+        f.drained(10, false, 996 * MS).unwrap();
+        f.fired(10, 1000 * MS).unwrap();
+        // Then every boundary re-arms the same slot, half a slot ahead,
+        // without parking the job that keeps running.
+        assert_eq!(f.next_wake(1001 * MS), Some(1050 * MS));
+        assert_eq!(
+            f.tick(1050 * MS),
+            Some(Action::Arm {
+                slot: 3,
+                gen: 11,
+                slot_ms: 100,
+                at_ns: 1100 * MS
+            })
+        );
+        assert_eq!(
+            f.fired(11, 1100 * MS).unwrap().outcome,
+            SwitchOutcome::OnTime
+        );
     }
 
     #[test]

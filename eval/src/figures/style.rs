@@ -21,6 +21,7 @@ const KNOWN_COLOURS: &[(&str, &str)] = &[
     ("#F0E442", "#8F8500"), // gang-off: yellow
     ("#0072B2", "#0072B2"), // gang-strict: blue
     ("#009E73", "#007A59"), // gang-yield: bluish green
+    ("#882255", "#882255"), // gang-timed: wine (Tol)
 ];
 
 /// For other names, in order of appearance (Paul Tol's muted scheme).
@@ -45,11 +46,12 @@ pub enum Marker {
     Cross,
     Star,
     Hexagon,
+    Pentagon,
 }
 
 /// Markers of the known policies, in the order of [`KNOWN_POLICIES`]: all
 /// different, so a policy is told by its shape too.
-const KNOWN_MARKERS: [Marker; 8] = [
+const KNOWN_MARKERS: [Marker; 9] = [
     Marker::Hexagon,      // dedicated
     Marker::Square,       // eevdf
     Marker::Triangle,     // bpfland
@@ -58,6 +60,7 @@ const KNOWN_MARKERS: [Marker; 8] = [
     Marker::Cross,        // gang-off
     Marker::Circle,       // gang-strict
     Marker::Star,         // gang-yield
+    Marker::Pentagon,     // gang-timed
 ];
 
 /// Markers of other names, in order of appearance.
@@ -147,6 +150,15 @@ pub fn marker(style: &Style, x: f64, y: f64, r: f64) -> String {
                     let ang = std::f64::consts::PI * (i as f64 / 5.0 - 0.5);
                     let rr = if i % 2 == 0 { r * 1.45 } else { r * 0.6 };
                     (x + rr * ang.cos(), y + rr * ang.sin())
+                })
+                .collect();
+            poly(&pts)
+        }
+        Marker::Pentagon => {
+            let pts: Vec<(f64, f64)> = (0..5)
+                .map(|i| {
+                    let ang = std::f64::consts::PI * (i as f64 * 0.4 - 0.5);
+                    (x + r * 1.15 * ang.cos(), y + r * 1.15 * ang.sin())
                 })
                 .collect();
             poly(&pts)

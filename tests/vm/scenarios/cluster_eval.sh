@@ -17,6 +17,9 @@
 #   gang-off     scx_gang, barrier off
 #   gang-strict  scx_gang, barrier strict (network drain before each switch)
 #   gang-yield   gang-strict, ranks call yield_point() every iteration
+#   gang-timed   gang-strict with timed switching (gangd --switching timed):
+#                plans sent ahead, every node switches on its own clock,
+#                parking in the slot's tail (docs/timed-switching.md)
 #
 # Cells: for every workload and MPL M, M identical jobs submitted at once
 # (same arrival), EVAL_REPS times. A short job arriving behind long ones:
@@ -83,12 +86,14 @@ switching() {
 	case $1 in
 	dedicated | eevdf | bpfland | spinblock) echo none ;;
 	signal) echo signal ;;
-	gang-off | gang-strict | gang-yield) echo bpf ;;
+	gang-off | gang-strict | gang-yield | gang-timed) echo bpf ;;
 	*) fail "unknown policy $1" ;;
 	esac
 }
 # barrier POLICY: gangd's --barrier for it.
-barrier() { case $1 in gang-strict | gang-yield) echo strict ;; *) echo off ;; esac; }
+barrier() { case $1 in gang-strict | gang-yield | gang-timed) echo strict ;; *) echo off ;; esac; }
+# gangd_switching POLICY: gangd's --switching for it.
+gangd_switching() { case $1 in gang-timed) echo timed ;; *) echo commanded ;; esac; }
 
 BPFLAND_PID= SCX_PID=
 # stop_local: this compute node's daemons of the last phase, by PID.
@@ -183,8 +188,8 @@ head_phase() {
 	board_put phase "$k"
 	# A fresh cluster per phase: its own state (job ids, known nodes).
 	phase_gangd "$k" "$(barrier "$p")" --slot-ms "$SLOT_MS" --mpl-max 4 \
-		--state-dir "/run/gangd-state.$k"
-	say "phase $k: $p (agents --switching $(switching "$p"), barrier $(barrier "$p")) ready"
+		--switching "$(gangd_switching "$p")" --state-dir "/run/gangd-state.$k"
+	say "phase $k: $p (agents --switching $(switching "$p"), barrier $(barrier "$p"), gangd switching $(gangd_switching "$p")) ready"
 }
 
 # run_job NAME WORKLOAD POLICY: submits one job (as alice) in the background;
