@@ -58,6 +58,7 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
         "gang-off",
         "gang-strict",
         "gang-yield",
+        "gang-timed",
     ];
     let workloads = ["rt", "allreduce", "alltoall", "ep"];
     for p in policies {
