@@ -129,6 +129,10 @@ copy_lib_dir() {
     return 0
 }
 copy_bin "$FUSERMOUNT"
+# iproute2's ip over busybox's: the init sets quickack on the cluster route,
+# which busybox's ip cannot (docs/timed-switching.md, "Delayed ACKs").
+IPROUTE=$(command -v ip) || die "iproute2's ip is missing (scripts/setup.sh installs it)"
+copy_bin "$IPROUTE"
 for b in "${BINS[@]}"; do
     step "adding $b"
     copy_bin "$b"

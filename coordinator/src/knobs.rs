@@ -26,6 +26,9 @@ pub struct ClusterKnobs {
     pub clock: ClockSource,
     /// With `clock = realtime`: the error bound the nodes state, µs.
     pub clock_error_us: u32,
+    /// Timed switching: a node whose clock error bound is over this (or
+    /// whose clock is not synchronised) is switched by command, µs.
+    pub max_clock_error_us: u32,
 }
 
 /// How the cluster switches slots (docs/timed-switching.md).
@@ -53,11 +56,14 @@ impl Default for ClusterKnobs {
             // chrony against a LAN server: tens of µs; a conservative
             // default until the operator says what their PTP achieves.
             clock_error_us: 1000,
+            // A tenth of the default slot: past it the nodes' switch
+            // instants differ by more than the drain they wait for.
+            max_clock_error_us: 10_000,
         }
     }
 }
 
-pub const WRITABLE: [&str; 9] = [
+pub const WRITABLE: [&str; 10] = [
     "slot_ms",
     "mpl_max",
     "policy",
@@ -67,8 +73,9 @@ pub const WRITABLE: [&str; 9] = [
     "switching",
     "clock",
     "clock_error_us",
+    "max_clock_error_us",
 ];
-pub const READ_ONLY: [&str; 9] = [
+pub const READ_ONLY: [&str; 10] = [
     "nodes",
     "jobs",
     "switches",
@@ -77,6 +84,7 @@ pub const READ_ONLY: [&str; 9] = [
     "missed_switches",
     "late_switches",
     "late_plans",
+    "commanded_switches",
     "last_switch",
 ];
 
@@ -159,6 +167,9 @@ impl ClusterKnobs {
             "clock_error_us" => {
                 self.clock_error_us = number(value, 1, 1_000_000, "clock_error_us")?
             }
+            "max_clock_error_us" => {
+                self.max_clock_error_us = number(value, 1, 1_000_000, "max_clock_error_us")?
+            }
             _ if READ_ONLY.contains(&name) => return Err(KnobError::ReadOnly),
             _ => return Err(KnobError::NotFound),
         }
@@ -185,6 +196,7 @@ impl ClusterKnobs {
                 ClockSource::Realtime => "realtime".into(),
             },
             "clock_error_us" => self.clock_error_us.to_string(),
+            "max_clock_error_us" => self.max_clock_error_us.to_string(),
             _ => return None,
         })
     }
@@ -234,6 +246,9 @@ mod tests {
             ("clock_error_us", "0"),
             ("clock_error_us", "1000001"),
             ("clock_error_us", "-5"),
+            ("max_clock_error_us", "0"),
+            ("max_clock_error_us", "1000001"),
+            ("max_clock_error_us", "ten"),
         ] {
             assert!(
                 matches!(k.with(name, bad), Err(KnobError::Invalid(_))),
@@ -259,6 +274,7 @@ mod tests {
             ("clock", "realtime"),
             ("clock", "gangd"),
             ("clock_error_us", "250"),
+            ("max_clock_error_us", "4000"),
         ] {
             assert_eq!(k.with(name, v).unwrap().get(name).unwrap(), v);
         }

@@ -474,6 +474,11 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
 fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_switch() {
     let g = Gangd::start("timed", 3, &["--slot-ms", "50", "--switching", "timed"]);
     let agents = three_nodes(&g);
+    // Nodes 0 and 1 say their clock is good; node 2 is still
+    // synchronising: it is switched by command.
+    for (i, ag) in agents.iter().enumerate() {
+        ag.send(clock_status(i < 2));
+    }
     let mut fe = FrontEnd::connect(&g);
     let a = accepted(fe.submit("a", 3, &["/bin/true"]));
     let mut fe2 = FrontEnd::connect(&g);
@@ -484,13 +489,26 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
             _ => None,
         })
     };
-    for ag in &agents {
+    for ag in &agents[..2] {
         wait_until("a plan of both jobs", || plan_of(ag).is_some());
     }
     // Past the plan's epoch (one 50 ms slot and the margin) and a few
     // boundaries: the fake answered PlanAck, so nothing more is owed.
     thread::sleep(Duration::from_millis(400));
-    for ag in &agents {
+    let commanded = agents[2].got();
+    assert!(
+        plan_of(&agents[2]).is_none(),
+        "no plan for an unsynchronised clock"
+    );
+    let switches = commanded
+        .iter()
+        .filter(|m| matches!(m, ToAgent::Switch { .. }))
+        .count();
+    assert!(
+        switches >= 4,
+        "node 2 switched by command at each boundary: {switches}"
+    );
+    for ag in &agents[..2] {
         let got = ag.got();
         let plan = got
             .iter()
@@ -513,7 +531,7 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
     }
     // The nodes' reports of a generation make one timed line of the log.
     let plan = plan_of(&agents[0]).unwrap();
-    for (i, ag) in agents.iter().enumerate() {
+    for (i, ag) in agents[..2].iter().enumerate() {
         ag.send(FromAgent::Switched {
             gen: plan.first_gen,
             slot: plan.slots[0].slot,
@@ -526,16 +544,42 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
     wait_until("a timed switch record", || {
         g.switches().iter().any(|r| r["switching"] == "timed")
     });
-    let rec = g.switches().pop().unwrap();
-    assert_eq!(rec["gen"], plan.first_gen.0);
-    assert_eq!(rec["skew_us"], 0, "200 ns apart");
+    let rec = g
+        .switches()
+        .into_iter()
+        .find(|r| r["gen"] == plan.first_gen.0)
+        .unwrap();
     assert_eq!(rec["nodes"].as_object().unwrap().len(), 3);
+    assert_eq!(rec["nodes"]["2"]["outcome"], "commanded");
+    assert_eq!(rec["failed"].as_array().unwrap().len(), 0);
+    // Node 2's clock is good now: it gets the plan in force.
+    agents[2].send(clock_status(true));
+    wait_until("the plan for node 2", || plan_of(&agents[2]).is_some());
     for ag in &agents {
         ag.exit_all(a, ExitStatus::Exited(0));
         ag.exit_all(b, ExitStatus::Exited(0));
     }
     assert_eq!(fe.ended().0, 0);
     assert_eq!(fe2.ended().0, 0);
+}
+
+/// A node's clock report: good (within 500 µs) or still synchronising.
+fn clock_status(good: bool) -> FromAgent {
+    FromAgent::ClockStatus {
+        report: ClockReport {
+            source: ClockSource::Gangd,
+            state: if good {
+                ClockState::Good
+            } else {
+                ClockState::Unsynchronised
+            },
+            offset_ns: 0,
+            rate_ppb: 0,
+            error_bound_ns: if good { 500_000 } else { 0 },
+            samples: if good { 8 } else { 0 },
+            steps: 0,
+        },
+    }
 }
 
 #[test]

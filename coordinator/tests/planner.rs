@@ -20,6 +20,7 @@ fn timing(rtt_ms: u64, err_ms: u64) -> LinkTiming {
     LinkTiming {
         rtt_ns: rtt_ms * MS,
         clock_error_ns: err_ms * MS,
+        synchronised: true,
     }
 }
 
@@ -33,6 +34,7 @@ fn running() -> Planner {
             LinkTiming {
                 rtt_ns: MS,
                 clock_error_ns: MS / 2,
+                synchronised: true,
             },
         );
     }

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use common::{answer_all, knobs, show, started, Cluster};
 use gang_coordinator::knobs::{ClusterKnobs, Switching};
+use gang_coordinator::switch::planner::LinkTiming;
 use gang_coordinator::switch::rotation::Rotation;
 use gang_coordinator::switch::switch_log::timed_json;
 use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome};
@@ -318,4 +319,98 @@ fn a_node_flooding_reports_cannot_grow_gangds_memory() {
     );
     assert_eq!(r.take_timed().len(), 1, "5000 made room by closing 937");
     assert_eq!(r.timed().unwrap().stats().stray_reports, 1);
+}
+
+fn clock(error_us: u64, synchronised: bool) -> LinkTiming {
+    LinkTiming {
+        rtt_ns: 0,
+        clock_error_ns: error_us * 1000,
+        synchronised,
+    }
+}
+
+#[test]
+fn a_node_whose_clock_does_not_fit_is_switched_by_command_at_every_boundary() {
+    // Node 1 has not synchronised yet: it gets no plan, and a Switch into
+    // the slot in force at each boundary of node 0's plan.
+    let mut c = two_jobs();
+    c.links.insert(NodeId(1), clock(0, false));
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    assert_eq!(
+        show(&r.tick(0, &timed(), &c)),
+        [
+            "0 Schedule 2 slots",
+            "1 Schedule 2 slots",
+            "0 Plan 0 [0, 1] g1 at 100ms from 100ms",
+        ]
+    );
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    assert!(r.tick(99 * MS, &timed(), &c).is_empty());
+    assert_eq!(show(&r.tick(100 * MS, &timed(), &c)), ["1 Switch g1 0"]);
+    assert!(
+        r.tick(150 * MS, &timed(), &c).is_empty(),
+        "once per generation"
+    );
+    assert_eq!(show(&r.tick(203 * MS, &timed(), &c)), ["1 Switch g2 1"]);
+
+    // Generation 1's record: node 0 reported, node 1 was commanded, 0 ms
+    // after the boundary.
+    r.on_agent(
+        NodeId(0),
+        &switched(1, 100_000_300, 0, SwitchOutcome::OnTime),
+        101 * MS,
+    );
+    let recs = r.take_timed();
+    assert_eq!(recs.len(), 1, "both nodes accounted for");
+    assert!(recs[0].missing.is_empty());
+    let line = timed_json(&recs[0]);
+    assert_eq!(line["nodes"]["1"]["outcome"], "commanded");
+    assert_eq!(line["nodes"]["1"]["late_us"], 0);
+    assert_eq!(r.stats().commanded_switches, 1);
+    assert_eq!(r.stats().missed, 0);
+    assert_eq!(
+        r.timed().expect("timed").commanded(),
+        BTreeSet::from([NodeId(1)])
+    );
+}
+
+#[test]
+fn a_rough_clock_moves_a_node_to_commands_and_a_good_one_back_to_the_plan() {
+    let mut c = two_jobs();
+    let mut r = planned(&c);
+    let knobs = ClusterKnobs {
+        max_clock_error_us: 4_000,
+        ..timed()
+    };
+    assert!(r.tick(120 * MS, &knobs, &c).is_empty());
+    // Node 1's bound grows past the knob: commanded from now, switched at
+    // once into the slot in force.
+    c.links.insert(NodeId(1), clock(4_001, true));
+    assert_eq!(show(&r.tick(130 * MS, &knobs, &c)), ["1 Switch g1 0"]);
+    assert_eq!(show(&r.tick(200 * MS, &knobs, &c)), ["1 Switch g2 1"]);
+    // Back under the knob but above 3/4 of it: still commanded (no flap).
+    c.links.insert(NodeId(1), clock(3_500, true));
+    assert_eq!(show(&r.tick(300 * MS, &knobs, &c)), ["1 Switch g3 0"]);
+    // Well under: the plan in force is offered again, no more commands.
+    c.links.insert(NodeId(1), clock(2_000, true));
+    assert_eq!(
+        show(&r.tick(310 * MS, &knobs, &c)),
+        ["1 Plan 0 [0, 1] g1 at 100ms from 310ms"]
+    );
+    assert!(r.tick(400 * MS, &knobs, &c).is_empty());
+    assert!(r.timed().expect("timed").commanded().is_empty());
+}
+
+#[test]
+fn a_stepped_clock_is_switched_by_command_until_it_is_good() {
+    let mut c = two_jobs();
+    let mut r = planned(&c);
+    c.links.insert(NodeId(0), clock(500, false));
+    assert_eq!(show(&r.tick(150 * MS, &timed(), &c)), ["0 Switch g1 0"]);
+    c.links.remove(&NodeId(0));
+    assert_eq!(
+        show(&r.tick(160 * MS, &timed(), &c)),
+        ["0 Plan 0 [0, 1] g1 at 100ms from 160ms"]
+    );
 }

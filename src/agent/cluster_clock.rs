@@ -3,7 +3,9 @@
 //! connection to gangd, behind a lock, with the bookkeeping of the
 //! exchanges that feed it. The prober thread (`spawn_prober`) sends a
 //! probe every 250 ms on the urgent side of the link and a report
-//! (ClockStatus) to gangd every 4 s, and logs the clock's line when its
+//! (ClockStatus) to gangd every 4 s and at once when its state changes
+//! (gangd switches a node by command until its clock is good), and logs
+//! the clock's line when its
 //! state changes and every minute; the agent's reader hands it every echo
 //! with its receipt time (`echo`); whoever needs the cluster time (the
 //! main loop, the future plan timers) asks `to_local` or `check`, and
@@ -301,7 +303,8 @@ pub fn describe(r: &ClockReport) -> String {
 }
 
 /// The prober thread: a probe every PROBE_EVERY and a report every
-/// REPORT_EVERY while gangd is connected; the clock's line in the log
+/// REPORT_EVERY (and at once when the clock's state changes) while gangd
+/// is connected; the clock's line in the log
 /// every LOG_EVERY and when its state changes. Runs until `shutdown`.
 pub fn spawn_prober(
     clock: Arc<SharedClusterClock>,
@@ -321,12 +324,15 @@ pub fn spawn_prober(
                 if let Some(probe) = clock.probe(monotonic_ns()) {
                     link.send(probe);
                 }
-                if reported.elapsed() < REPORT_EVERY {
+                // A change of state is reported at once: gangd switches a
+                // node by command until it hears that its clock is good.
+                let report = clock.report(monotonic_ns());
+                let changed = last_state != Some(report.state);
+                if !changed && reported.elapsed() < REPORT_EVERY {
                     continue;
                 }
                 reported = Instant::now();
-                let report = clock.report(monotonic_ns());
-                if last_state != Some(report.state) || logged.elapsed() >= LOG_EVERY {
+                if changed || logged.elapsed() >= LOG_EVERY {
                     info!("{}", describe(&report));
                     logged = Instant::now();
                     last_state = Some(report.state);

@@ -18,9 +18,12 @@
 //! FromAgent::Switched: the switch instant on the cluster clock (this
 //! node's estimate), the lateness, the park and drain.
 //!
-//! Known faults: a node whose clock is not good enough is not switched by
-//! command instead (gangd does not know to do so yet): it refuses plans
-//! until its clock is synchronised.
+//! A node whose clock is not good enough refuses plans until it is
+//! synchronised; gangd hears that from its ClockStatus and switches it by
+//! command meanwhile (coordinator switch/timed.rs, step 4).
+//!
+//! Known faults: a refresh in progress delays a command by up to one hand-
+//! over to the main loop (they are serialised, see `handing`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,6 +61,11 @@ struct State {
 
 pub struct Plans {
     state: Mutex<State>,
+    /// Held while a kept plan is read and handed to the main loop, and by
+    /// `forget`: a refresh that read the plan just before a command came
+    /// can then not hand it over after the command (the main loop would
+    /// follow the forgotten plan again).
+    handing: Mutex<()>,
     clock: Arc<SharedClusterClock>,
     main: MainLoop,
 }
@@ -70,6 +78,7 @@ impl Plans {
                 strict: true,
                 drain_timeout_ms: 200,
             }),
+            handing: Mutex::new(()),
             clock,
             main,
         })
@@ -127,8 +136,14 @@ impl Plans {
         self.lock().held.is_some()
     }
 
-    /// Commands took over: the plan is forgotten.
+    fn handing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.handing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Commands took over: the plan is forgotten (after any hand-over in
+    /// progress, so the command reaches the main loop after it).
     pub fn forget(&self) {
+        let _handing = self.handing();
         if self.lock().held.take().is_some() {
             info!("switch commands from gangd: the plan is no longer followed");
         }
@@ -136,6 +151,7 @@ impl Plans {
 
     /// Converts the kept plan again (the clock estimate moved).
     pub fn refresh(&self) {
+        let _handing = self.handing();
         let Some(held) = self.lock().held.clone() else {
             return;
         };

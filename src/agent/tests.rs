@@ -220,16 +220,22 @@ impl Conn {
     }
 
     /// Echoes every probe as gangd would if its clock were this machine's
-    /// + `ahead_ns`, until the agent reports its clock (every 4 s).
+    /// plus `ahead_ns`, until the agent reports its clock other than still
+    /// synchronising (at once when its state changes, else every 4 s).
     fn echo_until_report(&mut self, ahead_ns: u64) -> gang_wire::proto::ClockReport {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
         loop {
+            assert!(std::time::Instant::now() < deadline, "no clock report");
             match self.recv_any() {
                 FromAgent::ClockProbe { seq, t1 } => {
                     let t2 = monotonic_ns() + ahead_ns;
                     let t3 = monotonic_ns() + ahead_ns;
                     self.send(ToAgent::ClockEcho { seq, t1, t2, t3 });
                 }
-                FromAgent::ClockStatus { report } => return report,
+                FromAgent::ClockStatus { report } if report.state != ClockState::Unsynchronised => {
+                    return report
+                }
+                FromAgent::ClockStatus { .. } => {}
                 other => panic!("{other:?}"),
             }
         }
@@ -432,8 +438,11 @@ fn the_cluster_clock_converges_on_gangds_within_its_stated_bound_and_is_reported
     let gangd = Gangd::new(&ca);
     let agent = start_agent("clock-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
+    // Reported at once when good, then every 4 s.
+    let first = conn.echo_until_report(GANGD_AHEAD_NS);
+    assert_eq!(first.state, ClockState::Good, "{first:?}");
     let report = conn.echo_until_report(GANGD_AHEAD_NS);
-    // 4 s of probes: about 16 exchanges, far more than the 3 needed.
+    // 4 s more of probes: about 16 exchanges, far more than the 3 needed.
     assert_eq!(report.state, ClockState::Good, "{report:?}");
     assert_eq!((report.source, report.steps), (ClockSource::Gangd, 0));
     let error = report.offset_ns.abs_diff(GANGD_AHEAD_NS as i64);

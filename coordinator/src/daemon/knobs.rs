@@ -36,6 +36,9 @@ pub struct Status {
     pub late_switches: u64,
     /// Timed: nodes that had not acknowledged a plan by its boundary.
     pub late_plans: u64,
+    /// Timed: node switches made by command instead (the node's clock
+    /// was not good enough: max_clock_error_us).
+    pub commanded_switches: u64,
     /// The last switch's record, one JSON line.
     pub last_switch: String,
 }
@@ -80,6 +83,7 @@ impl KnobSet for KnobFiles {
             "missed_switches" => s.missed_switches.to_string(),
             "late_switches" => s.late_switches.to_string(),
             "late_plans" => s.late_plans.to_string(),
+            "commanded_switches" => s.commanded_switches.to_string(),
             "last_switch" => s.last_switch.clone(),
             _ => return Err(KnobError::NotFound),
         })
@@ -134,6 +138,7 @@ impl Coordinator {
         s.missed_switches = stats.missed;
         s.late_switches = stats.late_switches;
         s.late_plans = stats.late_plans;
+        s.commanded_switches = stats.commanded_switches;
         s.last_switch = self.switch_log.last().to_string();
     }
 }

@@ -5,9 +5,10 @@
 //! nodes' links, and the switches it finished go to the switch log and the
 //! status files. Under `switching = timed` the rotation plans instead
 //! (switch/timed.rs); the view gives it each node's link timing: the
-//! heartbeat's shortest RTT and the default clock error bound (1 ms,
-//! switch/timed.rs::DEFAULT_CLOCK_ERROR_NS) until nodes report their own
-//! (the clock exchange's ClockStatus will).
+//! heartbeat's shortest RTT and the clock as the node last reported it
+//! (ClockStatus: its state and error bound). A node that has not reported
+//! yet counts as unsynchronised, so it is switched by command until it
+//! says its clock is good.
 //!
 //! Only started jobs (every rank spawned) count: a slot whose jobs are all
 //! still preparing is not rotated to, and tables name started jobs only.
@@ -21,7 +22,7 @@ use crate::alloc::Allocator;
 use crate::switch::planner::LinkTiming;
 use crate::switch::rotation::{ClusterView, Table};
 use crate::switch::timed::DEFAULT_CLOCK_ERROR_NS;
-use gang_wire::proto::{JobId, NodeId, Placement};
+use gang_wire::proto::{ClockState, JobId, NodeId, Placement};
 
 use super::jobs::{Job, Phase};
 use super::nodes::Node;
@@ -114,10 +115,13 @@ impl ClusterView for Boundary<'_> {
     }
 
     fn link(&self, node: NodeId) -> LinkTiming {
-        let rtt_us = self.nodes.get(&node).and_then(Node::min_rtt_us);
+        let n = self.nodes.get(&node);
+        let rtt_us = n.and_then(Node::min_rtt_us);
+        let clock = n.and_then(|n| n.clock);
         LinkTiming {
             rtt_ns: rtt_us.unwrap_or(0).saturating_mul(1000),
-            clock_error_ns: DEFAULT_CLOCK_ERROR_NS,
+            clock_error_ns: clock.map_or(DEFAULT_CLOCK_ERROR_NS, |c| c.error_bound_ns),
+            synchronised: clock.is_some_and(|c| c.state == ClockState::Good),
         }
     }
 }

@@ -64,9 +64,18 @@ pub type Offers = Vec<(NodeId, Offer)>;
 pub struct LinkTiming {
     pub rtt_ns: u64,
     pub clock_error_ns: u64,
+    /// The node's estimate of the cluster clock is good (its last
+    /// ClockStatus said so): false while unsynchronised or stepped.
+    pub synchronised: bool,
 }
 
 impl LinkTiming {
+    /// Good enough to switch on its own clock: synchronised, its error
+    /// bound within `max_ns`.
+    pub fn clock_fits(&self, max_ns: u64) -> bool {
+        self.synchronised && self.clock_error_ns <= max_ns
+    }
+
     /// Time for an offer to reach the node and its ack to come back, and
     /// for the node's clock to be off by its bound.
     pub fn margin_ns(&self) -> u64 {

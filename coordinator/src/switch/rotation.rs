@@ -71,6 +71,7 @@ pub trait ClusterView {
         LinkTiming {
             rtt_ns: 0,
             clock_error_ns: DEFAULT_CLOCK_ERROR_NS,
+            synchronised: true,
         }
     }
 }
@@ -89,6 +90,9 @@ pub struct Stats {
     pub late_switches: u64,
     /// Timed: nodes that had not acknowledged a plan by its boundary.
     pub late_plans: u64,
+    /// Timed: node switches made by command instead, the node's clock
+    /// not good enough (max_clock_error_us).
+    pub commanded_switches: u64,
 }
 
 #[derive(Default)]
@@ -312,7 +316,7 @@ impl Rotation {
         let timed = self
             .timed
             .get_or_insert_with(|| Timed::new(first_gen, first_id));
-        let out = timed.tick(now_ns, knobs.slot_ms, tables_changed, self.current, view);
+        let out = timed.tick(now_ns, knobs, tables_changed, self.current, view);
         if let Some(f) = timed.in_force(now_ns) {
             self.current = Some(f.slot);
             self.current_gen = Some(f.gen);
@@ -347,6 +351,7 @@ impl Rotation {
             self.stats.switches += 1;
             self.stats.drain_timeouts += rec.count(SwitchOutcome::TimedOut);
             self.stats.late_switches += rec.count(SwitchOutcome::Late);
+            self.stats.commanded_switches += rec.count(SwitchOutcome::Commanded);
             self.stats.missed += rec.missing.len() as u64;
             self.timed_finished.push(rec);
         }

@@ -23,15 +23,23 @@
 //!    has sent `Yielded` for its generation, the slot ends at now + the
 //!    slowest link's margin (2 × RTT + clock error) and every node gets a
 //!    `ToAgent::Amend`. One amend per generation.
-//! 4. `Switched` reports (after the fact) are gathered per generation into
+//! 4. Nodes whose clock is not good enough (unsynchronised, stepped, or an
+//!    error bound over `max_clock_error_us`; [`LinkTiming::clock_fits`])
+//!    are left out of the plans and switched by command: at each boundary
+//!    of the plan in force they get a `ToAgent::Switch` into its slot (a
+//!    Switch also ends any plan the node still follows), recorded in the
+//!    generation's record as `Commanded` at gangd's send time. A node goes
+//!    back to the plan, offered to it as to a node that joins, once its
+//!    bound is at most 3/4 of the knob (so a bound near the knob does not
+//!    flap). Their drain is not waited for: counted, never silent.
+//! 5. `Switched` reports (after the fact) are gathered per generation into
 //!    a [`TimedRecord`]; a record is finished once every known node
 //!    reported, or [`REPORT_WAIT_NS`] after its first report (the silent
 //!    nodes are listed as missing). Its skew is max − min of the nodes'
 //!    switch instants.
 //!
-//! Known faults: the nodes' link timing is the heartbeat's RTT and a clock
-//! error bound of [`DEFAULT_CLOCK_ERROR_NS`] until nodes report their own
-//! (the clock exchange adds ClockStatus); a node's Schedule is applied on
+//! Known faults: a node switched by command gets no Freeze first (barrier
+//! off for it); a node's Schedule is applied on
 //! receipt while its old plan may still be in force until the new plan's
 //! boundary (the node side must hold the table until then, or run a slot
 //! of the new table early). Reports of a generation already closed, or
@@ -47,8 +55,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use log::{debug, warn};
 
 use super::barrier::Outbox;
-use super::planner::{Change, Planner};
+use super::planner::{Change, LinkTiming, Planner};
 use super::rotation::ClusterView;
+use crate::knobs::ClusterKnobs;
 use gang_wire::plan::{InForce, PlannedSlot};
 use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, ToAgent};
 
@@ -118,8 +127,11 @@ pub struct Timed {
     planner: Planner,
     /// The cycle and slot_ms of the last plan made (unrotated).
     planned: Option<(Vec<u32>, u32)>,
-    /// The nodes the planner knows.
+    /// The nodes the planner knows (on timed switching).
     known: BTreeSet<NodeId>,
+    /// Nodes switched by command (their clock does not fit), and the
+    /// generation each was last switched to.
+    commanded: BTreeMap<NodeId, Option<Gen>>,
     /// The generation whose yields are gathered, and who yielded it.
     yield_gen: Option<Gen>,
     yielded: BTreeSet<(JobId, NodeId)>,
@@ -139,6 +151,7 @@ impl Timed {
             planner: Planner::new(first_gen).first_id(first_id),
             planned: None,
             known: BTreeSet::new(),
+            commanded: BTreeMap::new(),
             yield_gen: None,
             yielded: BTreeSet::new(),
             amended: None,
@@ -184,15 +197,16 @@ impl Timed {
     pub fn tick(
         &mut self,
         now_ns: u64,
-        slot_ms: u32,
+        knobs: &ClusterKnobs,
         tables_changed: bool,
         current: Option<u32>,
         view: &impl ClusterView,
     ) -> Outbox {
+        let slot_ms = knobs.slot_ms;
         // First the plan in force is brought to `now` (a node joining is
         // then offered the plan that runs).
         let mut offers = self.planner.on_tick(now_ns);
-        let live: BTreeSet<NodeId> = view.nodes().into_iter().collect();
+        let live = self.timed_nodes(view, u64::from(knobs.max_clock_error_us) * 1000);
         for &gone in self.known.difference(&live) {
             self.planner.node_lost(gone);
         }
@@ -230,8 +244,83 @@ impl Timed {
             })
             .collect();
         out.extend(self.maybe_amend(now_ns, view));
+        out.extend(self.command(now_ns, slot_ms));
         self.close_overdue(now_ns);
         out
+    }
+
+    /// The live nodes whose clock fits (step 4): the others move to (or
+    /// stay in) `commanded`.
+    fn timed_nodes(&mut self, view: &impl ClusterView, max_ns: u64) -> BTreeSet<NodeId> {
+        let live: BTreeSet<NodeId> = view.nodes().into_iter().collect();
+        self.commanded.retain(|n, _| live.contains(n));
+        let mut timed = BTreeSet::new();
+        for n in live {
+            let link: LinkTiming = view.link(n);
+            let fits = if self.commanded.contains_key(&n) {
+                link.clock_fits(max_ns / 4 * 3)
+            } else {
+                link.clock_fits(max_ns)
+            };
+            if fits {
+                if self.commanded.remove(&n).is_some() {
+                    warn!("node {n}: clock good again, switched by the plan");
+                }
+                timed.insert(n);
+            } else if let std::collections::btree_map::Entry::Vacant(e) = self.commanded.entry(n) {
+                warn!(
+                    "node {n}: clock {} (error bound {} us, max {} us): switched by command",
+                    if link.synchronised {
+                        "too rough"
+                    } else {
+                        "not synchronised"
+                    },
+                    link.clock_error_ns / 1000,
+                    max_ns / 1000
+                );
+                e.insert(None);
+            }
+        }
+        timed
+    }
+
+    /// Nodes switched by command (step 4), who have not been switched to
+    /// the generation in force yet, are now.
+    fn command(&mut self, now_ns: u64, slot_ms: u32) -> Outbox {
+        let Some(f) = self.in_force(now_ns) else {
+            return Outbox::new();
+        };
+        let mut out = Outbox::new();
+        let due: Vec<NodeId> = self
+            .commanded
+            .iter()
+            .filter(|(_, &g)| g != Some(f.gen))
+            .map(|(&n, _)| n)
+            .collect();
+        for n in due {
+            self.commanded.insert(n, Some(f.gen));
+            out.push((
+                n,
+                ToAgent::Switch {
+                    gen: f.gen,
+                    slot: f.slot,
+                    slot_ms,
+                },
+            ));
+            let sw = NodeSwitch {
+                at_ns: now_ns,
+                late_us: now_ns.saturating_sub(f.start_ns) / 1000,
+                outcome: SwitchOutcome::Commanded,
+                drain: None,
+            };
+            self.record(n, f.gen, f.slot, sw, now_ns);
+        }
+        out
+    }
+
+    /// The nodes switched by command now.
+    pub fn commanded(&self) -> BTreeSet<NodeId> {
+        self.commanded.keys().copied().collect()
     }
 
     /// PlanAck, Yielded and Switched; anything else is not for this.
@@ -312,7 +401,16 @@ impl Timed {
     }
 
     fn on_switched(&mut self, node: NodeId, gen: Gen, slot: u32, sw: NodeSwitch, now_ns: u64) {
-        if self.closed.contains(&gen) || !self.known.contains(&node) {
+        if !self.known.contains(&node) {
+            self.stats.stray_reports += 1;
+            return;
+        }
+        self.record(node, gen, slot, sw, now_ns);
+    }
+
+    /// One node's switch into the generation's record.
+    fn record(&mut self, node: NodeId, gen: Gen, slot: u32, sw: NodeSwitch, now_ns: u64) {
+        if self.closed.contains(&gen) {
             self.stats.stray_reports += 1;
             return;
         }
@@ -335,7 +433,11 @@ impl Timed {
             first_ns: now_ns,
         });
         open.record.nodes.insert(node, sw);
-        if self.known.iter().all(|n| open.record.nodes.contains_key(n)) {
+        let expected = self.known.iter().chain(self.commanded.keys());
+        if expected
+            .into_iter()
+            .all(|n| open.record.nodes.contains_key(n))
+        {
             self.close(gen);
         }
     }

@@ -4,10 +4,11 @@
 
 #![allow(dead_code)] // each test crate uses its part
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gang_coordinator::knobs::ClusterKnobs;
 use gang_coordinator::switch::barrier::Outbox;
+use gang_coordinator::switch::planner::LinkTiming;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table};
 use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, Placement, ToAgent};
 
@@ -23,6 +24,9 @@ pub struct Cluster {
     pub nodes: Vec<NodeId>,
     /// (job, slot, its nodes)
     pub jobs: Vec<(JobId, u32, Vec<NodeId>)>,
+    /// Nodes whose link timing is not the default (no RTT, a good clock
+    /// within 1 ms).
+    pub links: BTreeMap<NodeId, LinkTiming>,
 }
 
 impl Cluster {
@@ -33,6 +37,7 @@ impl Cluster {
                 .iter()
                 .map(|&(j, s, ns)| (JobId(j), s, ns.iter().map(|&n| NodeId(n)).collect()))
                 .collect(),
+            links: BTreeMap::new(),
         }
     }
 }
@@ -75,6 +80,14 @@ impl ClusterView for Cluster {
             .filter(|j| j.1 == slot)
             .flat_map(|(job, _, ns)| ns.iter().map(move |&n| (*job, n)))
             .collect()
+    }
+
+    fn link(&self, node: NodeId) -> LinkTiming {
+        self.links.get(&node).copied().unwrap_or(LinkTiming {
+            rtt_ns: 0,
+            clock_error_ns: 1_000_000,
+            synchronised: true,
+        })
     }
 }
 
