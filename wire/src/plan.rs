@@ -37,6 +37,10 @@ use crate::proto::Gen;
 /// The limits of `slot_ms` a plan accepts.
 pub const SLOT_MS_MIN: u32 = 1;
 pub const SLOT_MS_MAX: u32 = 60_000;
+/// The most slots a cycle may hold, and the bound of a slot index: far
+/// past any matrix (gangd's NODE_MAX_SLOTS is 16), so that what a plan
+/// costs a node to hold and follow is bounded by this, not by the frame.
+pub const MAX_PLAN_SLOTS: usize = 64;
 
 /// One slot of the cycle: the index of the slot in the node's table
 /// (the Schedule message).
@@ -89,6 +93,10 @@ pub struct SlotStart {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlanError {
     NoSlots,
+    /// More slots than [`MAX_PLAN_SLOTS`] in the cycle.
+    TooManySlots(usize),
+    /// A slot index past [`MAX_PLAN_SLOTS`]: no node has such a slot.
+    SlotOutOfRange(u32),
     SlotMsOutOfRange(u32),
     /// The first cycle would end past u64 ns (or its generations past u64).
     EpochOverflow {
@@ -126,6 +134,12 @@ impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlanError::NoSlots => write!(f, "a plan needs at least one slot"),
+            PlanError::TooManySlots(n) => {
+                write!(f, "{n} slots in the cycle, more than {MAX_PLAN_SLOTS}")
+            }
+            PlanError::SlotOutOfRange(slot) => {
+                write!(f, "slot {slot} is out of 0..{MAX_PLAN_SLOTS}")
+            }
             PlanError::SlotMsOutOfRange(ms) => {
                 write!(f, "slot_ms {ms} is out of {SLOT_MS_MIN}..={SLOT_MS_MAX}")
             }
@@ -176,6 +190,16 @@ impl Plan {
     pub fn validate(&self) -> Result<(), PlanError> {
         if self.slots.is_empty() {
             return Err(PlanError::NoSlots);
+        }
+        if self.slots.len() > MAX_PLAN_SLOTS {
+            return Err(PlanError::TooManySlots(self.slots.len()));
+        }
+        if let Some(s) = self
+            .slots
+            .iter()
+            .find(|s| s.slot as usize >= MAX_PLAN_SLOTS)
+        {
+            return Err(PlanError::SlotOutOfRange(s.slot));
         }
         if !(SLOT_MS_MIN..=SLOT_MS_MAX).contains(&self.slot_ms) {
             return Err(PlanError::SlotMsOutOfRange(self.slot_ms));

@@ -2,7 +2,7 @@
 //! generation is in force at a time, the boundaries, amendments and their
 //! validation; then properties over any plan and time.
 
-use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot, SlotStart};
+use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot, SlotStart, MAX_PLAN_SLOTS};
 use gang_wire::proto::Gen;
 use proptest::prelude::*;
 
@@ -92,6 +92,18 @@ fn a_valid_plan_passes_and_each_fault_has_its_error() {
         p.validate()
     };
     assert_eq!(with(|p| p.slots.clear()), Err(PlanError::NoSlots));
+    assert_eq!(
+        with(|p| p.slots = vec![PlannedSlot { slot: 0 }; MAX_PLAN_SLOTS + 1]),
+        Err(PlanError::TooManySlots(MAX_PLAN_SLOTS + 1))
+    );
+    assert_eq!(
+        with(|p| p.slots = vec![PlannedSlot { slot: 0 }; MAX_PLAN_SLOTS]),
+        Ok(())
+    );
+    assert_eq!(
+        with(|p| p.slots[0].slot = MAX_PLAN_SLOTS as u32),
+        Err(PlanError::SlotOutOfRange(MAX_PLAN_SLOTS as u32))
+    );
     assert_eq!(with(|p| p.slot_ms = 0), Err(PlanError::SlotMsOutOfRange(0)));
     assert_eq!(
         with(|p| p.slot_ms = 60_001),
