@@ -113,6 +113,7 @@ enum gang_stat {
 	STAT_WAKE_KICK,		/* owner CPU kicked when its gang's task woke */
 	STAT_YIELD_PARK,	/* a yielding gang task parked until its next slot */
 	STAT_YIELD_IGNORED,	/* a sched_yield() outside the lead time: plain yield */
+	STAT_WAKE_DIRECT,	/* a woken gang task put straight on an idle CPU it owns */
 	NR_GANG_STATS,
 };
 

@@ -777,15 +777,28 @@ s32 BPF_STRUCT_OPS(gang_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wak
 		return cpu;
 	}
 
-	/* A gang task wakes on a CPU its gang owns, idle if possible. */
-	if (cpu_owner(prev_cpu) == gang && scx_bpf_test_and_clear_cpu_idle(prev_cpu))
-		return prev_cpu;
+	/*
+	 * A gang task wakes on a CPU its gang owns, idle if possible, and runs
+	 * there at once (straight to that CPU's local DSQ: no enqueue, no trip
+	 * through the gang's DSQ and a kick). A task that yielded its slot
+	 * goes through enqueue, which parks it.
+	 */
+	if (cpu_owner(prev_cpu) == gang && scx_bpf_test_and_clear_cpu_idle(prev_cpu)) {
+		cpu = prev_cpu;
+		goto found;
+	}
 	bpf_for(cpu, 0, nr_cpus) {
 		if (cpu_owner(cpu) == gang && bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
 		    scx_bpf_test_and_clear_cpu_idle(cpu))
-			return cpu;
+			goto found;
 	}
 	return prev_cpu;
+found:
+	if (!is_parked(p)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, GANG_SLICE_NS, 0);
+		stat_inc(STAT_WAKE_DIRECT);
+	}
+	return cpu;
 }
 
 void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)

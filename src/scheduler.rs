@@ -251,6 +251,7 @@ impl<'a> Scheduler<'a> {
             stale_run: c(gang_stat_STAT_STALE_RUN),
             priority_direct: c(gang_stat_STAT_PRIORITY_DIRECT),
             wake_kick: c(gang_stat_STAT_WAKE_KICK),
+            wake_direct: c(gang_stat_STAT_WAKE_DIRECT),
             events_lost: c(gang_stat_STAT_EVENTS_LOST),
             gang_ns,
             other_ns: s.other_run_ns,

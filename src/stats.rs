@@ -43,6 +43,8 @@ pub struct Metrics {
     pub priority_direct: u64,
     #[stat(desc = "Owner CPUs kicked when a gang task woke")]
     pub wake_kick: u64,
+    #[stat(desc = "Woken gang tasks put straight on an idle CPU their gang owns")]
+    pub wake_direct: u64,
     #[stat(desc = "Trace events lost (ring buffer full)")]
     pub events_lost: u64,
     #[stat(desc = "Share of CPU time run by gangs (%)")]
@@ -69,7 +71,8 @@ impl Metrics {
         writeln!(
             w,
             "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
-             dispatch gang {} other {} fill {} | min-share {} stale {} priority {} | \
+             dispatch gang {} other {} fill {} | wake direct {} kick {} | \
+             min-share {} stale {} priority {} | \
              cpu gang {:.1}% other {:.1}% | lost {}",
             self.nr_gangs,
             self.nr_slots,
@@ -80,6 +83,8 @@ impl Metrics {
             self.gang_dispatch,
             self.other_dispatch,
             self.fill_dispatch,
+            self.wake_direct,
+            self.wake_kick,
             self.min_share_preempt,
             self.stale_run,
             self.priority_direct,
@@ -114,6 +119,7 @@ impl Metrics {
             stale_run: self.stale_run - rhs.stale_run,
             priority_direct: self.priority_direct - rhs.priority_direct,
             wake_kick: self.wake_kick - rhs.wake_kick,
+            wake_direct: self.wake_direct - rhs.wake_direct,
             events_lost: self.events_lost - rhs.events_lost,
             gang_ns: self.gang_ns - rhs.gang_ns,
             other_ns: self.other_ns - rhs.other_ns,
