@@ -17,9 +17,13 @@
 #   - voluntary yield (issue 4, seed 000 Table 5): barrier strict with
 #     ranks that call yield_point() at every work unit ("yield"), so a
 #     slot ends when all its ranks yielded (early switches are counted);
+#   - timed switching (issue 12): "timed-strict" and "timed-off", the same
+#     two jobs under switching = timed; per switch the idle time a node
+#     reports (parked_us), the skew of the nodes' switch instants and the
+#     latest node's lateness, in a table of their own next to strict;
 #
 #   scripts/bench_cluster.sh [--nodes "1 2 3"] [--tqs "50 100 200 500"] [--reps 3]
-#                            [--seconds 6] [--barriers "strict off yield"] [--fill 0]
+#                            [--seconds 6] [--barriers "strict off yield timed-strict timed-off"] [--fill 0]
 #                            [--icount S] [--no-sig] [--quick] [--out DIR] [--no-build]
 #                            [--tables-only]   (the tables again from DIR's boots)
 #                            [--colocated]     (no head: gangd on compute node 0)
@@ -39,7 +43,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES_LIST="1 2 3" TQS="50 100 200 500" REPS=3 DMIN=6 BARRIERS="strict off yield" FILL=0
+NODES_LIST="1 2 3" TQS="50 100 200 500" REPS=3 DMIN=6 FILL=0
+BARRIERS="strict off yield timed-strict timed-off"
 ICOUNT= SIG=1 OUT=target/bench/cluster BUILD=1 BOOT=1 HEAD=1 QUIET_WAIT=900
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -65,7 +70,10 @@ for n in $NODES_LIST; do [[ $n =~ ^[1-9]$ ]] || die "--nodes: $n is not a node c
 for t in $TQS; do [[ $t =~ ^[0-9]+$ && $t -ge 1 ]] || die "--tqs: $t is not a slot length in ms"; done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $DMIN =~ ^[0-9]+$ && $DMIN -ge 2 ]] || die "--seconds must be an integer >= 2"
-for b in $BARRIERS; do [[ $b == strict || $b == off || $b == yield ]] || die "--barriers: strict, off and/or yield"; done
+for b in $BARRIERS; do
+    [[ $b =~ ^(strict|off|yield|timed-strict|timed-off)$ ]] ||
+        die "--barriers: strict, off, yield, timed-strict and/or timed-off"
+done
 [[ $FILL == 0 || $FILL == 1 ]] || die "--fill 0 or 1"
 need_cmd awk
 

@@ -539,6 +539,7 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
             late_us: 0,
             outcome: SwitchOutcome::OnTime,
             drain: None,
+            parked_us: 0,
         });
     }
     wait_until("a timed switch record", || {

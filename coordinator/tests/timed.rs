@@ -38,6 +38,7 @@ fn switched(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> FromA
         late_us,
         outcome,
         drain: None,
+        parked_us: 0,
     }
 }
 

@@ -234,6 +234,7 @@ pub fn switched_sink(clock: Arc<SharedClusterClock>, link: Arc<Link>) -> Switche
             late_us: done.late_ns / 1_000,
             outcome: done.outcome,
             drain: drain.map(|r| r.summary(r.drain_us)),
+            parked_us: done.parked_ns / 1_000,
         });
     })
 }

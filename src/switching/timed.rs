@@ -75,6 +75,8 @@ pub struct Done {
     /// at_ns − the boundary (0 if not after it).
     pub late_ns: u64,
     pub outcome: SwitchOutcome,
+    /// From the park to at_ns (0: nothing parked).
+    pub parked_ns: u64,
 }
 
 /// How the node follows plans: the knobs that matter here.
@@ -309,6 +311,10 @@ impl Follower {
         self.last_gen = Some(gen);
         self.last_slot = Some(to.slot);
         let late_ns = at_ns.saturating_sub(to.at_ns);
+        // Armed when the drain ended: the park began park + drain earlier.
+        let parked_ns = drain.map_or(0, |(park_drain_ns, _)| {
+            at_ns.saturating_sub(armed_at.saturating_sub(park_drain_ns))
+        });
         let outcome = match drain {
             Some((park_drain_ns, end)) => {
                 self.lead.record(park_drain_ns);
@@ -327,6 +333,7 @@ impl Follower {
             at_ns,
             late_ns,
             outcome,
+            parked_ns,
         })
     }
 }
@@ -397,6 +404,7 @@ mod tests {
         assert_eq!(done.outcome, SwitchOutcome::OnTime);
         assert_eq!(done.late_ns, 30_000, "the timer's own lateness");
         assert_eq!(done.slot, 0);
+        assert_eq!(done.parked_ns, 5 * MS + 30_000, "parked from 995 ms on");
         // The next boundary (gen 11, slot 1) at 1100 ms: the lead is the
         // measured park + drain (2 ms) but at least 5 ms.
         assert_eq!(f.next_wake(1001 * MS), Some(1095 * MS));
@@ -418,6 +426,7 @@ mod tests {
         let done = f.fired(10, 1004 * MS).unwrap();
         assert_eq!(done.outcome, SwitchOutcome::Late);
         assert_eq!(done.late_ns, 4 * MS);
+        assert_eq!(done.parked_ns, 9 * MS, "the lead and the lateness");
         // It learnt: the next lead covers the 9 ms park + drain.
         assert_eq!(f.next_wake(1005 * MS), Some(1091 * MS));
     }
@@ -446,6 +455,7 @@ mod tests {
         );
         assert_eq!(f.tick(960 * MS), None, "one armed at a time");
         let done = f.fired(10, 1000 * MS).unwrap();
+        assert_eq!(done.parked_ns, 0, "nothing parked");
         assert_eq!(done.outcome, SwitchOutcome::OnTime);
         assert_eq!(
             f.tick(1050 * MS),

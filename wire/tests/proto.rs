@@ -576,6 +576,7 @@ fn every_message_type_has_a_sample_and_round_trips() {
                 timed_out: false,
                 answer_us: 950,
             }),
+            parked_us: 3_100,
         },
     ]);
     check(&[

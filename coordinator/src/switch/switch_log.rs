@@ -140,6 +140,7 @@ pub fn timed_json(r: &TimedRecord) -> serde_json::Value {
                     "late_us": s.late_us,
                     "outcome": outcome,
                     "drain": s.drain.as_ref().map(freeze_json),
+                    "parked_us": s.parked_us,
                 }),
             )
         })

@@ -79,6 +79,8 @@ pub struct NodeSwitch {
     pub late_us: u64,
     pub outcome: SwitchOutcome,
     pub drain: Option<FreezeReport>,
+    /// The outgoing gangs parked this long before the incoming started.
+    pub parked_us: u64,
 }
 
 /// One generation's timed switch across the cluster.
@@ -312,6 +314,7 @@ impl Timed {
                 late_us: now_ns.saturating_sub(f.start_ns) / 1000,
                 outcome: SwitchOutcome::Commanded,
                 drain: None,
+                parked_us: 0,
             };
             self.record(n, f.gen, f.slot, sw, now_ns);
         }
@@ -342,12 +345,14 @@ impl Timed {
                 late_us,
                 outcome,
                 drain,
+                parked_us,
             } => {
                 let sw = NodeSwitch {
                     at_ns,
                     late_us,
                     outcome,
                     drain,
+                    parked_us,
                 };
                 self.on_switched(node, gen, slot, sw, now_ns);
             }

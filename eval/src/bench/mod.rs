@@ -83,8 +83,8 @@ pub struct Tables {
     pub table: String,
 }
 
-pub const RUNS_HEADER: &str = "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok,early_switches";
-pub const RESULTS_HEADER: &str = "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us";
+pub const RUNS_HEADER: &str = "nodes,rep,method,tq_ms,d_s,units,rate,alone_rate,r,overhead_us,switches,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,spread_ms,ok,early_switches,late_p50_us";
+pub const RESULTS_HEADER: &str = "nodes,method,tq_ms,runs,r_median,overhead_us_median,overhead_us_min,overhead_us_max,switches_median,total_p50_us,skew_p50_us,freeze_p50_us,frozen_p50_us,idle_est_us,rtt_ping_idle_p50_us,rtt_ping_loaded_p50_us,rtt_gangd_hb_min_us,late_p50_us";
 
 /// Lines from texts, for the tests of every step.
 #[cfg(test)]

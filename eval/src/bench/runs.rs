@@ -169,7 +169,7 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         let ok = s.nodes == n as usize && d > 0.0;
         let a = against(ok, s.units, d, alone.get(rep), tq);
         rows.push(format!(
-            "{n},{},sigstop,{},{},{},{:.2},{:.2},{:.5},{:.1},{},,,,,,{},{},",
+            "{n},{},sigstop,{},{},{},{:.2},{:.2},{:.5},{:.1},{},,,,,,{},{},,",
             int(rep),
             int(tq),
             s.d,
@@ -192,8 +192,15 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         let ok = num(&f("ok")) == 1.0 && d > 0.0;
         let a = against(ok, u, d, scx.get(rep), tq);
         let strict = m == "strict";
-        let frozen = if strict {
+        // The idle time per switch on a node: commanded strict's Frozen ->
+        // Running at gangd, timed strict's parked_us as the nodes report it.
+        let frozen = if strict || m == "timed-strict" {
             f("idle_p50_us")
+        } else {
+            String::new()
+        };
+        let late = if m.starts_with("timed") {
+            f("late_p50_us")
         } else {
             String::new()
         };
@@ -202,7 +209,7 @@ pub fn runs(boot: &Boot) -> Vec<String> {
             _ => String::new(),
         };
         rows.push(format!(
-            "{n},{},{m},{},{},{},{:.2},{:.2},{:.5},{:.1},{},{},{},{},{frozen},{est},{},{},{}",
+            "{n},{},{m},{},{},{},{:.2},{:.2},{:.5},{:.1},{},{},{},{},{frozen},{est},{},{},{},{late}",
             int(rep),
             int(tq),
             f("d"),
@@ -222,14 +229,14 @@ pub fn runs(boot: &Boot) -> Vec<String> {
     }
     for (rep, a) in &alone {
         rows.push(format!(
-            "{n},{},alone,0,,,{a:.2},{a:.2},1,0,0,,,,,,,1,",
+            "{n},{},alone,0,,,{a:.2},{a:.2},1,0,0,,,,,,,1,,",
             int(rep)
         ));
     }
     for (rep, s) in &scx {
         let a = alone.get(rep).copied();
         rows.push(format!(
-            "{n},{},scx_alone,0,,,{s:.2},{:.2},{:.5},0,0,,,,,,,1,",
+            "{n},{},scx_alone,0,,,{s:.2},{:.2},{:.5},0,0,,,,,,,1,,",
             int(rep),
             a.unwrap_or(0.0),
             a.map_or(0.0, |a| s / a)
@@ -336,14 +343,38 @@ mod tests {
             runs(&b),
             [
                 // alone: 1000 units in 5 s over both nodes = 200/s.
-                "2,1,alone,0,,,200.00,200.00,1,0,0,,,,,,,1,",
+                "2,1,alone,0,,,200.00,200.00,1,0,0,,,,,,,1,,",
                 // off: 800/5 = 160 against 200 under scx_gang: r 0.8, T = 100 ms × 0.2.
-                "2,1,off,100,5,800,160.00,200.00,0.80000,20000.0,50,70,8,0,,,4,1,0",
-                "2,1,scx_alone,0,,,200.00,200.00,1.00000,0,0,,,,,,,1,",
+                "2,1,off,100,5,800,160.00,200.00,0.80000,20000.0,50,70,8,0,,,4,1,0,",
+                "2,1,scx_alone,0,,,200.00,200.00,1.00000,0,0,,,,,,,1,,",
                 // sigstop: 900/5 = 180 against 200: T = 10 ms; switches the
                 // mean over the nodes, the spread the largest (10, not "9").
-                "2,1,sigstop,100,5,900,180.00,200.00,0.90000,10000.0,50,,,,,,10,1,",
+                "2,1,sigstop,100,5,900,180.00,200.00,0.90000,10000.0,50,,,,,,10,1,,",
             ]
+        );
+    }
+
+    #[test]
+    fn timed_runs_carry_their_idle_and_lateness() {
+        let b = boot(
+            &[],
+            &[
+                r#"{"rep":1,"method":"scx_alone","tq":0,"d":5,"units":1000,"ok":1}"#,
+                r#"{"rep":1,"method":"timed-strict","tq":100,"d":5,"units":900,"ok":1,"switches":50,"total_p50_us":0,"skew_p50_us":600,"freeze_p50_us":0,"idle_p50_us":3100,"late_p50_us":150,"spread_ms":4,"early":0}"#,
+                r#"{"rep":1,"method":"timed-off","tq":100,"d":5,"units":950,"ok":1,"switches":50,"total_p50_us":0,"skew_p50_us":500,"freeze_p50_us":0,"idle_p50_us":0,"late_p50_us":90,"spread_ms":4,"early":0}"#,
+            ],
+        );
+        let rows = runs(&b);
+        assert!(
+            rows.contains(&"2,1,timed-strict,100,5,900,180.00,200.00,0.90000,10000.0,50,0,600,0,3100,,4,1,0,150".to_string()),
+            "{rows:?}"
+        );
+        assert!(
+            rows.contains(
+                &"2,1,timed-off,100,5,950,190.00,200.00,0.95000,5000.0,50,0,500,0,,,4,1,0,90"
+                    .to_string()
+            ),
+            "{rows:?}"
         );
     }
 

@@ -93,6 +93,7 @@ struct Group {
     freeze: Vec<String>,
     frozen: Vec<String>,
     est: Vec<String>,
+    late: Vec<String>,
     rate: Vec<String>,
     early: f64,
     early_of: f64,
@@ -137,6 +138,73 @@ fn table_line(c: [&str; 13]) -> String {
         p(11),
         c[12]
     )
+}
+
+/// Timed switching (issue 12) next to the commanded barrier, per N and
+/// TQ: overhead per switch, the idle time a switch leaves on a node, the
+/// skew of the nodes' switch instants, the latest node's lateness, all
+/// against the RTT of the same boot. Empty without timed runs.
+fn timed_table(g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) -> String {
+    let (groups, ns, tqs) = (&g.groups, &g.ns, &g.tqs);
+    if !groups.keys().any(|k| k.1.starts_with("timed")) {
+        return String::new();
+    }
+    let mut t = String::from(
+        "\nTimed switching (switching = timed: every node switches on its own clock at the plan's boundaries) next to the commanded barrier.\n\
+         idle = CPU time a switch leaves idle on a node (timed strict: the nodes' parked_us, park to switch; commanded strict: Frozen -> Running at gangd); \
+         skew = spread of the nodes' switch instants (timed) or of the Running answers (commanded); late = the latest node's lateness (timed).\n",
+    );
+    let empty = Group::default();
+    for n in ns {
+        let f = fact(n);
+        let _ = writeln!(
+            t,
+            "\nN={}   RTT ping p50 idle {} / busy {}",
+            int(n),
+            us(&Med::of(&f.ping_idle)),
+            us(&Med::of(&f.ping_loaded))
+        );
+        let _ = writeln!(
+            t,
+            "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
+            "TQ",
+            "timed-strict µs/sw",
+            "idle",
+            "skew",
+            "late",
+            "timed-off µs/sw",
+            "skew",
+            "late",
+            "strict µs/sw",
+            "idle",
+            "skew"
+        );
+        for tq in tqs.get(n).map(Vec::as_slice).unwrap_or_default() {
+            let key = |m: &str| (n.clone(), m.to_string(), tq.clone());
+            let grp = |m: &str| groups.get(&key(m)).unwrap_or(&empty);
+            let cell = |m: &str| {
+                let x = med.get(&key(m));
+                format!("{}{}", ov(x.map(|x| &x.0)), x.map_or("", |x| x.1.as_str()))
+            };
+            let (ts, to, cs) = (grp("timed-strict"), grp("timed-off"), grp("strict"));
+            let _ = writeln!(
+                t,
+                "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
+                format!("{tq} ms"),
+                cell("timed-strict"),
+                us(&median(&ts.frozen)),
+                us(&median(&ts.skew)),
+                us(&median(&ts.late)),
+                cell("timed-off"),
+                us(&median(&to.skew)),
+                us(&median(&to.late)),
+                cell("strict"),
+                us(&median(&cs.frozen)),
+                us(&median(&cs.skew))
+            );
+        }
+    }
+    t
 }
 
 /// Key of a group of runs: (N, method, TQ) as runs.csv spells them.
@@ -193,6 +261,7 @@ fn group(runs: &[String]) -> Groups {
             (&mut g.freeze, 14),
             (&mut g.frozen, 15),
             (&mut g.est, 16),
+            (&mut g.late, 20),
         ] {
             if !c(i).is_empty() {
                 v.push(c(i));
@@ -235,7 +304,7 @@ fn results(g: &Groups, fact: &dyn Fn(&str) -> BootFacts) -> (String, Overheads) 
         let f = fact(&k.0);
         let _ = writeln!(
             results,
-            "{},{},{},{},{:.5},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.5},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{}",
             int(&k.0),
             k.1,
             int(&k.2),
@@ -252,7 +321,8 @@ fn results(g: &Groups, fact: &dyn Fn(&str) -> BootFacts) -> (String, Overheads) 
             median(&g.est).text,
             f.ping_idle,
             f.ping_loaded,
-            f.hb_loaded
+            f.hb_loaded,
+            median(&g.late).text
         );
         med.insert(k.clone(), (o, range));
     }
@@ -417,6 +487,7 @@ fn table(p: &BenchParams, g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> Bo
             ]);
         }
     }
+    t += &timed_table(g, med, fact);
     for n in ns {
         if let Some(r) = fact(n).retried.filter(|r| *r > 0) {
             let _ = writeln!(
@@ -474,13 +545,49 @@ mod tests {
         // The good runs 1 and 3: medians of two are means.
         assert_eq!(
             results,
-            "2,off,100,2,0.70000,30000.0,20000.0,40000.0,50,70,8,0,,,,,\n"
+            "2,off,100,2,0.70000,30000.0,20000.0,40000.0,50,70,8,0,,,,,,\n"
         );
         assert!(
             table.contains("note: 1 run(s) of 2 off 100 left out"),
             "{table}"
         );
         assert!(table.contains("see n<N>/"), "ncpu 4: {table}");
+    }
+
+    #[test]
+    fn timed_runs_get_their_own_table_next_to_commanded_strict() {
+        let p = BenchParams {
+            nodes: vec![2],
+            icount: String::new(),
+            ncpu: 2,
+            fill: 0,
+            seconds: 6,
+            head: true,
+        };
+        let rows = strings(&[
+            "2,1,strict,100,5,700,140.00,200.00,0.70000,30000.0,50,45000,9000,20000,28000,,4,1,0,",
+            "2,1,timed-strict,100,5,900,180.00,200.00,0.90000,10000.0,50,0,600,0,3100,,4,1,0,150",
+            "2,1,timed-off,100,5,950,190.00,200.00,0.95000,5000.0,50,0,500,0,,,4,1,0,90",
+        ]);
+        let (results, table) = summarise(&p, &BTreeMap::new(), &rows);
+        assert!(
+            results.contains("2,timed-strict,100,1,0.90000,10000.0,"),
+            "{results}"
+        );
+        assert!(results.ends_with(",90\n"), "late last: {results}");
+        let timed = &table[table.find("Timed switching").expect("a timed table")..];
+        let line = timed
+            .lines()
+            .find(|l| l.trim_start().starts_with("100 ms"))
+            .unwrap();
+        for cell in [
+            "10000", "3100 µs", "600 µs", "150 µs", "5000", "30000", "28.0 ms",
+        ] {
+            assert!(line.contains(cell), "{cell} in {line}");
+        }
+        // Without timed runs, no timed table.
+        let (_, table) = summarise(&p, &BTreeMap::new(), &rows[..1]);
+        assert!(!table.contains("Timed switching"), "{table}");
     }
 
     #[test]

@@ -26,7 +26,12 @@
 #    barrier strict, and every rank calls the runtime library's yield_point()
 #    at each work unit (burn --yield-every 1), so slots end voluntarily
 #    (seed 000 Table 5 against Table 4); early_switches counts the switches
-#    gangd brought forward. slot_ms and barrier are set through
+#    gangd brought forward. Methods "timed-strict" and "timed-off": the
+#    same two jobs under switching = timed (issue 12: plans, every node
+#    switching on its own clock at the boundaries; strict parks and drains
+#    in the slot's tail); from gangd's timed log lines, skew_us (spread of
+#    the nodes' switch instants), late_us and each node's parked_us (the
+#    switch's idle time on that node). slot_ms, barrier and switching are set through
 #    /run/gangd between runs. The switches inside the window come from
 #    gangd's switch log (switch.jsonl): medians of total_us (barrier start ->
 #    last Running), skew_us (spread of the Running answers), freeze_us.
@@ -199,9 +204,11 @@ gang_try() {
 	# yield: the strict barrier, ranks that yield at every work unit.
 	YF=""
 	case $m in
-	scx_alone) ;;
-	yield) knob barrier strict; YF="--yield-every 1" ;;
-	*) knob barrier "$m" ;;
+	scx_alone) knob switching commanded ;;
+	yield) knob switching commanded; knob barrier strict; YF="--yield-every 1" ;;
+	timed-strict) knob switching timed; knob barrier strict ;;
+	timed-off) knob switching timed; knob barrier off ;;
+	*) knob switching commanded; knob barrier "$m" ;;
 	esac
 	sw0=$(cat "$GANGD_KNOBS/switches")
 	t0=$(now_ms)
@@ -256,9 +263,22 @@ gang_try() {
 			split(m, p, /[:,]/); t += p[4] - p[2]; n++
 		}
 		if (n) print t / n }' /tmp/win.jsonl | median)
+	# timed: each node's parked_us (outgoing parked -> incoming running),
+	# mean over the nodes, median over the switches; the top-level late_us
+	# (the latest node's lateness; the key before "nodes").
+	case $m in
+	timed-*)
+		idle=$(awk '{ s = $0; n = 0; t = 0
+			while (match(s, /"parked_us":[0-9]+/)) {
+				m = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
+				split(m, p, ":"); t += p[2]; n++
+			}
+			if (n) print t / n }' /tmp/win.jsonl | median) ;;
+	esac
+	late=$(sed -n 's/.*"late_us":\([0-9]*\),"nodes".*/\1/p' /tmp/win.jsonl | median)
 	fails=$(grep -c '"failed":\[{' /tmp/win.jsonl)
 	cp /tmp/AB.out "$RESULTS/ranks.$rep.$m.$tq.out"
-	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"early\":$((early_b - early_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"idle_p50_us\":${idle:-0},\"log_from\":$((sw_a + 1)),\"log_to\":$sw_b,\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
+	echo "{\"rep\":$rep,\"method\":\"$m\",\"tq\":$tq,\"d\":$d,\"units\":$(units /tmp/AB.out),\"ok\":$ok,\"retries\":$try,\"spread_ms\":$spread,\"switches_before\":$((sw_a - sw0)),\"switches\":$((sw_b - sw_a)),\"early\":$((early_b - early_a)),\"total_p50_us\":${tot:-0},\"total_max_us\":${tmax:-0},\"skew_p50_us\":${skew:-0},\"freeze_p50_us\":${frz:-0},\"idle_p50_us\":${idle:-0},\"late_p50_us\":${late:-0},\"log_from\":$((sw_a + 1)),\"log_to\":$sw_b,\"failed_switches\":$fails,\"took_ms\":$(( $(now_ms) - t0 ))}" > /tmp/run.json
 	cat /tmp/run.json >> "$RESULTS/tries.jsonl"
 }
 

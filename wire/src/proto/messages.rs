@@ -139,6 +139,12 @@ pub enum FromAgent {
         /// The park and drain in the slot's tail (barrier = strict).
         #[serde(default)]
         drain: Option<FreezeReport>,
+        /// How long the outgoing gangs were parked before the incoming
+        /// ones started (park, drain, the wait for the boundary, any
+        /// lateness): this switch's idle time on this node, µs. 0 when
+        /// nothing was parked (barrier off).
+        #[serde(default)]
+        parked_us: u64,
     },
     /// A cluster clock exchange begins: `t1` is the node's CLOCK_MONOTONIC
     /// (ns) just before it sent this. Answered by ClockEcho.
