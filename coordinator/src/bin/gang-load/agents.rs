@@ -11,7 +11,7 @@
 //! `ClockProbe`, as the real agent sends every 250 ms.
 //!
 //! How: the handshake and the Hello/Welcome exchange are done blocking on
-//! the joining thread; the agent is then handed to a worker, which owns
+//! a joiner thread; the agent is then handed to a worker, which owns
 //! a few thousand agents and waits for all their sockets with one poll(2)
 //! (rustls driven by hand: read_tls, process_new_packets, reader; writes
 //! go through writer and write_tls, with POLLOUT while TLS bytes remain
@@ -87,7 +87,7 @@ pub struct NodeSpec {
 }
 
 /// One joined agent, owned by a worker.
-struct Agent {
+pub struct Agent {
     spec: NodeSpec,
     sock: TcpStream,
     conn: ClientConnection,
@@ -162,8 +162,8 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
 }
 
 pub enum Command {
-    /// Join this node (on the worker's thread).
-    Join(NodeSpec),
+    /// A node joined (by a joiner thread): answer what came behind Welcome.
+    Joined(Box<Agent>, Vec<ToAgent>),
     /// Every rank of the job exits with code 0.
     ExitJob(JobId),
     /// The node goes silent (a hung or cut-off node).
@@ -176,27 +176,60 @@ pub enum Command {
 /// The workers and their channels.
 pub struct Pool {
     workers: Vec<(Sender<Command>, JoinHandle<()>)>,
+    /// Nodes to join, taken by the joiner threads.
+    joins: Sender<NodeSpec>,
+    joiners: Vec<JoinHandle<()>>,
     pub events: Arc<Events>,
     pub joined: Arc<AtomicU64>,
 }
 
 impl Pool {
-    pub fn new(addr: SocketAddr, workers: usize, probe: Option<Duration>) -> Pool {
+    /// `workers` threads own the joined agents; `joiners` threads make
+    /// the TLS handshakes, so that a worker never stops answering its
+    /// agents while a node joins.
+    pub fn new(addr: SocketAddr, workers: usize, joiners: usize, probe: Option<Duration>) -> Pool {
         let events = Arc::new(Events::default());
         let joined = Arc::new(AtomicU64::new(0));
-        let workers = (0..workers.max(1))
-            .map(|w| {
-                let (tx, rx) = mpsc::channel();
-                let (ev, j) = (events.clone(), joined.clone());
+        let (joins, join_rx) = mpsc::channel::<NodeSpec>();
+        let join_rx = Arc::new(Mutex::new(join_rx));
+        let chans: Vec<(Sender<Command>, Receiver<Command>)> =
+            (0..workers.max(1)).map(|_| mpsc::channel()).collect();
+        let txs: Vec<Sender<Command>> = chans.iter().map(|(tx, _)| tx.clone()).collect();
+        let joiners = (0..joiners.max(1))
+            .map(|_| {
+                let (rx, txs) = (join_rx.clone(), txs.clone());
+                thread::spawn(move || loop {
+                    let spec = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(spec) => spec,
+                        Err(_) => return,
+                    };
+                    let idx = spec.idx;
+                    match join(addr, spec) {
+                        Ok((agent, early)) => {
+                            let w = &txs[idx % txs.len()];
+                            let _ = w.send(Command::Joined(Box::new(agent), early));
+                        }
+                        Err(e) => eprintln!("gang-load: node {idx} did not join: {e:#}"),
+                    }
+                })
+            })
+            .collect();
+        let workers = chans
+            .into_iter()
+            .enumerate()
+            .map(|(w, (tx, rx))| {
+                let (ev, j, again) = (events.clone(), joined.clone(), joins.clone());
                 let h = thread::Builder::new()
                     .name(format!("load-worker-{w}"))
-                    .spawn(move || Worker::new(addr, rx, ev, j, probe).run())
+                    .spawn(move || Worker::new(rx, again, ev, j, probe).run())
                     .expect("spawning a worker");
                 (tx, h)
             })
             .collect();
         Pool {
             workers,
+            joins,
+            joiners,
             events,
             joined,
         }
@@ -207,7 +240,7 @@ impl Pool {
     }
 
     pub fn join(&self, spec: NodeSpec) {
-        let _ = self.worker_of(spec.idx).send(Command::Join(spec));
+        let _ = self.joins.send(spec);
     }
 
     pub fn silence(&self, idx: usize) {
@@ -231,12 +264,18 @@ impl Pool {
         for (_, h) in self.workers {
             let _ = h.join();
         }
+        // The workers held the last other senders of `joins`.
+        drop(self.joins);
+        for h in self.joiners {
+            let _ = h.join();
+        }
     }
 }
 
 struct Worker {
-    addr: SocketAddr,
     rx: Receiver<Command>,
+    /// Where a rejoining node goes.
+    joins: Sender<NodeSpec>,
     events: Arc<Events>,
     joined: Arc<AtomicU64>,
     probe: Option<Duration>,
@@ -245,15 +284,15 @@ struct Worker {
 
 impl Worker {
     fn new(
-        addr: SocketAddr,
         rx: Receiver<Command>,
+        joins: Sender<NodeSpec>,
         events: Arc<Events>,
         joined: Arc<AtomicU64>,
         probe: Option<Duration>,
     ) -> Worker {
         Worker {
-            addr,
             rx,
+            joins,
             events,
             joined,
             probe,
@@ -289,7 +328,16 @@ impl Worker {
 
     fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Join(spec) => self.join(spec),
+            Command::Joined(agent, early) => {
+                self.agents.push(*agent);
+                self.joined.fetch_add(1, Ordering::Relaxed);
+                let i = self.agents.len() - 1;
+                for msg in early {
+                    self.handle(i, msg);
+                }
+                // Bytes behind Welcome may already sit in rustls.
+                self.read(i);
+            }
             Command::ExitJob(job) => {
                 for i in 0..self.agents.len() {
                     self.exit_ranks(i, job, ExitStatus::Exited(0));
@@ -304,7 +352,7 @@ impl Worker {
                 if let Some(pos) = self.agents.iter().position(|a| a.spec.idx == idx) {
                     let a = self.agents.swap_remove(pos);
                     let _ = a.sock.shutdown(std::net::Shutdown::Both);
-                    self.join(a.spec);
+                    let _ = self.joins.send(a.spec);
                 }
             }
             Command::Stop => {}
@@ -322,23 +370,6 @@ impl Worker {
         self.agents[i].ranks.retain(|(j, _)| *j != job);
         for rank in mine {
             self.send(i, &FromAgent::RankExited { job, rank, status });
-        }
-    }
-
-    fn join(&mut self, spec: NodeSpec) {
-        let idx = spec.idx;
-        match join(self.addr, spec) {
-            Ok((agent, early)) => {
-                self.agents.push(agent);
-                self.joined.fetch_add(1, Ordering::Relaxed);
-                let i = self.agents.len() - 1;
-                for msg in early {
-                    self.handle(i, msg);
-                }
-                // Bytes behind Welcome may already sit in rustls.
-                self.read(i);
-            }
-            Err(e) => eprintln!("gang-load: node {idx} did not join: {e:#}"),
         }
     }
 
@@ -403,38 +434,33 @@ impl Worker {
             if a.silent || a.dead {
                 return;
             }
-            loop {
+            // Plaintext is taken out after every TLS read: rustls refuses
+            // to read more while its plaintext buffer is full.
+            while !a.dead {
                 match a.conn.read_tls(&mut a.sock) {
-                    Ok(0) => {
-                        a.dead = true;
-                        break;
-                    }
+                    Ok(0) => a.dead = true,
                     Ok(_) => {
                         if a.conn.process_new_packets().is_err() {
                             a.dead = true;
-                            break;
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        a.dead = true;
-                        break;
-                    }
+                    Err(_) => a.dead = true,
                 }
-            }
-            loop {
-                match a.conn.reader().read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => match a.decoder.feed(&buf[..n]) {
-                        Ok(msgs) => got.extend(msgs),
-                        Err(e) => {
-                            eprintln!("gang-load: node {}: {e}", a.spec.idx);
-                            a.dead = true;
-                            break;
-                        }
-                    },
-                    Err(_) => break,
+                loop {
+                    match a.conn.reader().read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => match a.decoder.feed(&buf[..n]) {
+                            Ok(msgs) => got.extend(msgs),
+                            Err(e) => {
+                                eprintln!("gang-load: node {}: {e}", a.spec.idx);
+                                a.dead = true;
+                                break;
+                            }
+                        },
+                        Err(_) => break,
+                    }
                 }
             }
         }

@@ -77,7 +77,7 @@ struct Opts {
     #[arg(long, default_value = "5")]
     arrivals: f64,
     /// gangd's --node-timeout-ms (a silent node is lost after it).
-    #[arg(long, default_value = "1000")]
+    #[arg(long, default_value = "3000")]
     node_timeout_ms: u64,
     /// Print the CSV header before the line.
     #[arg(long)]
@@ -189,7 +189,7 @@ fn run(opts: &Opts) -> Result<()> {
     let pid = gangd.child.id();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let probe = (opts.probe_ms > 0).then(|| Duration::from_millis(opts.probe_ms));
-    let pool = Pool::new(addr, opts.workers, probe);
+    let pool = Pool::new(addr, opts.workers, 2, probe);
     let result = phases(opts, pid, &pool, &tls);
     pool.stop();
     drop(gangd);
