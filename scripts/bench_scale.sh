@@ -15,7 +15,8 @@
 # scale.csv and table.txt, and prints the table. The default run takes about
 # 3 minutes on 2 cores (most of it at 4096 nodes). Progress on stderr.
 # Every process it starts (gang-load, and the gangd gang-load started, by
-# the PID it wrote) is stopped on exit, failure and Ctrl-C included.
+# the PID it wrote) is stopped on exit, failure and Ctrl-C included. The
+# certificates are made once for the largest N (a minute for 4096).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
@@ -79,7 +80,7 @@ for n in $NODES; do
     step "N = $n nodes x 4 CPUs: idle ${IDLE} s, steady ${STEADY} s, arrivals ${ARRIVALS} s, then a lost node"
     header=()
     [[ -f $CSV ]] || header=(--header)
-    "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --nodes "$n" --cpus 4 --slot-ms 100 \
+    "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$WORK/certs" --nodes "$n" --cpus 4 --slot-ms 100 \
         --barrier "$BARRIER" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
         "${header[@]}" >>"$CSV" &
     LOAD_PID=$!

@@ -22,6 +22,9 @@
 //! with the harness's clock: the first Freeze of each generation, the last
 //! Running sent, the SpawnRanks of each job and when the last arrived.
 //!
+//! A link that ends (gangd closed it, e.g. after declaring the node
+//! silent) is joined again a second later, as a real agent reconnects.
+//!
 //! Known faults: poll(2) over every socket of a worker costs O(agents)
 //! per wakeup, which is harness time, not gangd's, but both share the
 //! machine's cores. A silent agent stops reading: gangd's writes to it
@@ -52,6 +55,8 @@ pub struct Events {
     pub freezes: AtomicU64,
     pub switches: AtomicU64,
     pub other: AtomicU64,
+    /// Agents joined and not closed.
+    pub live: AtomicU64,
 }
 
 #[derive(Default)]
@@ -176,10 +181,11 @@ pub enum Command {
 /// The workers and their channels.
 pub struct Pool {
     workers: Vec<(Sender<Command>, JoinHandle<()>)>,
-    /// Nodes to join, taken by the joiner threads.
-    joins: Sender<NodeSpec>,
+    /// Nodes to join (not before the instant), taken by the joiners.
+    joins: Sender<(NodeSpec, Instant)>,
     joiners: Vec<JoinHandle<()>>,
     pub events: Arc<Events>,
+    /// Welcomes received (rejoins included).
     pub joined: Arc<AtomicU64>,
 }
 
@@ -190,7 +196,7 @@ impl Pool {
     pub fn new(addr: SocketAddr, workers: usize, joiners: usize, probe: Option<Duration>) -> Pool {
         let events = Arc::new(Events::default());
         let joined = Arc::new(AtomicU64::new(0));
-        let (joins, join_rx) = mpsc::channel::<NodeSpec>();
+        let (joins, join_rx) = mpsc::channel::<(NodeSpec, Instant)>();
         let join_rx = Arc::new(Mutex::new(join_rx));
         let chans: Vec<(Sender<Command>, Receiver<Command>)> =
             (0..workers.max(1)).map(|_| mpsc::channel()).collect();
@@ -199,10 +205,11 @@ impl Pool {
             .map(|_| {
                 let (rx, txs) = (join_rx.clone(), txs.clone());
                 thread::spawn(move || loop {
-                    let spec = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                        Ok(spec) => spec,
+                    let (spec, at) = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(job) => job,
                         Err(_) => return,
                     };
+                    thread::sleep(at.saturating_duration_since(Instant::now()));
                     let idx = spec.idx;
                     match join(addr, spec) {
                         Ok((agent, early)) => {
@@ -240,7 +247,7 @@ impl Pool {
     }
 
     pub fn join(&self, spec: NodeSpec) {
-        let _ = self.joins.send(spec);
+        let _ = self.joins.send((spec, Instant::now()));
     }
 
     pub fn silence(&self, idx: usize) {
@@ -275,7 +282,7 @@ impl Pool {
 struct Worker {
     rx: Receiver<Command>,
     /// Where a rejoining node goes.
-    joins: Sender<NodeSpec>,
+    joins: Sender<(NodeSpec, Instant)>,
     events: Arc<Events>,
     joined: Arc<AtomicU64>,
     probe: Option<Duration>,
@@ -285,7 +292,7 @@ struct Worker {
 impl Worker {
     fn new(
         rx: Receiver<Command>,
-        joins: Sender<NodeSpec>,
+        joins: Sender<(NodeSpec, Instant)>,
         events: Arc<Events>,
         joined: Arc<AtomicU64>,
         probe: Option<Duration>,
@@ -331,6 +338,7 @@ impl Worker {
             Command::Joined(agent, early) => {
                 self.agents.push(*agent);
                 self.joined.fetch_add(1, Ordering::Relaxed);
+                self.events.live.fetch_add(1, Ordering::Relaxed);
                 let i = self.agents.len() - 1;
                 for msg in early {
                     self.handle(i, msg);
@@ -351,8 +359,9 @@ impl Worker {
             Command::Rejoin(idx) => {
                 if let Some(pos) = self.agents.iter().position(|a| a.spec.idx == idx) {
                     let a = self.agents.swap_remove(pos);
+                    self.events.live.fetch_sub(1, Ordering::Relaxed);
                     let _ = a.sock.shutdown(std::net::Shutdown::Both);
-                    let _ = self.joins.send(a.spec);
+                    let _ = self.joins.send((a.spec, Instant::now()));
                 }
             }
             Command::Stop => {}
@@ -415,10 +424,16 @@ impl Worker {
             }
         }
         if self.agents.iter().any(|a| a.dead) {
+            // As a real agent does, a node whose link ended joins again
+            // (after a second here).
             let now = Instant::now();
             let mut seen = self.events.seen();
             for a in self.agents.iter().filter(|a| a.dead) {
                 seen.closed.push((a.spec.idx, now));
+                self.events.live.fetch_sub(1, Ordering::Relaxed);
+                let _ = self
+                    .joins
+                    .send((a.spec.clone(), now + Duration::from_secs(1)));
             }
             drop(seen);
             self.agents.retain(|a| !a.dead);

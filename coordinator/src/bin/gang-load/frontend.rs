@@ -29,8 +29,28 @@ impl Submitted {
     }
 }
 
-/// Submits `ranks` ranks, `per_node` on each node, and waits for Accepted.
+/// Submits `ranks` ranks, `per_node` on each node, and waits for Accepted;
+/// while gangd says the cluster is not up (nodes it lost are joining
+/// again), submits again, for at most a minute.
 pub fn submit(sock: &Path, name: &str, ranks: u32, per_node: u32) -> Result<Submitted> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match submit_once(sock, name, ranks, per_node)? {
+            Ok(s) => return Ok(s),
+            Err(reason) if reason.contains("not up yet") && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(200));
+            }
+            Err(reason) => bail!("job {name} refused: {reason}"),
+        }
+    }
+}
+
+fn submit_once(
+    sock: &Path,
+    name: &str,
+    ranks: u32,
+    per_node: u32,
+) -> Result<std::result::Result<Submitted, String>> {
     let mut s = UnixStream::connect(sock).context("connecting to gangd's socket")?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let sent = Instant::now();
@@ -50,7 +70,8 @@ pub fn submit(sock: &Path, name: &str, ranks: u32, per_node: u32) -> Result<Subm
     )?;
     let job = match read_frame::<ToClient>(&mut s)? {
         Some(ToClient::Accepted { job }) => job,
-        other => bail!("job {name} not accepted: {other:?}"),
+        Some(ToClient::Refused { reason }) => return Ok(Err(reason)),
+        other => bail!("job {name}: no answer to Submit: {other:?}"),
     };
     let accepted = Instant::now();
     let ended = Arc::new(Mutex::new(None));
@@ -65,10 +86,10 @@ pub fn submit(sock: &Path, name: &str, ranks: u32, per_node: u32) -> Result<Subm
         }
         *e2.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     });
-    Ok(Submitted {
+    Ok(Ok(Submitted {
         job,
         sent,
         accepted,
         ended,
-    })
+    }))
 }

@@ -52,9 +52,13 @@ struct Opts {
     /// The gangd binary.
     #[arg(long)]
     gangd: PathBuf,
-    /// Scratch directory (CA, certificates, gangd's state and log).
+    /// Scratch directory (gangd's state, socket and log), emptied first.
     #[arg(long)]
     dir: PathBuf,
+    /// The cluster CA and the nodes' certificates, made if missing and
+    /// kept (default: DIR/certs).
+    #[arg(long)]
+    certs: Option<PathBuf>,
     #[arg(long, default_value = "64")]
     nodes: usize,
     #[arg(long, default_value = "4")]
@@ -89,7 +93,7 @@ const COLUMNS: &[&str] = &[
     "nodes", "cpus", "join_s", "threads", "rss_mb", "cpu_idle_pct", "cpu_steady_pct",
     "cpu_arrivals_pct", "switches_per_s", "switch_msgs_per_s", "switch_p50_ms", "switch_p99_ms",
     "place_all_ms", "place_p50_ms", "place_p99_ms", "accept_p50_ms", "accept_p99_ms",
-    "arrived_jobs", "alloc_p50_us", "alloc_p99_us", "lost_detect_ms", "rejoin_ms",
+    "arrived_jobs", "alloc_p50_us", "alloc_p99_us", "lost_detect_ms", "rejoin_ms", "relinks",
 ];
 
 /// gangd as a child, stopped when dropped.
@@ -125,28 +129,33 @@ fn progress(nodes: usize, what: &str) {
     eprintln!("gang-load N={nodes}: {what}");
 }
 
-/// A CA and one certificate per node (issued one at a time: the CA's
-/// index file is rewritten by every issue).
+/// A CA and one certificate per node in `dir`, kept from an earlier run
+/// if there (issuing 4096 takes a minute: one at a time, as the CA's index
+/// file is rewritten by every issue).
 fn certificates(dir: &Path, nodes: usize) -> Result<Vec<Arc<ClientTls>>> {
     let ca_dir = dir.join("ca");
-    ca::init(&ca_dir).context("making the CA")?;
+    if !ca_dir.join("ca.crt").exists() {
+        ca::init(&ca_dir).context("making the CA")?;
+    }
     (0..nodes)
         .map(|i| {
             let node_dir = dir.join(format!("node-{i}"));
-            ca::issue(&ca_dir, &format!("n{i}"), &node_dir, 2)?;
+            if !node_dir.join("node.crt").exists() {
+                ca::issue(&ca_dir, &format!("n{i}"), &node_dir, 2)?;
+            }
             Ok(Arc::new(ClientTls::load(&node_dir)?))
         })
         .collect()
 }
 
-fn start_gangd(opts: &Opts, port: u16) -> Result<Gangd> {
+fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
     let log = std::fs::File::create(opts.dir.join("gangd.log"))?;
     let child = Command::new(&opts.gangd)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--no-knobs"])
         .arg("--socket")
         .arg(opts.dir.join("sock"))
         .arg("--ca-dir")
-        .arg(opts.dir.join("ca"))
+        .arg(ca_dir)
         .arg("--state-dir")
         .arg(opts.dir.join("state"))
         .args(["--min-rank-uid", "0", "--nodes", &opts.nodes.to_string()])
@@ -183,9 +192,10 @@ fn run(opts: &Opts) -> Result<()> {
     let _ = std::fs::remove_dir_all(&opts.dir);
     std::fs::create_dir_all(&opts.dir)?;
     progress(n, "issuing certificates");
-    let tls = certificates(&opts.dir, n)?;
+    let certs = opts.certs.clone().unwrap_or_else(|| opts.dir.join("certs"));
+    let tls = certificates(&certs, n)?;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let gangd = start_gangd(opts, port)?;
+    let gangd = start_gangd(opts, &certs.join("ca"), port)?;
     let pid = gangd.child.id();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let probe = (opts.probe_ms > 0).then(|| Duration::from_millis(opts.probe_ms));
@@ -224,7 +234,7 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result<
         });
     }
     wait_for("every node to join", Duration::from_secs(300), || {
-        pool.joined.load(Ordering::Relaxed) >= n as u64 || gone()
+        pool.events.live.load(Ordering::Relaxed) >= n as u64 || gone()
     })?;
     if gone() {
         bail!("gangd exited; see {}", opts.dir.join("gangd.log").display());
@@ -327,6 +337,10 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result<
     })?;
     let rejoin = ms(t.elapsed());
     let last = sample(pid).context("gangd exited")?;
+    let relinks = pool.joined.load(Ordering::Relaxed).saturating_sub(n as u64 + 1);
+    if relinks > 0 {
+        progress(n, &format!("{relinks} link(s) ended by gangd and joined again (see its log)"));
+    }
     progress(n, "done");
 
     let row = [
@@ -352,6 +366,7 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result<
         fmt(quantile(&alloc, 0.99)),
         fmt(lost),
         fmt(rejoin),
+        relinks.to_string(),
     ];
     Ok(row.join(","))
 }
