@@ -68,7 +68,8 @@ fn submit_once(
             limits: JobLimits::default(),
         },
     )?;
-    let job = match read_frame::<ToClient>(&mut s)? {
+    let reply = read_frame::<ToClient>(&mut s).context("waiting 60 s for Accepted")?;
+    let job = match reply {
         Some(ToClient::Accepted { job }) => job,
         Some(ToClient::Refused { reason }) => return Ok(Err(reason)),
         other => bail!("job {name}: no answer to Submit: {other:?}"),

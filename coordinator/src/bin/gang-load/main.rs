@@ -4,7 +4,8 @@
 //! agents (agents.rs: the real TLS link and encoder, immediate answers, no
 //! processes), and runs these phases, printing progress on stderr:
 //!
-//! 1. join: every node joins; then `idle` seconds with no job (heartbeats
+//! 1. join: every node joins (if gangd never holds them all at once within
+//!    `join_timeout`, the line stops there: join_s is empty); then `idle` seconds with no job (heartbeats
 //!    and clock probes only): gangd's idle CPU.
 //! 2. steady: three jobs over every CPU of every node (mpl 3, strict
 //!    barrier by default), `steady` seconds: gangd's CPU, switches per
@@ -30,11 +31,11 @@
 mod agents;
 mod frontend;
 mod measure;
+mod phases;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,58 +44,54 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use gang_wire::proto::tls::{ca, ClientTls};
 
-use agents::{NodeSpec, Pool};
-use measure::{cpu_pct, ms, quantile, sample, Rng};
+use agents::Pool;
 
 #[derive(Debug, Parser)]
 #[command(about = "gangd under N fake agents on loopback: one CSV line of measurements")]
-struct Opts {
+pub struct Opts {
     /// The gangd binary.
     #[arg(long)]
-    gangd: PathBuf,
+    pub gangd: PathBuf,
     /// Scratch directory (gangd's state, socket and log), emptied first.
     #[arg(long)]
-    dir: PathBuf,
+    pub dir: PathBuf,
     /// The cluster CA and the nodes' certificates, made if missing and
     /// kept (default: DIR/certs).
     #[arg(long)]
-    certs: Option<PathBuf>,
+    pub certs: Option<PathBuf>,
     #[arg(long, default_value = "64")]
-    nodes: usize,
+    pub nodes: usize,
     #[arg(long, default_value = "4")]
-    cpus: u32,
+    pub cpus: u32,
     #[arg(long, default_value = "100")]
-    slot_ms: u32,
+    pub slot_ms: u32,
     #[arg(long, default_value = "strict")]
-    barrier: String,
+    pub barrier: String,
     /// Agent worker threads.
     #[arg(long, default_value = "2")]
-    workers: usize,
+    pub workers: usize,
     /// ClockProbe period of every agent, ms (the real agent's: 250); 0: none.
     #[arg(long, default_value = "250")]
-    probe_ms: u64,
+    pub probe_ms: u64,
     /// Seconds of each phase.
     #[arg(long, default_value = "2")]
-    idle: f64,
+    pub idle: f64,
     #[arg(long, default_value = "5")]
-    steady: f64,
+    pub steady: f64,
     #[arg(long, default_value = "5")]
-    arrivals: f64,
+    pub arrivals: f64,
     /// gangd's --node-timeout-ms (a silent node is lost after it).
     #[arg(long, default_value = "3000")]
-    node_timeout_ms: u64,
+    pub node_timeout_ms: u64,
+    /// Seconds to wait for every node to be linked at once; past it the
+    /// line holds only what was measured (join_s empty).
+    #[arg(long, default_value = "120")]
+    pub join_timeout: f64,
     /// Print the CSV header before the line.
     #[arg(long)]
-    header: bool,
+    pub header: bool,
 }
 
-/// The CSV columns, in order.
-const COLUMNS: &[&str] = &[
-    "nodes", "cpus", "join_s", "threads", "rss_mb", "cpu_idle_pct", "cpu_steady_pct",
-    "cpu_arrivals_pct", "switches_per_s", "switch_msgs_per_s", "switch_p50_ms", "switch_p99_ms",
-    "place_all_ms", "place_p50_ms", "place_p99_ms", "accept_p50_ms", "accept_p99_ms",
-    "arrived_jobs", "alloc_p50_us", "alloc_p99_us", "lost_detect_ms", "rejoin_ms", "relinks",
-];
 
 /// gangd as a child, stopped when dropped.
 struct Gangd {
@@ -125,7 +122,7 @@ fn main() {
     }
 }
 
-fn progress(nodes: usize, what: &str) {
+pub fn progress(nodes: usize, what: &str) {
     eprintln!("gang-load N={nodes}: {what}");
 }
 
@@ -173,7 +170,7 @@ fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
     Ok(g)
 }
 
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Result<()> {
+pub fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) -> Result<()> {
     let deadline = Instant::now() + limit;
     while !ok() {
         if Instant::now() > deadline {
@@ -200,191 +197,14 @@ fn run(opts: &Opts) -> Result<()> {
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let probe = (opts.probe_ms > 0).then(|| Duration::from_millis(opts.probe_ms));
     let pool = Pool::new(addr, opts.workers, 2, probe);
-    let result = phases(opts, pid, &pool, &tls);
+    let result = phases::run(opts, pid, &pool, &tls);
     pool.stop();
     drop(gangd);
     let row = result?;
     if opts.header {
-        println!("{}", COLUMNS.join(","));
+        println!("{}", phases::COLUMNS.join(","));
     }
     println!("{row}");
     Ok(())
 }
 
-fn fmt(x: f64) -> String {
-    if x.is_nan() {
-        String::new()
-    } else {
-        format!("{x:.2}")
-    }
-}
-
-fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result<String> {
-    let n = opts.nodes;
-    let sock = opts.dir.join("sock");
-    let gone = || sample(pid).is_none();
-    // 1. join, idle.
-    progress(n, "joining");
-    let t0 = Instant::now();
-    for (idx, tls) in tls.iter().enumerate() {
-        pool.join(NodeSpec {
-            idx,
-            tls: tls.clone(),
-            cpus: opts.cpus,
-        });
-    }
-    wait_for("every node to join", Duration::from_secs(300), || {
-        pool.events.live.load(Ordering::Relaxed) >= n as u64 || gone()
-    })?;
-    if gone() {
-        bail!("gangd exited; see {}", opts.dir.join("gangd.log").display());
-    }
-    let join_s = t0.elapsed().as_secs_f64();
-    progress(n, &format!("joined in {join_s:.1} s; idle"));
-    let a = sample(pid).context("gangd exited")?;
-    thread::sleep(Duration::from_secs_f64(opts.idle));
-    let b = sample(pid).context("gangd exited")?;
-    let cpu_idle = cpu_pct(&a, &b);
-
-    // 2. steady: three jobs over every CPU.
-    progress(n, "placing three jobs over every CPU");
-    let ranks = n as u32 * opts.cpus;
-    let mut background = vec![];
-    let mut place_all = f64::NAN;
-    for i in 0..3 {
-        let sub = frontend::submit(&sock, &format!("bg{i}"), ranks, opts.cpus)?;
-        let job = sub.job;
-        wait_for("a job on every node", Duration::from_secs(60), || {
-            reached(pool, job) >= ranks
-        })?;
-        if i == 0 {
-            place_all = ms(last_spawn(pool, job).unwrap().duration_since(sub.sent));
-        }
-        background.push(sub);
-    }
-    thread::sleep(Duration::from_millis(500));
-    progress(n, "steady switching");
-    let (f0, s0) = counts(pool);
-    let a = sample(pid).context("gangd exited")?;
-    let w0 = Instant::now();
-    thread::sleep(Duration::from_secs_f64(opts.steady));
-    let w1 = Instant::now();
-    let b = sample(pid).context("gangd exited")?;
-    let (f1, s1) = counts(pool);
-    let cpu_steady = cpu_pct(&a, &b);
-    let secs = w1.duration_since(w0).as_secs_f64();
-    let switch_ms: Vec<f64> = {
-        let seen = pool.events.inner.lock().unwrap();
-        seen.gens
-            .values()
-            .filter_map(|g| {
-                let f = g.first_freeze.or(g.first_switch)?;
-                (f >= w0 && f < w1 && g.running as usize >= n)
-                    .then(|| ms(g.last_running.duration_since(f)))
-            })
-            .collect()
-    };
-    let switches_per_s = switch_ms.len() as f64 / secs;
-    let msgs_per_s = ((f1 - f0) + (s1 - s0)) as f64 / secs;
-    progress(
-        n,
-        &format!("{switches_per_s:.1} switches/s, gangd at {cpu_steady:.1} % of a core"),
-    );
-
-    // 3. arrivals.
-    progress(n, "jobs of 1-N nodes arriving");
-    let mut rng = Rng::new(n as u64);
-    let (mut place, mut accept) = (vec![], vec![]);
-    let a = sample(pid).context("gangd exited")?;
-    let end = Instant::now() + Duration::from_secs_f64(opts.arrivals);
-    let mut j = 0;
-    while Instant::now() < end {
-        let k = rng.nodes(n);
-        let ranks = k as u32 * opts.cpus;
-        let sub = frontend::submit(&sock, &format!("j{j}"), ranks, opts.cpus)?;
-        j += 1;
-        accept.push(ms(sub.accepted.duration_since(sub.sent)));
-        wait_for("an arrival on its nodes", Duration::from_secs(30), || {
-            reached(pool, sub.job) >= ranks
-        })?;
-        place.push(ms(last_spawn(pool, sub.job).unwrap().duration_since(sub.sent)));
-        pool.exit_job(sub.job);
-        wait_for("an arrival to end", Duration::from_secs(30), || {
-            sub.ended().is_some()
-        })?;
-    }
-    let b = sample(pid).context("gangd exited")?;
-    let cpu_arrivals = cpu_pct(&a, &b);
-    let (alloc, _) = measure::allocation_us(n, opts.cpus, 200, n as u64);
-
-    // 4. loss and rejoin.
-    progress(n, "node 0 goes silent");
-    let joined = pool.joined.load(Ordering::Relaxed);
-    let t = Instant::now();
-    pool.silence(0);
-    wait_for("the jobs of the lost node to fail", Duration::from_secs(60), || {
-        background.iter().all(|s| s.ended().is_some())
-    })?;
-    let lost = background
-        .iter()
-        .filter_map(|s| s.ended())
-        .min()
-        .map_or(f64::NAN, |e| ms(e.duration_since(t)));
-    let t = Instant::now();
-    pool.rejoin(0);
-    wait_for("node 0 to join again", Duration::from_secs(60), || {
-        pool.joined.load(Ordering::Relaxed) > joined
-    })?;
-    let rejoin = ms(t.elapsed());
-    let last = sample(pid).context("gangd exited")?;
-    let relinks = pool.joined.load(Ordering::Relaxed).saturating_sub(n as u64 + 1);
-    if relinks > 0 {
-        progress(n, &format!("{relinks} link(s) ended by gangd and joined again (see its log)"));
-    }
-    progress(n, "done");
-
-    let row = [
-        n.to_string(),
-        opts.cpus.to_string(),
-        fmt(join_s),
-        last.threads.max(b.threads).to_string(),
-        fmt(last.rss_kb.max(b.rss_kb) as f64 / 1024.0),
-        fmt(cpu_idle),
-        fmt(cpu_steady),
-        fmt(cpu_arrivals),
-        fmt(switches_per_s),
-        fmt(msgs_per_s),
-        fmt(quantile(&switch_ms, 0.5)),
-        fmt(quantile(&switch_ms, 0.99)),
-        fmt(place_all),
-        fmt(quantile(&place, 0.5)),
-        fmt(quantile(&place, 0.99)),
-        fmt(quantile(&accept, 0.5)),
-        fmt(quantile(&accept, 0.99)),
-        j.to_string(),
-        fmt(quantile(&alloc, 0.5)),
-        fmt(quantile(&alloc, 0.99)),
-        fmt(lost),
-        fmt(rejoin),
-        relinks.to_string(),
-    ];
-    Ok(row.join(","))
-}
-
-/// How many SpawnRanks of `job` reached the agents.
-fn reached(pool: &Pool, job: gang_wire::proto::JobId) -> u32 {
-    let seen = pool.events.inner.lock().unwrap();
-    seen.spawned.get(&job).map_or(0, |(ranks, _)| *ranks)
-}
-
-fn last_spawn(pool: &Pool, job: gang_wire::proto::JobId) -> Option<Instant> {
-    let seen = pool.events.inner.lock().unwrap();
-    seen.spawned.get(&job).map(|(_, t)| *t)
-}
-
-fn counts(pool: &Pool) -> (u64, u64) {
-    (
-        pool.events.freezes.load(Ordering::Relaxed),
-        pool.events.switches.load(Ordering::Relaxed),
-    )
-}
