@@ -9,19 +9,20 @@
 #
 #   scripts/bench_scale.sh [--quick] [--nodes "64 256 1024 4096"] [--steady 5]
 #                          [--arrivals 5] [--idle 2] [--barrier strict]
-#                          [--out DIR] [--no-build]
+#                          [--out DIR] [--certs DIR] [--no-build] [--table-only]
 #
-# --quick: N = 64 and 256 only. Writes DIR (default target/bench/scale)/
+# --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
 # scale.csv and table.txt, and prints the table. The default run takes about
 # 3 minutes on 2 cores (most of it at 4096 nodes). Progress on stderr.
 # Every process it starts (gang-load, and the gangd gang-load started, by
 # the PID it wrote) is stopped on exit, failure and Ctrl-C included. The
-# certificates are made once for the largest N (a minute for 4096).
+# certificates are made once for the largest N (a minute for 4096), in a
+# scratch directory, or kept in --certs DIR for the next run.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1
+NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --quick) NODES="64 256"; shift ;;
@@ -31,7 +32,9 @@ while [[ $# -gt 0 ]]; do
         --idle) IDLE=$2; shift 2 ;;
         --barrier) BARRIER=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --certs) CERTS=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
+        --table-only) TABLE_ONLY=1; shift ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
@@ -39,6 +42,26 @@ done
 for n in $NODES; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "--nodes: $n is not a node count"; done
 for s in "$STEADY" "$ARRIVALS" "$IDLE"; do [[ $s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "phase lengths are seconds: $s"; done
 [[ $BARRIER =~ ^(strict|off)$ ]] || die "--barrier: strict or off"
+
+# The table of $OUT/scale.csv: the columns a reader compares with the targets.
+print_table() {
+    awk -F, '
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    function v(k) { return $c[k] == "" ? "-" : $c[k] }
+    FNR == 2 {
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", "nodes", "join", "threads", "RSS", "CPU%", "CPU%", "CPU%", "switch/s", "msgs/s", "switch p50/p99", "place all", "place p50/p99", "alloc p50/p99", "lost", "relinks"
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", "", "s", "", "MB", "idle", "steady", "arriv", "(10 max)", "", "ms", "ms", "ms", "us", "ms", ""
+    }
+    {
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", v("nodes"), v("join_s"), v("threads"), v("rss_mb"), v("cpu_idle_pct"), v("cpu_steady_pct"), v("cpu_arrivals_pct"), v("switches_per_s"), v("switch_msgs_per_s"), v("switch_p50_ms") "/" v("switch_p99_ms"), v("place_all_ms"), v("place_p50_ms") "/" v("place_p99_ms"), v("alloc_p50_us") "/" v("alloc_p99_us"), v("lost_detect_ms"), v("relinks")
+    }' "$OUT/scale.csv" | tee "$OUT/table.txt"
+}
+
+if ((TABLE_ONLY)); then
+    [[ -f $OUT/scale.csv ]] || die "no $OUT/scale.csv"
+    print_table
+    exit 0
+fi
 
 BIN=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release
 if ((BUILD)); then
@@ -58,6 +81,7 @@ fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-scale.XXXXXX")
+[[ -n $CERTS ]] || CERTS=$WORK/certs
 LOAD_PID=
 stop_all() {
     if [[ -n $LOAD_PID ]]; then kill "$LOAD_PID" 2>/dev/null || true; fi
@@ -80,7 +104,7 @@ for n in $NODES; do
     step "N = $n nodes x 4 CPUs: idle ${IDLE} s, steady ${STEADY} s, arrivals ${ARRIVALS} s, then a lost node"
     header=()
     [[ -f $CSV ]] || header=(--header)
-    "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$WORK/certs" --nodes "$n" --cpus 4 --slot-ms 100 \
+    "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$CERTS" --nodes "$n" --cpus 4 --slot-ms 100 \
         --barrier "$BARRIER" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
         "${header[@]}" >>"$CSV" &
     LOAD_PID=$!
@@ -95,15 +119,5 @@ for n in $NODES; do
 done
 [[ -f $CSV ]] || die "no N completed"
 
-# The table: the columns a reader compares against the targets.
-awk -F, '
-NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-function v(k) { return $c[k] == "" ? "-" : $c[k] }
-FNR == 2 {
-    printf "%6s %7s %6s %6s %6s %6s %9s %9s %15s %15s %15s %13s %9s\n", "nodes", "threads", "RSS", "CPU%", "CPU%", "CPU%", "switch/s", "msgs/s", "switch p50/p99", "place all", "place p50/p99", "alloc p50/p99", "lost"
-    printf "%6s %7s %6s %6s %6s %6s %9s %9s %15s %15s %15s %13s %9s\n", "", "", "MB", "idle", "steady", "arriv", "(10 ideal)", "", "ms", "ms", "ms", "us", "ms"
-}
-{
-    printf "%6s %7s %6s %6s %6s %6s %9s %9s %15s %15s %15s %13s %9s\n", v("nodes"), v("threads"), v("rss_mb"), v("cpu_idle_pct"), v("cpu_steady_pct"), v("cpu_arrivals_pct"), v("switches_per_s"), v("switch_msgs_per_s"), v("switch_p50_ms") "/" v("switch_p99_ms"), v("place_all_ms"), v("place_p50_ms") "/" v("place_p99_ms"), v("alloc_p50_us") "/" v("alloc_p99_us"), v("lost_detect_ms")
-}' "$CSV" | tee "$OUT/table.txt"
+print_table
 step "CSV: $CSV; table: $OUT/table.txt"
