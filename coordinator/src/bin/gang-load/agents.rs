@@ -43,9 +43,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use gang_wire::proto::tls::rustls::ClientConnection;
 use gang_wire::proto::tls::ClientTls;
-use gang_wire::proto::{
-    encode, ExitStatus, FreezeReport, FrameDecoder, FromAgent, JobId, ToAgent,
-};
+use gang_wire::proto::{encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, ToAgent};
 
 /// Everything the agents saw, on the harness's clock.
 #[derive(Default)]
@@ -137,7 +135,8 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
         if conn.read_tls(&mut sock)? == 0 {
             bail!("gangd closed the connection before Welcome");
         }
-        conn.process_new_packets().map_err(|e| anyhow!("TLS: {e}"))?;
+        conn.process_new_packets()
+            .map_err(|e| anyhow!("TLS: {e}"))?;
         loop {
             match conn.reader().read(&mut buf) {
                 Ok(0) => break,
@@ -324,7 +323,10 @@ impl Worker {
                         let a = &mut self.agents[i];
                         a.probe_seq += 1;
                         let t1 = gang_wire::time::monotonic_ns();
-                        let msg = FromAgent::ClockProbe { seq: a.probe_seq, t1 };
+                        let msg = FromAgent::ClockProbe {
+                            seq: a.probe_seq,
+                            t1,
+                        };
                         self.send(i, &msg);
                     }
                 }

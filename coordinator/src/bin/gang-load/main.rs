@@ -92,7 +92,6 @@ pub struct Opts {
     pub header: bool,
 }
 
-
 /// gangd as a child, stopped when dropped.
 struct Gangd {
     child: Child,
@@ -156,7 +155,12 @@ fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
         .arg("--state-dir")
         .arg(opts.dir.join("state"))
         .args(["--min-rank-uid", "0", "--nodes", &opts.nodes.to_string()])
-        .args(["--slot-ms", &opts.slot_ms.to_string(), "--barrier", &opts.barrier])
+        .args([
+            "--slot-ms",
+            &opts.slot_ms.to_string(),
+            "--barrier",
+            &opts.barrier,
+        ])
         .args(["--node-timeout-ms", &opts.node_timeout_ms.to_string()])
         .stderr(Stdio::from(log))
         .stdout(Stdio::null())
@@ -207,4 +211,3 @@ fn run(opts: &Opts) -> Result<()> {
     println!("{row}");
     Ok(())
 }
-

@@ -25,10 +25,29 @@ use crate::{frontend, progress, wait_for, Opts};
 
 /// The CSV columns, in order.
 pub const COLUMNS: &[&str] = &[
-    "nodes", "cpus", "join_s", "threads", "rss_mb", "cpu_idle_pct", "cpu_steady_pct",
-    "cpu_arrivals_pct", "switches_per_s", "switch_msgs_per_s", "switch_p50_ms", "switch_p99_ms",
-    "place_all_ms", "place_p50_ms", "place_p99_ms", "accept_p50_ms", "accept_p99_ms",
-    "arrived_jobs", "alloc_p50_us", "alloc_p99_us", "lost_detect_ms", "rejoin_ms", "relinks",
+    "nodes",
+    "cpus",
+    "join_s",
+    "threads",
+    "rss_mb",
+    "cpu_idle_pct",
+    "cpu_steady_pct",
+    "cpu_arrivals_pct",
+    "switches_per_s",
+    "switch_msgs_per_s",
+    "switch_p50_ms",
+    "switch_p99_ms",
+    "place_all_ms",
+    "place_p50_ms",
+    "place_p99_ms",
+    "accept_p50_ms",
+    "accept_p99_ms",
+    "arrived_jobs",
+    "alloc_p50_us",
+    "alloc_p99_us",
+    "lost_detect_ms",
+    "rejoin_ms",
+    "relinks",
 ];
 
 /// The CSV line being filled.
@@ -44,7 +63,14 @@ impl Row {
     }
 
     fn num(&mut self, col: &str, x: f64) {
-        self.set(col, if x.is_nan() { String::new() } else { format!("{x:.2}") });
+        self.set(
+            col,
+            if x.is_nan() {
+                String::new()
+            } else {
+                format!("{x:.2}")
+            },
+        );
     }
 }
 
@@ -64,12 +90,18 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
     let relinks = pool.joined.load(Ordering::Relaxed).saturating_sub(planned);
     row.set("relinks", relinks);
     if relinks > 0 {
-        progress(opts.nodes, &format!("{relinks} link(s) ended by gangd and joined again (see its log)"));
+        progress(
+            opts.nodes,
+            &format!("{relinks} link(s) ended by gangd and joined again (see its log)"),
+        );
     }
     match outcome {
         Ok(()) => progress(opts.nodes, "done"),
         Err(e) if sample(pid).is_none() => return Err(e.context("gangd exited")),
-        Err(e) => progress(opts.nodes, &format!("stopped, the rest of the line is empty: {e:#}")),
+        Err(e) => progress(
+            opts.nodes,
+            &format!("stopped, the rest of the line is empty: {e:#}"),
+        ),
     }
     Ok(row.0.join(","))
 }
@@ -90,13 +122,18 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
         });
     }
     let a = gangd()?;
-    let joined = wait_for("every node linked at once", Duration::from_secs_f64(opts.join_timeout), || {
-        pool.events.live.load(Ordering::Relaxed) >= n as u64 || sample(pid).is_none()
-    });
+    let joined = wait_for(
+        "every node linked at once",
+        Duration::from_secs_f64(opts.join_timeout),
+        || pool.events.live.load(Ordering::Relaxed) >= n as u64 || sample(pid).is_none(),
+    );
     if let Err(e) = joined {
         let b = gangd()?;
         let live = pool.events.live.load(Ordering::Relaxed);
-        bail!("{e}: {live} linked at the end, gangd at {:.0} % of a core", cpu_pct(&a, &b));
+        bail!(
+            "{e}: {live} linked at the end, gangd at {:.0} % of a core",
+            cpu_pct(&a, &b)
+        );
     }
     gangd()?;
     let join_s = t0.elapsed().as_secs_f64();
@@ -118,7 +155,10 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
             reached(pool, job) >= ranks
         })?;
         if i == 0 {
-            row.num("place_all_ms", ms(last_spawn(pool, job).duration_since(sub.sent)));
+            row.num(
+                "place_all_ms",
+                ms(last_spawn(pool, job).duration_since(sub.sent)),
+            );
         }
         background.push(sub);
     }
@@ -197,9 +237,11 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     let joined = pool.joined.load(Ordering::Relaxed);
     let t = Instant::now();
     pool.silence(0);
-    wait_for("the jobs of the lost node to fail", Duration::from_secs(60), || {
-        background.iter().all(|s| s.ended().is_some())
-    })?;
+    wait_for(
+        "the jobs of the lost node to fail",
+        Duration::from_secs(60),
+        || background.iter().all(|s| s.ended().is_some()),
+    )?;
     let lost = background
         .iter()
         .filter_map(|s| s.ended())
@@ -224,7 +266,9 @@ fn reached(pool: &Pool, job: JobId) -> u32 {
 /// When the last SpawnRank of `job` arrived (called once every rank's did).
 fn last_spawn(pool: &Pool, job: JobId) -> Instant {
     let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
-    seen.spawned.get(&job).map_or_else(Instant::now, |(_, t)| *t)
+    seen.spawned
+        .get(&job)
+        .map_or_else(Instant::now, |(_, t)| *t)
 }
 
 fn counts(pool: &Pool) -> (u64, u64) {
