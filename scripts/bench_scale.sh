@@ -9,9 +9,13 @@
 #
 #   scripts/bench_scale.sh [--quick] [--nodes "64 256 1024 4096"] [--steady 5]
 #                          [--arrivals 5] [--idle 2] [--barrier strict]
-#                          [--out DIR] [--certs DIR] [--no-build] [--table-only]
+#                          [--bg-per-node K] [--out DIR] [--certs DIR] [--no-build]
+#                          [--table-only]
 #
-# --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
+# --bg-per-node K: the three background jobs have K ranks on each node
+# instead of one per CPU (each SpawnRank carries every rank's address, so a
+# job over every CPU of 4096 nodes never gets placed; K = 1 lets the switch
+# be measured there). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
 # scale.csv and table.txt, and prints the table. The default run takes about
 # 3 minutes on 2 cores (most of it at 4096 nodes). Progress on stderr.
 # Every process it starts (gang-load, and the gangd gang-load started, by
@@ -22,7 +26,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0
+NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4
 while [[ $# -gt 0 ]]; do
     case $1 in
         --quick) NODES="64 256"; shift ;;
@@ -33,6 +37,7 @@ while [[ $# -gt 0 ]]; do
         --barrier) BARRIER=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --certs) CERTS=$2; shift 2 ;;
+        --bg-per-node) BG=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --table-only) TABLE_ONLY=1; shift ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -42,6 +47,7 @@ done
 for n in $NODES; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "--nodes: $n is not a node count"; done
 for s in "$STEADY" "$ARRIVALS" "$IDLE"; do [[ $s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "phase lengths are seconds: $s"; done
 [[ $BARRIER =~ ^(strict|off)$ ]] || die "--barrier: strict or off"
+[[ $BG =~ ^[1-4]$ ]] || die "--bg-per-node: 1 to 4 (the nodes have 4 CPUs)"
 
 # The table of $OUT/scale.csv: the columns a reader compares with the targets.
 print_table() {
@@ -105,7 +111,7 @@ for n in $NODES; do
     header=()
     [[ -f $CSV ]] || header=(--header)
     "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$CERTS" --nodes "$n" --cpus 4 --slot-ms 100 \
-        --barrier "$BARRIER" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
+        --barrier "$BARRIER" --bg-per-node "$BG" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
         "${header[@]}" >>"$CSV" &
     LOAD_PID=$!
     if ! wait "$LOAD_PID"; then

@@ -4,13 +4,15 @@
 //! agents (agents.rs: the real TLS link and encoder, immediate answers, no
 //! processes), and runs these phases, printing progress on stderr:
 //!
-//! 1. join: every node joins (if gangd never holds them all at once within
-//!    `join_timeout`, the line stops there: join_s is empty); then `idle` seconds with no job (heartbeats
-//!    and clock probes only): gangd's idle CPU.
-//! 2. steady: three jobs over every CPU of every node (mpl 3, strict
-//!    barrier by default), `steady` seconds: gangd's CPU, switches per
-//!    second, switch messages per second, and per switch the time from
-//!    the first Freeze an agent received to the last Running sent.
+//! 1. join: every node joins (if gangd never holds them all at once
+//!    within `join_timeout`, the line stops there: join_s is empty); then
+//!    `idle` seconds with no job (heartbeats and clock probes only):
+//!    gangd's idle CPU.
+//! 2. steady: three jobs over every CPU of every node (or `bg_per_node`
+//!    ranks on each node; mpl 3, strict barrier by default), `steady`
+//!    seconds: gangd's CPU, switches per second, switch messages per
+//!    second, and per switch the time from the first Freeze an agent
+//!    received to the last Running sent.
 //! 3. arrivals: jobs of 1–N nodes (log-uniform) arrive one after the
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
@@ -67,6 +69,11 @@ pub struct Opts {
     pub slot_ms: u32,
     #[arg(long, default_value = "strict")]
     pub barrier: String,
+    /// Ranks per node of the three background jobs (default: --cpus, every
+    /// CPU). Every SpawnRank carries every rank's address, so a job's
+    /// placement costs ranks²: 1 lets the switch be measured at 4096 nodes.
+    #[arg(long)]
+    pub bg_per_node: Option<u32>,
     /// Agent worker threads.
     #[arg(long, default_value = "2")]
     pub workers: usize,

@@ -54,12 +54,19 @@ pub const COLUMNS: &[&str] = &[
 struct Row(Vec<String>);
 
 impl Row {
-    fn set(&mut self, col: &str, v: impl ToString) {
-        let i = COLUMNS
+    fn index(col: &str) -> usize {
+        COLUMNS
             .iter()
             .position(|c| *c == col)
-            .unwrap_or_else(|| panic!("no column {col}"));
-        self.0[i] = v.to_string();
+            .unwrap_or_else(|| panic!("no column {col}"))
+    }
+
+    fn set(&mut self, col: &str, v: impl ToString) {
+        self.0[Self::index(col)] = v.to_string();
+    }
+
+    fn is_set(&self, col: &str) -> bool {
+        !self.0[Self::index(col)].is_empty()
     }
 
     fn num(&mut self, col: &str, x: f64) {
@@ -81,7 +88,7 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
     row.set("cpus", opts.cpus);
     let outcome = phases(opts, pid, pool, tls, &mut row);
     // Threads and RSS of steady switching, or of the end if it never came.
-    if let (true, Some(s)) = (row.0[3].is_empty(), sample(pid)) {
+    if let (false, Some(s)) = (row.is_set("threads"), sample(pid)) {
         row.set("threads", s.threads);
         row.num("rss_mb", s.rss_kb as f64 / 1024.0);
     }
@@ -145,11 +152,15 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     row.num("cpu_idle_pct", cpu_pct(&a, &b));
 
     // 2. steady: three jobs over every CPU.
-    progress(n, "placing three jobs over every CPU");
-    let ranks = n as u32 * opts.cpus;
+    let per_node = opts.bg_per_node.unwrap_or(opts.cpus).clamp(1, opts.cpus);
+    progress(
+        n,
+        &format!("placing three jobs of {per_node} rank(s) on every node"),
+    );
+    let ranks = n as u32 * per_node;
     let mut background = vec![];
     for i in 0..3 {
-        let sub = frontend::submit(&sock, &format!("bg{i}"), ranks, opts.cpus)?;
+        let sub = frontend::submit(&sock, &format!("bg{i}"), ranks, per_node)?;
         let job = sub.job;
         wait_for("a job on every node", Duration::from_secs(60), || {
             reached(pool, job) >= ranks
