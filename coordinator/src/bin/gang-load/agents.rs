@@ -23,7 +23,8 @@
 //! Running sent, the SpawnRanks of each job and when the last arrived.
 //!
 //! A link that ends (gangd closed it, e.g. after declaring the node
-//! silent) is joined again a second later, as a real agent reconnects.
+//! silent) or a join that fails is tried again a second later, as a real
+//! agent reconnects.
 //!
 //! Known faults: poll(2) over every socket of a worker costs O(agents)
 //! per wakeup, which is harness time, not gangd's, but both share the
@@ -168,6 +169,8 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
 pub enum Command {
     /// A node joined (by a joiner thread): answer what came behind Welcome.
     Joined(Box<Agent>, Vec<ToAgent>),
+    /// The node did not join: it tries again a second later.
+    Retry(NodeSpec),
     /// Every rank of the job exits with code 0.
     ExitJob(JobId),
     /// The node goes silent (a hung or cut-off node).
@@ -210,12 +213,16 @@ impl Pool {
                     };
                     thread::sleep(at.saturating_duration_since(Instant::now()));
                     let idx = spec.idx;
+                    let spec_again = spec.clone();
                     match join(addr, spec) {
                         Ok((agent, early)) => {
                             let w = &txs[idx % txs.len()];
                             let _ = w.send(Command::Joined(Box::new(agent), early));
                         }
-                        Err(e) => eprintln!("gang-load: node {idx} did not join: {e:#}"),
+                        Err(e) => {
+                            eprintln!("gang-load: node {idx} did not join ({e:#}), trying again");
+                            let _ = txs[idx % txs.len()].send(Command::Retry(spec_again));
+                        }
                     }
                 })
             })
@@ -365,6 +372,11 @@ impl Worker {
                     let _ = a.sock.shutdown(std::net::Shutdown::Both);
                     let _ = self.joins.send((a.spec, Instant::now()));
                 }
+            }
+            Command::Retry(spec) => {
+                let _ = self
+                    .joins
+                    .send((spec, Instant::now() + Duration::from_secs(1)));
             }
             Command::Stop => {}
         }
