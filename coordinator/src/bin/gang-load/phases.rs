@@ -86,6 +86,11 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
     let mut row = Row(vec![String::new(); COLUMNS.len()]);
     row.set("nodes", opts.nodes);
     row.set("cpus", opts.cpus);
+    // Allocation, in-process on gangd's allocator (see measure.rs), first:
+    // while gangd is idle, not while it switches on the same cores.
+    let (alloc, _) = measure::allocation_us(opts.nodes, opts.cpus, 200, opts.nodes as u64);
+    row.num("alloc_p50_us", quantile(&alloc, 0.5));
+    row.num("alloc_p99_us", quantile(&alloc, 0.99));
     let outcome = phases(opts, pid, pool, tls, &mut row);
     // Threads and RSS of steady switching, or of the end if it never came.
     if let (false, Some(s)) = (row.is_set("threads"), sample(pid)) {
@@ -207,11 +212,6 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
         n,
         &format!("{switches_per_s:.1} switches/s, gangd at {cpu_steady:.1} % of a core"),
     );
-
-    // Allocation, in-process on gangd's allocator (see measure.rs).
-    let (alloc, _) = measure::allocation_us(n, opts.cpus, 200, n as u64);
-    row.num("alloc_p50_us", quantile(&alloc, 0.5));
-    row.num("alloc_p99_us", quantile(&alloc, 0.99));
 
     // 3. arrivals.
     progress(n, "jobs of 1-N nodes arriving");
