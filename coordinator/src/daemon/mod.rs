@@ -20,8 +20,14 @@
 //! - switching.rs: driving the slot switch (crate::switch, whose top
 //!   comment walks one switch through every hop).
 //!
+//! A pass handles queued events for at most MAX_DRAIN, so the timers run
+//! under a flood of events; a node's liveness is the time its frames were
+//! read by its connection thread, not handled here (refresh_last_seen).
+//!
 //! Known faults: one thread does everything, so a slow allocator call
-//! delays the switch; the loop wakes at least every 50 ms.
+//! delays the switch; the loop wakes at least every 50 ms. A loop that
+//! stays behind still grows its queue: the events' own cost (a join is
+//! O(nodes)) is the fault, see docs/scale.md.
 
 pub mod adoption;
 mod clients;
@@ -57,6 +63,10 @@ use crate::knobs::ClusterKnobs;
 use jobs::Job;
 use knobs::{KnobFiles, KnobWrite, Status};
 use net::{ConnId, Cred, Link, NetEvent};
+
+/// The longest one pass of the event loop spends on queued events before
+/// it runs its timers (heartbeats, deadlines, the slot switch).
+const MAX_DRAIN: Duration = Duration::from_millis(50);
 use nodes::Node;
 use traces::TraceRun;
 
@@ -250,15 +260,41 @@ impl Coordinator {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            while let Ok(ev) = rx.try_recv() {
-                self.handle(ev);
+            // Whatever else is queued, but not for ever: under a flood of
+            // events (thousands of nodes joining) the timers below must
+            // still run, or no heartbeat goes out and every node looks
+            // silent.
+            let pass_end = Instant::now() + MAX_DRAIN;
+            while Instant::now() < pass_end {
+                match rx.try_recv() {
+                    Ok(ev) => self.handle(ev),
+                    Err(_) => break,
+                }
             }
             if Instant::now() >= next_heartbeat {
+                self.refresh_last_seen();
                 self.heartbeats();
                 next_heartbeat = Instant::now() + self.cfg.heartbeat;
             }
             self.check_deadlines();
             self.drive_switch();
+        }
+    }
+
+    /// A node is heard when its reader thread reads a frame, not when this
+    /// loop gets to it: a frame still queued behind other events counts
+    /// (net/mod.rs, `Link::heard_ns`).
+    fn refresh_last_seen(&mut self) {
+        let (now, now_ns) = (Instant::now(), gang_wire::time::monotonic_ns());
+        for n in self.nodes.values_mut() {
+            let heard = n.link.heard_ns();
+            if heard == 0 {
+                continue;
+            }
+            let ago = Duration::from_nanos(now_ns.saturating_sub(heard));
+            if let Some(at) = now.checked_sub(ago) {
+                n.last_seen = n.last_seen.max(at);
+            }
         }
     }
 

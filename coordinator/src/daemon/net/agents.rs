@@ -134,7 +134,10 @@ fn agent_connection(
                 let t2 = monotonic_ns();
                 echo.echo_clock(seq, t1, t2);
             }
-            Ok(Some(msg)) => post(NetEvent::Agent { conn, msg }),
+            Ok(Some(msg)) => {
+                echo.heard();
+                post(NetEvent::Agent { conn, msg })
+            }
             Ok(None) => break "connection closed".to_string(),
             Err(e) => break format!("{e}"),
         }

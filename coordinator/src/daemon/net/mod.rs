@@ -71,6 +71,9 @@ pub struct Link {
     tx: Sender<Out>,
     queued: Arc<AtomicUsize>,
     closer: Arc<dyn Fn() + Send + Sync>,
+    /// CLOCK_MONOTONIC ns when the reader thread last read a frame for the
+    /// coordinator (0: none yet). See [`Link::heard_ns`].
+    heard: Arc<AtomicU64>,
 }
 
 impl Link {
@@ -107,7 +110,27 @@ impl Link {
                 }
                 close();
             });
-        Self { tx, queued, closer }
+        Self {
+            tx,
+            queued,
+            closer,
+            heard: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The reader thread read a frame it posts to the coordinator.
+    pub(super) fn heard(&self) {
+        self.heard.store(monotonic_ns(), Ordering::Relaxed);
+    }
+
+    /// When the peer was last heard (CLOCK_MONOTONIC ns, 0: never): the
+    /// time the frame was read, not when the coordinator got to it, so a
+    /// node is not taken for silent because gangd's own event loop is
+    /// behind (at thousands of nodes it was, by seconds: docs/scale.md).
+    /// Clock probes do not count (they never reach the coordinator), as
+    /// before.
+    pub fn heard_ns(&self) -> u64 {
+        self.heard.load(Ordering::Relaxed)
     }
 
     /// Queues a message. Returns false if the connection is gone or its

@@ -1,0 +1,618 @@
+//! The fake agents of gang-load: many light node agents on a few threads.
+//!
+//! Each agent is one real agent link: a TCP connection to gangd, the TLS
+//! 1.3 handshake with its own certificate from the cluster CA, `Hello`,
+//! `Welcome`, then frames encoded by gang-wire's own encoder and decoded
+//! by its `FrameDecoder`. What a real agent would do with a message is
+//! replaced by an immediate answer: `Prepare` → `Prepared`, `SpawnRank` →
+//! `RankStarted` (no process), `KillJob` → `RankExited` (killed by its
+//! signal) for each of the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
+//! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; every `probe` a
+//! `ClockProbe`, as the real agent sends every 250 ms.
+//!
+//! How: the handshake and the Hello/Welcome exchange are done blocking on
+//! a joiner thread; the agent is then handed to a worker, which owns
+//! a few thousand agents and waits for all their sockets with one poll(2)
+//! (rustls driven by hand: read_tls, process_new_packets, reader; writes
+//! go through writer and write_tls, with POLLOUT while TLS bytes remain
+//! unsent). Commands (end a job's ranks, go silent, rejoin, stop) reach
+//! a worker through a channel it looks at after every poll (≤ 10 ms).
+//!
+//! What the agents saw is written into `Events` (shared, behind a mutex)
+//! with the harness's clock: the first Freeze of each generation, the last
+//! Running sent, the SpawnRanks of each job and when the last arrived.
+//!
+//! A link that ends (gangd closed it, e.g. after declaring the node
+//! silent) or a join that fails is tried again a second later, as a real
+//! agent reconnects.
+//!
+//! Known faults: poll(2) over every socket of a worker costs O(agents)
+//! per wakeup, which is harness time, not gangd's, but both share the
+//! machine's cores. A silent agent stops reading: gangd's writes to it
+//! pile up in the socket buffers, as with a real hung node.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use gang_wire::proto::tls::rustls::ClientConnection;
+use gang_wire::proto::tls::ClientTls;
+use gang_wire::proto::{encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, ToAgent};
+
+/// Everything the agents saw, on the harness's clock.
+#[derive(Default)]
+pub struct Events {
+    pub inner: Mutex<Seen>,
+    /// Messages from gangd by kind.
+    pub freezes: AtomicU64,
+    pub switches: AtomicU64,
+    pub other: AtomicU64,
+    /// Agents joined and not closed.
+    pub live: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Seen {
+    /// Per generation: first Freeze received, last Running sent, how many.
+    pub gens: HashMap<u64, GenTimes>,
+    /// Per job: how many SpawnRanks arrived, and when the last did.
+    pub spawned: HashMap<JobId, (u32, Instant)>,
+    /// Nodes whose link ended (gangd closed it or it broke).
+    pub closed: Vec<(usize, Instant)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct GenTimes {
+    pub first_freeze: Option<Instant>,
+    pub first_switch: Option<Instant>,
+    pub last_running: Instant,
+    pub running: u32,
+}
+
+impl Events {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A node to be: its index, certificate and CPUs.
+#[derive(Clone)]
+pub struct NodeSpec {
+    pub idx: usize,
+    pub tls: Arc<ClientTls>,
+    pub cpus: u32,
+}
+
+/// One joined agent, owned by a worker.
+pub struct Agent {
+    spec: NodeSpec,
+    sock: TcpStream,
+    conn: ClientConnection,
+    decoder: FrameDecoder<ToAgent>,
+    /// Ranks started here: (job, rank).
+    ranks: Vec<(JobId, u32)>,
+    /// Lost on purpose: reads and answers nothing.
+    silent: bool,
+    dead: bool,
+    probe_seq: u64,
+}
+
+/// Joins `spec` to gangd at `addr`: handshake, Hello, Welcome. Messages
+/// that came right behind Welcome are handled by the worker.
+fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
+    let mut sock = TcpStream::connect(addr).context("connecting")?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut conn = spec.tls.connection().map_err(|e| anyhow!("TLS: {e}"))?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).context("TLS handshake")?;
+    }
+    let hello = FromAgent::Hello {
+        nr_cpus: spec.cpus,
+        housekeeping_cpus: String::new(),
+        agent_version: "gang-load".into(),
+        jobs: vec![],
+        schedule: vec![],
+    };
+    conn.writer().write_all(&encode(&hello)?)?;
+    while conn.wants_write() {
+        conn.write_tls(&mut sock)?;
+    }
+    let mut decoder = FrameDecoder::<ToAgent>::new();
+    let mut buf = [0u8; 16384];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.is_empty() {
+        if Instant::now() > deadline {
+            bail!("no Welcome in 30 s");
+        }
+        if conn.read_tls(&mut sock)? == 0 {
+            bail!("gangd closed the connection before Welcome");
+        }
+        conn.process_new_packets()
+            .map_err(|e| anyhow!("TLS: {e}"))?;
+        loop {
+            match conn.reader().read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend(decoder.feed(&buf[..n])?),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    match got.remove(0) {
+        ToAgent::Welcome { .. } => {}
+        ToAgent::Refused { reason } => bail!("refused: {reason}"),
+        other => bail!("expected Welcome, got {other:?}"),
+    }
+    sock.set_nonblocking(true)?;
+    let agent = Agent {
+        spec,
+        sock,
+        conn,
+        decoder,
+        ranks: vec![],
+        silent: false,
+        dead: false,
+        probe_seq: 0,
+    };
+    Ok((agent, got))
+}
+
+pub enum Command {
+    /// A node joined (by a joiner thread): answer what came behind Welcome.
+    Joined(Box<Agent>, Vec<ToAgent>),
+    /// The node did not join: it tries again a second later.
+    Retry(NodeSpec),
+    /// Every rank of the job exits with code 0.
+    ExitJob(JobId),
+    /// The node goes silent (a hung or cut-off node).
+    Silence(usize),
+    /// The node's link is closed and it joins again.
+    Rejoin(usize),
+    Stop,
+}
+
+/// The workers and their channels.
+pub struct Pool {
+    workers: Vec<(Sender<Command>, JoinHandle<()>)>,
+    /// Nodes to join (not before the instant), taken by the joiners.
+    joins: Sender<(NodeSpec, Instant)>,
+    joiners: Vec<JoinHandle<()>>,
+    pub events: Arc<Events>,
+    /// Welcomes received (rejoins included).
+    pub joined: Arc<AtomicU64>,
+}
+
+impl Pool {
+    /// `workers` threads own the joined agents; `joiners` threads make
+    /// the TLS handshakes, so that a worker never stops answering its
+    /// agents while a node joins.
+    pub fn new(addr: SocketAddr, workers: usize, joiners: usize, probe: Option<Duration>) -> Pool {
+        let events = Arc::new(Events::default());
+        let joined = Arc::new(AtomicU64::new(0));
+        let (joins, join_rx) = mpsc::channel::<(NodeSpec, Instant)>();
+        let join_rx = Arc::new(Mutex::new(join_rx));
+        let chans: Vec<(Sender<Command>, Receiver<Command>)> =
+            (0..workers.max(1)).map(|_| mpsc::channel()).collect();
+        let txs: Vec<Sender<Command>> = chans.iter().map(|(tx, _)| tx.clone()).collect();
+        let joiners = (0..joiners.max(1))
+            .map(|_| {
+                let (rx, txs) = (join_rx.clone(), txs.clone());
+                thread::spawn(move || loop {
+                    let (spec, at) = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    };
+                    thread::sleep(at.saturating_duration_since(Instant::now()));
+                    let idx = spec.idx;
+                    let spec_again = spec.clone();
+                    match join(addr, spec) {
+                        Ok((agent, early)) => {
+                            let w = &txs[idx % txs.len()];
+                            let _ = w.send(Command::Joined(Box::new(agent), early));
+                        }
+                        Err(e) => {
+                            eprintln!("gang-load: node {idx} did not join ({e:#}), trying again");
+                            let _ = txs[idx % txs.len()].send(Command::Retry(spec_again));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let workers = chans
+            .into_iter()
+            .enumerate()
+            .map(|(w, (tx, rx))| {
+                let (ev, j, again) = (events.clone(), joined.clone(), joins.clone());
+                let h = thread::Builder::new()
+                    .name(format!("load-worker-{w}"))
+                    .spawn(move || Worker::new(rx, again, ev, j, probe).run())
+                    .expect("spawning a worker");
+                (tx, h)
+            })
+            .collect();
+        Pool {
+            workers,
+            joins,
+            joiners,
+            events,
+            joined,
+        }
+    }
+
+    fn worker_of(&self, idx: usize) -> &Sender<Command> {
+        &self.workers[idx % self.workers.len()].0
+    }
+
+    pub fn join(&self, spec: NodeSpec) {
+        let _ = self.joins.send((spec, Instant::now()));
+    }
+
+    pub fn silence(&self, idx: usize) {
+        let _ = self.worker_of(idx).send(Command::Silence(idx));
+    }
+
+    pub fn rejoin(&self, idx: usize) {
+        let _ = self.worker_of(idx).send(Command::Rejoin(idx));
+    }
+
+    pub fn exit_job(&self, job: JobId) {
+        for (tx, _) in &self.workers {
+            let _ = tx.send(Command::ExitJob(job));
+        }
+    }
+
+    pub fn stop(self) {
+        for (tx, _) in &self.workers {
+            let _ = tx.send(Command::Stop);
+        }
+        for (_, h) in self.workers {
+            let _ = h.join();
+        }
+        // The workers held the last other senders of `joins`.
+        drop(self.joins);
+        for h in self.joiners {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Worker {
+    rx: Receiver<Command>,
+    /// Where a rejoining node goes.
+    joins: Sender<(NodeSpec, Instant)>,
+    events: Arc<Events>,
+    joined: Arc<AtomicU64>,
+    probe: Option<Duration>,
+    agents: Vec<Agent>,
+}
+
+impl Worker {
+    fn new(
+        rx: Receiver<Command>,
+        joins: Sender<(NodeSpec, Instant)>,
+        events: Arc<Events>,
+        joined: Arc<AtomicU64>,
+        probe: Option<Duration>,
+    ) -> Worker {
+        Worker {
+            rx,
+            joins,
+            events,
+            joined,
+            probe,
+            agents: vec![],
+        }
+    }
+
+    fn run(mut self) {
+        let mut next_probe = Instant::now();
+        loop {
+            loop {
+                match self.rx.try_recv() {
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                    Ok(cmd) => self.command(cmd),
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            if let Some(p) = self.probe {
+                if Instant::now() >= next_probe {
+                    next_probe += p;
+                    for i in 0..self.agents.len() {
+                        let a = &mut self.agents[i];
+                        a.probe_seq += 1;
+                        let t1 = gang_wire::time::monotonic_ns();
+                        let msg = FromAgent::ClockProbe {
+                            seq: a.probe_seq,
+                            t1,
+                        };
+                        self.send(i, &msg);
+                    }
+                }
+            }
+            self.poll_once(Duration::from_millis(10));
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Joined(agent, early) => {
+                self.agents.push(*agent);
+                self.joined.fetch_add(1, Ordering::Relaxed);
+                self.events.live.fetch_add(1, Ordering::Relaxed);
+                let i = self.agents.len() - 1;
+                for msg in early {
+                    self.handle(i, msg);
+                }
+                // Bytes behind Welcome may already sit in rustls.
+                self.read(i);
+            }
+            Command::ExitJob(job) => {
+                for i in 0..self.agents.len() {
+                    self.exit_ranks(i, job, ExitStatus::Exited(0));
+                }
+            }
+            Command::Silence(idx) => {
+                if let Some(a) = self.agents.iter_mut().find(|a| a.spec.idx == idx) {
+                    a.silent = true;
+                }
+            }
+            Command::Rejoin(idx) => {
+                if let Some(pos) = self.agents.iter().position(|a| a.spec.idx == idx) {
+                    let a = self.agents.swap_remove(pos);
+                    self.events.live.fetch_sub(1, Ordering::Relaxed);
+                    let _ = a.sock.shutdown(std::net::Shutdown::Both);
+                    let _ = self.joins.send((a.spec, Instant::now()));
+                }
+            }
+            Command::Retry(spec) => {
+                let _ = self
+                    .joins
+                    .send((spec, Instant::now() + Duration::from_secs(1)));
+            }
+            Command::Stop => {}
+        }
+    }
+
+    /// Every rank of `job` on agent `i` ends with `status`.
+    fn exit_ranks(&mut self, i: usize, job: JobId, status: ExitStatus) {
+        let mine: Vec<u32> = self.agents[i]
+            .ranks
+            .iter()
+            .filter(|(j, _)| *j == job)
+            .map(|(_, r)| *r)
+            .collect();
+        self.agents[i].ranks.retain(|(j, _)| *j != job);
+        for rank in mine {
+            self.send(i, &FromAgent::RankExited { job, rank, status });
+        }
+    }
+
+    fn poll_once(&mut self, timeout: Duration) {
+        let mut fds: Vec<libc::pollfd> = self
+            .agents
+            .iter()
+            .map(|a| libc::pollfd {
+                fd: a.sock.as_raw_fd(),
+                events: if a.silent || a.dead {
+                    0
+                } else if a.conn.wants_write() {
+                    libc::POLLIN | libc::POLLOUT
+                } else {
+                    libc::POLLIN
+                },
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: fds is a valid array of fds.len() pollfds for the call.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout.as_millis() as i32,
+            )
+        };
+        if n <= 0 {
+            if fds.is_empty() {
+                thread::sleep(timeout);
+            }
+            return;
+        }
+        for (i, p) in fds.iter().enumerate() {
+            if p.revents == 0 {
+                continue;
+            }
+            if p.revents & libc::POLLOUT != 0 {
+                self.flush(i);
+            }
+            if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                self.read(i);
+            }
+        }
+        if self.agents.iter().any(|a| a.dead) {
+            // As a real agent does, a node whose link ended joins again
+            // (after a second here).
+            let now = Instant::now();
+            let mut seen = self.events.seen();
+            for a in self.agents.iter().filter(|a| a.dead) {
+                seen.closed.push((a.spec.idx, now));
+                self.events.live.fetch_sub(1, Ordering::Relaxed);
+                let _ = self
+                    .joins
+                    .send((a.spec.clone(), now + Duration::from_secs(1)));
+            }
+            drop(seen);
+            self.agents.retain(|a| !a.dead);
+        }
+    }
+
+    /// Reads whatever arrived for agent `i` and answers it.
+    fn read(&mut self, i: usize) {
+        let mut buf = [0u8; 16384];
+        let mut got = Vec::new();
+        {
+            let a = &mut self.agents[i];
+            if a.silent || a.dead {
+                return;
+            }
+            // Plaintext is taken out after every TLS read: rustls refuses
+            // to read more while its plaintext buffer is full.
+            while !a.dead {
+                match a.conn.read_tls(&mut a.sock) {
+                    Ok(0) => a.dead = true,
+                    Ok(_) => {
+                        if a.conn.process_new_packets().is_err() {
+                            a.dead = true;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => a.dead = true,
+                }
+                loop {
+                    match a.conn.reader().read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => match a.decoder.feed(&buf[..n]) {
+                            Ok(msgs) => got.extend(msgs),
+                            Err(e) => {
+                                eprintln!("gang-load: node {}: {e}", a.spec.idx);
+                                a.dead = true;
+                                break;
+                            }
+                        },
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        for msg in got {
+            self.handle(i, msg);
+        }
+    }
+
+    fn handle(&mut self, i: usize, msg: ToAgent) {
+        let now = Instant::now();
+        let answer = match msg {
+            ToAgent::Prepare { job, .. } => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                Some(FromAgent::Prepared { job, error: None })
+            }
+            ToAgent::SpawnRank { job, rank, .. } => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                self.agents[i].ranks.push((job, rank));
+                let mut seen = self.events.seen();
+                let e = seen.spawned.entry(job).or_insert((0, now));
+                e.0 += 1;
+                e.1 = now;
+                drop(seen);
+                Some(FromAgent::RankStarted {
+                    job,
+                    rank,
+                    pid: 1000 + rank,
+                })
+            }
+            ToAgent::Freeze { gen, from_slot, .. } => {
+                self.events.freezes.fetch_add(1, Ordering::Relaxed);
+                self.with_gen(gen.0, now, |g| {
+                    g.first_freeze.get_or_insert(now);
+                });
+                Some(FromAgent::Frozen {
+                    gen,
+                    slot: from_slot,
+                    report: FreezeReport {
+                        drained_bytes: 0,
+                        drain_us: 0,
+                        timed_out: false,
+                        answer_us: 0,
+                    },
+                })
+            }
+            ToAgent::Switch { gen, slot, .. } => {
+                self.events.switches.fetch_add(1, Ordering::Relaxed);
+                self.with_gen(gen.0, now, |g| {
+                    g.first_switch.get_or_insert(now);
+                });
+                Some(FromAgent::Running {
+                    gen,
+                    slot,
+                    switch_us: 0,
+                })
+            }
+            ToAgent::KillJob { job, signal } => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                self.exit_ranks(i, job, ExitStatus::Signaled(signal));
+                None
+            }
+            ToAgent::Plan { plan, .. } => Some(FromAgent::PlanAck { plan_id: plan.id }),
+            ToAgent::Heartbeat { seq } => Some(FromAgent::Heartbeat {
+                seq,
+                mono_ns: gang_wire::time::monotonic_ns(),
+            }),
+            _ => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        };
+        if let Some(a) = answer {
+            let running = matches!(a, FromAgent::Running { .. });
+            self.send(i, &a);
+            if let (true, FromAgent::Running { gen, .. }) = (running, &a) {
+                let now = Instant::now();
+                self.with_gen(gen.0, now, |g| {
+                    g.last_running = now;
+                    g.running += 1;
+                });
+            }
+        }
+    }
+
+    /// Updates the times of generation `gen`.
+    fn with_gen(&self, gen: u64, now: Instant, f: impl FnOnce(&mut GenTimes)) {
+        let mut seen = self.events.seen();
+        f(seen.gens.entry(gen).or_insert(GenTimes {
+            first_freeze: None,
+            first_switch: None,
+            last_running: now,
+            running: 0,
+        }))
+    }
+
+    fn send(&mut self, i: usize, msg: &FromAgent) {
+        let a = &mut self.agents[i];
+        if a.silent || a.dead {
+            return;
+        }
+        match encode(msg) {
+            Ok(frame) => {
+                if a.conn.writer().write_all(&frame).is_err() {
+                    a.dead = true;
+                }
+            }
+            Err(e) => eprintln!("gang-load: encoding {msg:?}: {e}"),
+        }
+        self.flush(i);
+    }
+
+    fn flush(&mut self, i: usize) {
+        let a = &mut self.agents[i];
+        while a.conn.wants_write() {
+            match a.conn.write_tls(&mut a.sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    a.dead = true;
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The measured phases of gang-load (main.rs's top comment lists them) and
+//! the CSV line they fill.
+//!
+//! The line is filled column by column as the phases go: a phase that
+//! fails (gangd never holds every node at once, a placement that does not
+//! reach its nodes in time) ends the run with the columns measured so far
+//! and the rest empty, and says why on stderr. That is a result too: at
+//! some N, gangd does not get that far.
+//!
+//! Known faults: arrivals are one at a time (the front end waits for each
+//! to end); the loss is node 0's, which every background job spans.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gang_wire::proto::tls::ClientTls;
+use gang_wire::proto::JobId;
+
+use crate::agents::{NodeSpec, Pool};
+use crate::measure::{self, cpu_pct, ms, quantile, sample, Rng};
+use crate::{frontend, progress, wait_for, Opts};
+
+/// The CSV columns, in order.
+pub const COLUMNS: &[&str] = &[
+    "nodes",
+    "cpus",
+    "join_s",
+    "threads",
+    "rss_mb",
+    "cpu_idle_pct",
+    "cpu_steady_pct",
+    "cpu_arrivals_pct",
+    "switches_per_s",
+    "switch_msgs_per_s",
+    "switch_p50_ms",
+    "switch_p99_ms",
+    "place_all_ms",
+    "place_p50_ms",
+    "place_p99_ms",
+    "accept_p50_ms",
+    "accept_p99_ms",
+    "arrived_jobs",
+    "alloc_p50_us",
+    "alloc_p99_us",
+    "lost_detect_ms",
+    "rejoin_ms",
+    "relinks",
+];
+
+/// The CSV line being filled.
+struct Row(Vec<String>);
+
+impl Row {
+    fn index(col: &str) -> usize {
+        COLUMNS
+            .iter()
+            .position(|c| *c == col)
+            .unwrap_or_else(|| panic!("no column {col}"))
+    }
+
+    fn set(&mut self, col: &str, v: impl ToString) {
+        self.0[Self::index(col)] = v.to_string();
+    }
+
+    fn is_set(&self, col: &str) -> bool {
+        !self.0[Self::index(col)].is_empty()
+    }
+
+    fn num(&mut self, col: &str, x: f64) {
+        self.set(
+            col,
+            if x.is_nan() {
+                String::new()
+            } else {
+                format!("{x:.2}")
+            },
+        );
+    }
+}
+
+/// Runs every phase; returns the CSV line (partial if a phase failed).
+pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result<String> {
+    let mut row = Row(vec![String::new(); COLUMNS.len()]);
+    row.set("nodes", opts.nodes);
+    row.set("cpus", opts.cpus);
+    // Allocation, in-process on gangd's allocator (see measure.rs), first:
+    // while gangd is idle, not while it switches on the same cores.
+    let (alloc, _) = measure::allocation_us(opts.nodes, opts.cpus, 200, opts.nodes as u64);
+    row.num("alloc_p50_us", quantile(&alloc, 0.5));
+    row.num("alloc_p99_us", quantile(&alloc, 0.99));
+    let outcome = phases(opts, pid, pool, tls, &mut row);
+    // Threads and RSS of steady switching, or of the end if it never came.
+    if let (false, Some(s)) = (row.is_set("threads"), sample(pid)) {
+        row.set("threads", s.threads);
+        row.num("rss_mb", s.rss_kb as f64 / 1024.0);
+    }
+    // Every Welcome beyond one per node and node 0's planned rejoin.
+    let planned = opts.nodes as u64 + u64::from(outcome.is_ok());
+    let relinks = pool.joined.load(Ordering::Relaxed).saturating_sub(planned);
+    row.set("relinks", relinks);
+    if relinks > 0 {
+        progress(
+            opts.nodes,
+            &format!("{relinks} link(s) ended by gangd and joined again (see its log)"),
+        );
+    }
+    match outcome {
+        Ok(()) => progress(opts.nodes, "done"),
+        Err(e) if sample(pid).is_none() => return Err(e.context("gangd exited")),
+        Err(e) => progress(
+            opts.nodes,
+            &format!("stopped, the rest of the line is empty: {e:#}"),
+        ),
+    }
+    Ok(row.0.join(","))
+}
+
+fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut Row) -> Result<()> {
+    let n = opts.nodes;
+    let sock = opts.dir.join("sock");
+    let gangd = || sample(pid).context("gangd exited");
+
+    // 1. join, idle.
+    progress(n, "joining");
+    let t0 = Instant::now();
+    for (idx, tls) in tls.iter().enumerate() {
+        pool.join(NodeSpec {
+            idx,
+            tls: tls.clone(),
+            cpus: opts.cpus,
+        });
+    }
+    let a = gangd()?;
+    let joined = wait_for(
+        "every node linked at once",
+        Duration::from_secs_f64(opts.join_timeout),
+        || pool.events.live.load(Ordering::Relaxed) >= n as u64 || sample(pid).is_none(),
+    );
+    if let Err(e) = joined {
+        let b = gangd()?;
+        let live = pool.events.live.load(Ordering::Relaxed);
+        bail!(
+            "{e}: {live} linked at the end, gangd at {:.0} % of a core",
+            cpu_pct(&a, &b)
+        );
+    }
+    gangd()?;
+    let join_s = t0.elapsed().as_secs_f64();
+    row.num("join_s", join_s);
+    progress(n, &format!("joined in {join_s:.1} s; idle"));
+    let a = gangd()?;
+    thread::sleep(Duration::from_secs_f64(opts.idle));
+    let b = gangd()?;
+    row.num("cpu_idle_pct", cpu_pct(&a, &b));
+
+    // 2. steady: three jobs over every CPU.
+    let per_node = opts.bg_per_node.unwrap_or(opts.cpus).clamp(1, opts.cpus);
+    progress(
+        n,
+        &format!("placing three jobs of {per_node} rank(s) on every node"),
+    );
+    let ranks = n as u32 * per_node;
+    let mut background = vec![];
+    for i in 0..3 {
+        let sub = frontend::submit(&sock, &format!("bg{i}"), ranks, per_node)?;
+        let job = sub.job;
+        wait_for("a job on every node", Duration::from_secs(60), || {
+            reached(pool, job) >= ranks
+        })?;
+        if i == 0 {
+            row.num(
+                "place_all_ms",
+                ms(last_spawn(pool, job).duration_since(sub.sent)),
+            );
+        }
+        background.push(sub);
+    }
+    thread::sleep(Duration::from_millis(500));
+    progress(n, "steady switching");
+    let (f0, s0) = counts(pool);
+    let a = gangd()?;
+    let w0 = Instant::now();
+    thread::sleep(Duration::from_secs_f64(opts.steady));
+    let w1 = Instant::now();
+    let b = gangd()?;
+    let (f1, s1) = counts(pool);
+    let cpu_steady = cpu_pct(&a, &b);
+    let secs = w1.duration_since(w0).as_secs_f64();
+    let switch_ms: Vec<f64> = {
+        let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
+        seen.gens
+            .values()
+            .filter_map(|g| {
+                let f = g.first_freeze.or(g.first_switch)?;
+                (f >= w0 && f < w1 && g.running as usize >= n)
+                    .then(|| ms(g.last_running.duration_since(f)))
+            })
+            .collect()
+    };
+    let switches_per_s = switch_ms.len() as f64 / secs;
+    row.num("cpu_steady_pct", cpu_steady);
+    row.set("threads", b.threads);
+    row.num("rss_mb", b.rss_kb as f64 / 1024.0);
+    row.num("switches_per_s", switches_per_s);
+    row.num("switch_msgs_per_s", ((f1 - f0) + (s1 - s0)) as f64 / secs);
+    row.num("switch_p50_ms", quantile(&switch_ms, 0.5));
+    row.num("switch_p99_ms", quantile(&switch_ms, 0.99));
+    progress(
+        n,
+        &format!("{switches_per_s:.1} switches/s, gangd at {cpu_steady:.1} % of a core"),
+    );
+
+    // 3. arrivals.
+    progress(n, "jobs of 1-N nodes arriving");
+    let mut rng = Rng::new(n as u64);
+    let (mut place, mut accept) = (vec![], vec![]);
+    let a = gangd()?;
+    let end = Instant::now() + Duration::from_secs_f64(opts.arrivals);
+    let mut j = 0;
+    while Instant::now() < end {
+        let k = rng.nodes(n);
+        let ranks = k as u32 * opts.cpus;
+        let sub = frontend::submit(&sock, &format!("j{j}"), ranks, opts.cpus)?;
+        j += 1;
+        accept.push(ms(sub.accepted.duration_since(sub.sent)));
+        wait_for("an arrival on its nodes", Duration::from_secs(30), || {
+            reached(pool, sub.job) >= ranks
+        })?;
+        place.push(ms(last_spawn(pool, sub.job).duration_since(sub.sent)));
+        pool.exit_job(sub.job);
+        wait_for("an arrival to end", Duration::from_secs(30), || {
+            sub.ended().is_some()
+        })?;
+    }
+    let b = gangd()?;
+    row.num("cpu_arrivals_pct", cpu_pct(&a, &b));
+    row.set("arrived_jobs", j);
+    row.num("place_p50_ms", quantile(&place, 0.5));
+    row.num("place_p99_ms", quantile(&place, 0.99));
+    row.num("accept_p50_ms", quantile(&accept, 0.5));
+    row.num("accept_p99_ms", quantile(&accept, 0.99));
+
+    // 4. loss and rejoin.
+    progress(n, "node 0 goes silent");
+    let joined = pool.joined.load(Ordering::Relaxed);
+    let t = Instant::now();
+    pool.silence(0);
+    wait_for(
+        "the jobs of the lost node to fail",
+        Duration::from_secs(60),
+        || background.iter().all(|s| s.ended().is_some()),
+    )?;
+    let lost = background
+        .iter()
+        .filter_map(|s| s.ended())
+        .min()
+        .map_or(f64::NAN, |e| ms(e.duration_since(t)));
+    row.num("lost_detect_ms", lost);
+    let t = Instant::now();
+    pool.rejoin(0);
+    wait_for("node 0 to join again", Duration::from_secs(60), || {
+        pool.joined.load(Ordering::Relaxed) > joined
+    })?;
+    row.num("rejoin_ms", ms(t.elapsed()));
+    Ok(())
+}
+
+/// How many SpawnRanks of `job` reached the agents.
+fn reached(pool: &Pool, job: JobId) -> u32 {
+    let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
+    seen.spawned.get(&job).map_or(0, |(ranks, _)| *ranks)
+}
+
+/// When the last SpawnRank of `job` arrived (called once every rank's did).
+fn last_spawn(pool: &Pool, job: JobId) -> Instant {
+    let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
+    seen.spawned
+        .get(&job)
+        .map_or_else(Instant::now, |(_, t)| *t)
+}
+
+fn counts(pool: &Pool) -> (u64, u64) {
+    (
+        pool.events.freezes.load(Ordering::Relaxed),
+        pool.events.switches.load(Ordering::Relaxed),
+    )
+}
