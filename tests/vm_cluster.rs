@@ -286,11 +286,18 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         assert!(bound < 5_000_000, "clock bound {bound} ns: {line}");
     }
 
-    // The switch log: timed switches only, each reported by every node.
-    let log: Vec<Value> = read(&n0, "switches.jsonl")
+    // The switch log up to the knob flip: timed switches only, each
+    // reported by every node (the first ones, before the nodes' clocks
+    // were good, switched by command: counted as such).
+    let flip: Vec<usize> = read(&n0, "knob_flip.txt")
+        .split_whitespace()
+        .map(|v| v.parse().expect("a line count"))
+        .collect();
+    let all: Vec<Value> = read(&n0, "switches.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
+    let log = &all[..flip[0]];
     assert!(
         log.iter().all(|r| r["switching"] == "timed"),
         "a commanded switch under switching = timed"
@@ -320,11 +327,24 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         .flat_map(|r| r["nodes"].as_object().unwrap().values())
         .filter(|n| n["outcome"] == "on_time")
         .count();
+    let mut parked: Vec<u64> = complete
+        .iter()
+        .flat_map(|r| r["nodes"].as_object().unwrap().values())
+        .filter_map(|n| n["parked_us"].as_u64())
+        .collect();
+    parked.sort_unstable();
+    let commanded = complete
+        .iter()
+        .flat_map(|r| r["nodes"].as_object().unwrap().values())
+        .filter(|n| n["outcome"] == "commanded")
+        .count();
     eprintln!(
-        "timed switching: {} switches, skew p50 {p50} µs, max {} µs, {on_time} of {} node switches on time; {}",
+        "timed switching: {} switches, skew p50 {p50} µs, max {} µs, {on_time} of {} node switches on time, {commanded} commanded; parked per node and switch p50 {} µs p90 {} µs; {}",
         complete.len(),
         skew[skew.len() - 1],
         complete.len() * NR_COMPUTE,
+        parked.get(parked.len() / 2).copied().unwrap_or(0),
+        parked.get(parked.len() * 9 / 10).copied().unwrap_or(0),
         read(&n0, "counters.txt").replace('\n', ", ")
     );
     // The nodes' instants agree within their clocks' bounds and the
@@ -348,6 +368,50 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
             "{name}: {timed} timed switches in 4 s of 100 ms slots"
         );
     }
+
+    // The knob at run time: commanded switches (barrier records) while it
+    // said so, timed ones again after.
+    let is_timed = |r: &Value| r["switching"] == "timed";
+    assert!(
+        all[flip[0]..flip[1]].iter().any(|r| !is_timed(r)),
+        "no commanded switch after switching = commanded: {flip:?}"
+    );
+    assert!(
+        all[flip[1]..].iter().any(is_timed),
+        "no timed switch after switching = timed again: {flip:?}"
+    );
+
+    // gangd away: every compute node went on switching by its plan.
+    let rotating = read(&n0, "rotating.txt");
+    assert_eq!(rotating.lines().count(), NR_COMPUTE, "{rotating}");
+    for line in rotating.lines() {
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{line}")))
+            .collect();
+        assert!(
+            n.len() == 2 && n[1] >= n[0] + 5,
+            "{line}: fewer than 5 switches in 1.5 s of 100 ms slots without gangd"
+        );
+    }
+
+    // gangd back: it adopted the jobs and plans again, every node reports.
+    let again: Vec<Value> = json_lines(&n0, "switches2.jsonl");
+    let complete = again
+        .iter()
+        .filter(|r| {
+            is_timed(r)
+                && r["nodes"]
+                    .as_object()
+                    .is_some_and(|n| n.len() == NR_COMPUTE)
+        })
+        .count();
+    assert!(
+        complete >= 10,
+        "{complete} timed switches reported by every node after gangd's restart: {}",
+        read(&n0, "counters2.txt")
+    );
 }
 
 #[test]

@@ -4,6 +4,12 @@
 # 3 ranks take turns. The head records the nodes file (each node's cluster
 # clock), a merged trace, the switch log (one line per generation with each
 # node's switch instant on the cluster clock) and gangd's counters.
+#
+# Then, while the jobs go on: the knob back to commanded and to timed again
+# (knob_flip.txt: the switch log's line counts at each step); gangd
+# stopped, each compute node counting its own switches over 1.5 s while it
+# is away (rotating.txt: "node before after"); gangd started again, which
+# adopts the jobs and plans again (switches2.jsonl, counters2.txt).
 . /scenarios/cluster_lib.sh
 
 cluster_init
@@ -27,11 +33,53 @@ if [ "$NODE_ID" = 0 ]; then
 		echo "$k $(cat "$GANGD_KNOBS/$k")"
 	done > "$RESULTS/counters.txt"
 	log "counters: $(tr '\n' ' ' < "$RESULTS/counters.txt")"
+
+	# The knob at run time: commanded, then timed again.
+	n0=$(wc -l < "$RESULTS/switches.jsonl")
+	echo commanded > "$GANGD_KNOBS/switching" || fail "switching=commanded refused"
+	sleep 2
+	n1=$(wc -l < "$RESULTS/switches.jsonl")
+	echo timed > "$GANGD_KNOBS/switching" || fail "switching=timed refused"
+	sleep 3
+	n2=$(wc -l < "$RESULTS/switches.jsonl")
+	echo "$n0 $n1 $n2" > "$RESULTS/knob_flip.txt"
+	log "knob flip: switch log lines $n0 -> $n1 (commanded) -> $n2 (timed)"
+
+	# gangd away: every compute node goes on with its plan on its own.
+	stop_gangd
+	mv "$RESULTS/gangd.log" "$RESULTS/gangd.1.log"
+	board_put phase away
+	: > "$RESULTS/rotating.txt"
+	i=$FIRST_COMPUTE
+	while [ "$i" -lt "$NNODES" ]; do
+		poll_for 30 test -s "$BOARD/rotating.node$i" || log "node$i did not count"
+		echo "node$i $(cat "$BOARD/rotating.node$i" 2>/dev/null || echo none)" \
+			>> "$RESULTS/rotating.txt"
+		i=$((i + 1))
+	done
+	log "while gangd was away: $(tr '\n' ' ' < "$RESULTS/rotating.txt")"
+
+	# gangd back: it adopts the jobs and plans again.
+	start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100 \
+		--switching timed --switch-log "$RESULTS/switches2.jsonl"
+	poll_for 60 grep -q "adoption over" "$RESULTS/gangd.log" || log "adoption never ended"
+	sleep 5
+	for k in switches late_switches late_plans missed_switches commanded_switches; do
+		echo "$k $(cat "$GANGD_KNOBS/$k")"
+	done > "$RESULTS/counters2.txt"
+	log "counters after the restart: $(tr '\n' ' ' < "$RESULTS/counters2.txt")"
 	finish_job A "$A"
 	finish_job B "$B"
 	cluster_done
 else
 	wait_board phase running 120 || fail "the jobs never ran"
+	# gangd away: this node's own switches over 1.5 s.
+	if wait_board phase away 120; then
+		a=$(cat "$KNOBS/switches")
+		sleep 1.5
+		b=$(cat "$KNOBS/switches")
+		board_put "rotating.node$NODE_ID" "$a $b"
+	fi
 	wait_done
 fi
 exit 0
