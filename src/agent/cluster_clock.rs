@@ -3,8 +3,9 @@
 //! connection to gangd, behind a lock, with the bookkeeping of the
 //! exchanges that feed it. The prober thread (`spawn_prober`) sends a
 //! probe every 250 ms on the urgent side of the link and a report
-//! (ClockStatus) to gangd every 4 s and at once when its state changes
-//! (gangd switches a node by command until its clock is good), and logs
+//! (ClockStatus) to gangd every 4 s, at once when its state changes and
+//! at every probe while the estimate is young (gangd switches a node by
+//! command until its clock is good), and logs
 //! the clock's line when its
 //! state changes and every minute; the agent's reader hands it every echo
 //! with its receipt time (`echo`); whoever needs the cluster time (the
@@ -46,6 +47,8 @@ pub const IN_FLIGHT: usize = 16;
 pub const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How often gangd gets the report (ClockStatus).
 pub const REPORT_EVERY: Duration = Duration::from_secs(4);
+/// An estimate of fewer exchanges is reported at every probe.
+pub const YOUNG_SAMPLES: u32 = 8;
 /// How often the clock's line goes to the node's log.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -324,11 +327,14 @@ pub fn spawn_prober(
                 if let Some(probe) = clock.probe(monotonic_ns()) {
                     link.send(probe);
                 }
-                // A change of state is reported at once: gangd switches a
-                // node by command until it hears that its clock is good.
+                // A change of state is reported at once, and so is every
+                // probe of a young estimate (its bound shrinks fast): gangd
+                // switches a node by command until it hears that its clock
+                // is good, within max_clock_error_us.
                 let report = clock.report(monotonic_ns());
                 let changed = last_state != Some(report.state);
-                if !changed && reported.elapsed() < REPORT_EVERY {
+                let young = report.state == ClockState::Good && report.samples < YOUNG_SAMPLES;
+                if !changed && !young && reported.elapsed() < REPORT_EVERY {
                     continue;
                 }
                 reported = Instant::now();

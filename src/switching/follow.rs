@@ -93,10 +93,8 @@ impl Follow {
                 Some(Ok(()))
             }
             Request::Freeze { .. } | Request::Switch { .. } => {
-                if self.follower.following() {
-                    self.follower.clear();
-                    self.drain = None;
-                }
+                self.follower.clear();
+                self.drain = None;
                 None
             }
             _ => None,

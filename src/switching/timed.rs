@@ -165,10 +165,15 @@ impl Follower {
         }
     }
 
-    /// Commands take over (switching = commanded, or gangd said so).
+    /// Commands take over (switching = commanded, or gangd said so). What
+    /// ran last is forgotten too: the next plan may come from a gangd that
+    /// started again, whose generations begin anew, and the command may
+    /// have changed the slot.
     pub fn clear(&mut self) {
         self.plan = None;
         self.step = Step::Idle;
+        self.last_gen = None;
+        self.last_slot = None;
     }
 
     /// The lead in force for `plan`.
@@ -493,6 +498,33 @@ mod tests {
                 at_ns,
                 ..
             }) if at_ns == 1300 * MS
+        ));
+    }
+
+    #[test]
+    fn after_commands_a_plan_of_a_restarted_gangd_is_followed_from_its_first_generation() {
+        let mut f = follower(false);
+        // Followed until generation 400 of the old gangd's plan...
+        let old = Plan {
+            first_gen: Gen(400),
+            ..plan()
+        };
+        f.set_plan(old, 0).unwrap();
+        assert!(matches!(
+            f.tick(1250 * MS),
+            Some(Action::Arm { gen: 402, .. })
+        ));
+        f.fired(402, 1250 * MS).unwrap();
+        // ...then commands, then the new gangd's plan from generation 10.
+        f.clear();
+        f.set_plan(plan(), 1250 * MS).unwrap();
+        assert!(matches!(
+            f.tick(1260 * MS),
+            Some(Action::Arm {
+                gen: 12,
+                slot: 0,
+                ..
+            })
         ));
     }
 

@@ -72,7 +72,7 @@ cluster_init() {
 	i=0
 	while [ "$i" -lt "$NNODES" ]; do
 		[ "$i" = "$NODE_ID" ] || wait_for 60 ping -c 1 -W 1 "node$i" > /dev/null || {
-			{ ip addr; ip -s link; cat /proc/net/arp; } > "$RESULTS/net.txt" 2>&1
+			{ ip addr; ip -s link; /usr/bin/ip route show; cat /proc/net/arp; } > "$RESULTS/net.txt" 2>&1
 			fail "node$i does not answer ping"
 		}
 		i=$((i + 1))

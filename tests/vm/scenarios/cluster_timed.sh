@@ -19,8 +19,8 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
-	submit A 3 -- /usr/bin/burn --seconds 40 --name A; A=$JOB_PID
-	submit B 3 -- /usr/bin/burn --seconds 40 --name B; B=$JOB_PID
+	submit A 3 -- /usr/bin/burn --seconds 50 --name A; A=$JOB_PID
+	submit B 3 -- /usr/bin/burn --seconds 50 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
 	# Clocks have had their first samples by now; give the plans time.
