@@ -362,7 +362,8 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
                 .filter(|n| n["outcome"] == "on_time")
                 .filter_map(|n| n["at_ns"].as_u64())
                 .collect();
-            (at.len() >= 2).then(|| (at.iter().max()? - at.iter().min()?) / 1000)
+            let (lo, hi) = (at.iter().min()?, at.iter().max()?);
+            (at.len() >= 2).then(|| (hi - lo) / 1000)
         })
         .collect();
     punctual.sort_unstable();
