@@ -27,6 +27,7 @@
 //! per-node gang limit's effect on the switch are not modelled.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use gang_coordinator::alloc::{Allocator, JobSpec, JobState, Policy, Settings};
@@ -47,11 +48,21 @@ pub struct GangConfig {
     pub log: bool,
 }
 
-/// One allocator call of a run, with the jobs it started.
+/// One allocator call of a run: which job arrived or ended and when, the
+/// jobs the call started, and the matrix after it (`gang matrix` text).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Call {
-    Submit { job: usize, at: f64, started: Vec<usize> },
-    Finish { job: usize, at: f64, started: Vec<usize> },
+pub struct Call {
+    pub kind: CallKind,
+    pub job: usize,
+    pub at: f64,
+    pub started: Vec<usize>,
+    pub matrix: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    Submit,
+    Finish,
 }
 
 #[derive(Debug)]
@@ -63,6 +74,9 @@ pub struct GangRun {
     pub log: Vec<Call>,
     /// The allocator at the end (tests compare it with a replay).
     pub allocator: Allocator,
+    /// Wall-clock µs of every submit and finish call: gangd's allocation
+    /// time per decision at this cluster size.
+    pub call_us: Vec<f64>,
 }
 
 struct Live {
@@ -100,6 +114,7 @@ pub fn simulate(
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut live: Vec<Live> = Vec::new();
     let mut log = Vec::new();
+    let mut call_us = Vec::with_capacity(2 * jobs.len());
     let (mut refused, mut ended, mut next) = (0, 0, 0);
     let mut now = 0.0f64;
     loop {
@@ -124,7 +139,11 @@ pub fn simulate(
             let l = &live[i];
             if l.remaining <= 1e-9 * jobs[l.job].runtime.max(1.0) {
                 let l = live.swap_remove(i);
-                alloc.finish(l.id).context("finishing a job the allocator placed")?;
+                let t0 = Instant::now();
+                alloc
+                    .finish(l.id)
+                    .context("finishing a job the allocator placed")?;
+                call_us.push(t0.elapsed().as_secs_f64() * 1e6);
                 outcomes[l.job] = Some(Outcome {
                     start: starts[l.job],
                     end: now,
@@ -133,23 +152,53 @@ pub fn simulate(
                 if ended % 1000 == 0 {
                     progress(ended);
                 }
-                let started = admit(&alloc, &mut waiting, &ids, jobs, &mut live, &mut starts, now);
+                let started = admit(
+                    &alloc,
+                    &mut waiting,
+                    &ids,
+                    jobs,
+                    &mut live,
+                    &mut starts,
+                    now,
+                );
                 if cfg.log {
-                    log.push(Call::Finish { job: l.job, at: now, started });
+                    log.push(Call {
+                        kind: CallKind::Finish,
+                        job: l.job,
+                        at: now,
+                        started,
+                        matrix: alloc.render(),
+                    });
                 }
             } else {
                 i += 1;
             }
         }
         while next < jobs.len() && jobs[next].submit <= now {
-            match alloc.submit(job_spec(next, jobs[next].procs)) {
+            let t0 = Instant::now();
+            let submitted = alloc.submit(job_spec(next, jobs[next].procs));
+            call_us.push(t0.elapsed().as_secs_f64() * 1e6);
+            match submitted {
                 Ok(id) => {
                     ids[next] = Some(id);
                     waiting.push_back(next);
-                    let started =
-                        admit(&alloc, &mut waiting, &ids, jobs, &mut live, &mut starts, now);
+                    let started = admit(
+                        &alloc,
+                        &mut waiting,
+                        &ids,
+                        jobs,
+                        &mut live,
+                        &mut starts,
+                        now,
+                    );
                     if cfg.log {
-                        log.push(Call::Submit { job: next, at: now, started });
+                        log.push(Call {
+                            kind: CallKind::Submit,
+                            job: next,
+                            at: now,
+                            started,
+                            matrix: alloc.render(),
+                        });
                     }
                 }
                 Err(_) => refused += 1,
@@ -163,6 +212,7 @@ pub fn simulate(
         refused,
         log,
         allocator: alloc,
+        call_us,
     })
 }
 
@@ -180,7 +230,9 @@ fn admit(
     let mut started = vec![];
     while let Some(&j) = waiting.front() {
         let id = ids[j].expect("a submitted job has an id");
-        let queued = alloc.holding(id).is_none_or(|h| h.state == JobState::Queued);
+        let queued = alloc
+            .holding(id)
+            .is_none_or(|h| h.state == JobState::Queued);
         if queued {
             break;
         }

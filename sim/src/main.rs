@@ -28,7 +28,9 @@ use gang_sim::{lublin, metrics, swf};
 const STRICT_SWITCH_MS: f64 = 36.0;
 
 #[derive(Parser, Debug)]
-#[command(about = "Trace-driven cluster simulator: gang scheduling on gangd's allocator vs FCFS and EASY")]
+#[command(
+    about = "Trace-driven cluster simulator: gang scheduling on gangd's allocator vs FCFS and EASY"
+)]
 struct Args {
     #[arg(long, default_value_t = 4096)]
     nodes: u32,
@@ -46,7 +48,11 @@ struct Args {
     loads: Vec<f64>,
     /// fcfs, easy, and gang allocation policies (first_fit, best_fit,
     /// buddy, scs).
-    #[arg(long, value_delimiter = ',', default_value = "fcfs,easy,first_fit,best_fit,buddy,scs")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fcfs,easy,first_fit,best_fit,buddy,scs"
+    )]
     policies: Vec<String>,
     /// MPL values for the gang policies (slots; scs: ranks per cell).
     #[arg(long, value_delimiter = ',', default_value = "4")]
@@ -119,14 +125,27 @@ fn main() -> Result<()> {
     let what = format!("{} nodes x {} CPUs", args.nodes, args.cpus_per_node);
     fs::write(
         args.out.join("response.svg"),
-        report::figure(&rows, &format!("Mean response time, {what}"), "mean response time (s)", |s| s.mean_response_s),
+        report::figure(
+            &rows,
+            &format!("Mean response time, {what}"),
+            "mean response time (s)",
+            |s| s.mean_response_s,
+        ),
     )?;
     fs::write(
         args.out.join("slowdown.svg"),
-        report::figure(&rows, &format!("Mean bounded slowdown (tau 10 s), {what}"), "mean bounded slowdown", |s| s.mean_bsld),
+        report::figure(
+            &rows,
+            &format!("Mean bounded slowdown (tau 10 s), {what}"),
+            "mean bounded slowdown",
+            |s| s.mean_bsld,
+        ),
     )?;
     print!("{table}");
-    eprintln!("wrote {}/results.csv, table.md, response.svg, slowdown.svg", args.out.display());
+    eprintln!(
+        "wrote {}/results.csv, table.md, response.svg, slowdown.svg",
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -148,7 +167,13 @@ fn workload(args: &Args, cpus: u32) -> Result<Vec<Job>> {
 type Timed = (Vec<Option<gang_sim::workload::Outcome>>, f64);
 
 /// One policy name gives one run (fcfs, easy) or one per MPL (gang).
-fn run_policy(args: &Args, name: &str, jobs: &[Job], cpus: u64, load: f64) -> Result<Vec<(String, Timed)>> {
+fn run_policy(
+    args: &Args,
+    name: &str,
+    jobs: &[Job],
+    cpus: u64,
+    load: f64,
+) -> Result<Vec<(String, Timed)>> {
     let t0 = Instant::now();
     let discipline = match name {
         "fcfs" => Some(Discipline::Fcfs),
@@ -157,7 +182,10 @@ fn run_policy(args: &Args, name: &str, jobs: &[Job], cpus: u64, load: f64) -> Re
     };
     if let Some(d) = discipline {
         let run = space::simulate(jobs, cpus, d);
-        return Ok(vec![(name.to_string(), (run.outcomes, t0.elapsed().as_secs_f64()))]);
+        return Ok(vec![(
+            name.to_string(),
+            (run.outcomes, t0.elapsed().as_secs_f64()),
+        )]);
     }
     let policy: Policy = name.parse().with_context(|| format!("policy {name:?}"))?;
     let mut out = vec![];
@@ -183,8 +211,26 @@ fn run_policy(args: &Args, name: &str, jobs: &[Job], cpus: u64, load: f64) -> Re
         };
         let run = gang::simulate(jobs, &cfg, &mut progress)?;
         eprint!("\r");
+        let mut us = run.call_us.clone();
+        us.sort_by(f64::total_cmp);
+        let pct = |q: f64| {
+            us.get(((q * us.len() as f64) as usize).min(us.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let in_alloc: f64 = us.iter().sum::<f64>() / 1e6;
+        eprintln!(
+            "{label} at load {load:.2}: allocator {} calls, p50 {:.0} us, p99 {:.0} us, {in_alloc:.2} s of {:.2} s",
+            us.len(),
+            pct(0.5),
+            pct(0.99),
+            t0.elapsed().as_secs_f64()
+        );
         if run.refused > 0 {
-            eprintln!("{label}: {} jobs refused by the allocator (never fit)", run.refused);
+            eprintln!(
+                "{label}: {} jobs refused by the allocator (never fit)",
+                run.refused
+            );
         }
         out.push((label, (run.outcomes, t0.elapsed().as_secs_f64())));
     }

@@ -51,8 +51,14 @@ pub fn summarise(jobs: &[Job], outcomes: &[Option<Outcome>], cpus: u64) -> Summa
         / n;
     responses.sort_by(f64::total_cmp);
     let rank = ((0.95 * n).ceil() as usize).clamp(1, responses.len());
-    let first = ran.iter().map(|(j, _)| j.submit).fold(f64::INFINITY, f64::min);
-    let last = ran.iter().map(|(_, o)| o.end).fold(f64::NEG_INFINITY, f64::max);
+    let first = ran
+        .iter()
+        .map(|(j, _)| j.submit)
+        .fold(f64::INFINITY, f64::min);
+    let last = ran
+        .iter()
+        .map(|(_, o)| o.end)
+        .fold(f64::NEG_INFINITY, f64::max);
     let makespan_s = last - first;
     let work: f64 = ran.iter().map(|(j, _)| j.work()).sum();
     Summary {

@@ -94,13 +94,31 @@ pub fn figure(rows: &[Row], title: &str, y_label: &str, value: fn(&Summary) -> f
         .map(|r| (r.load, value(&r.summary).max(1e-3)))
         .collect();
     let (xlo, xhi, xstep) = nice_range(
-        pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min).min(1.0),
-        pts.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max).max(0.0),
+        pts.iter()
+            .map(|p| p.0)
+            .fold(f64::INFINITY, f64::min)
+            .min(1.0),
+        pts.iter()
+            .map(|p| p.0)
+            .fold(f64::NEG_INFINITY, f64::max)
+            .max(0.0),
         6.0,
     );
-    let ylo = pts.iter().map(|p| p.1.log10()).fold(f64::INFINITY, f64::min).floor();
-    let yhi = pts.iter().map(|p| p.1.log10()).fold(f64::NEG_INFINITY, f64::max).ceil();
-    let (ylo, yhi) = if yhi > ylo { (ylo, yhi) } else { (ylo, ylo + 1.0) };
+    let ylo = pts
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let yhi = pts
+        .iter()
+        .map(|p| p.1.log10())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .ceil();
+    let (ylo, yhi) = if yhi > ylo {
+        (ylo, yhi)
+    } else {
+        (ylo, ylo + 1.0)
+    };
     let x = |v: f64| left + (v - xlo) / (xhi - xlo).max(1e-9) * pw;
     let y = |v: f64| top + ph - (v.max(1e-3).log10() - ylo) / (yhi - ylo) * ph;
     let mut doc = Doc::new();
@@ -113,20 +131,39 @@ pub fn figure(rows: &[Row], title: &str, y_label: &str, value: fn(&Summary) -> f
         num(ph)
     ));
     for t in ticks(xlo, xhi, xstep) {
-        doc.line((x(t), top + ph), (x(t), top + ph + 5.0), " stroke=\"#888888\"");
-        doc.text((x(t), top + ph + 18.0), " text-anchor=\"middle\"", &tick_label(t, xstep));
+        doc.line(
+            (x(t), top + ph),
+            (x(t), top + ph + 5.0),
+            " stroke=\"#888888\"",
+        );
+        doc.text(
+            (x(t), top + ph + 18.0),
+            " text-anchor=\"middle\"",
+            &tick_label(t, xstep),
+        );
     }
     let mut e = ylo;
     while e <= yhi + 1e-9 {
         let yy = top + ph - (e - ylo) / (yhi - ylo) * ph;
         doc.line((left, yy), (left + pw, yy), " stroke=\"#DDDDDD\"");
-        doc.text((left - 6.0, yy + 4.0), " text-anchor=\"end\"", &tick_label(10f64.powf(e), 10f64.powf(e).min(1.0)));
+        doc.text(
+            (left - 6.0, yy + 4.0),
+            " text-anchor=\"end\"",
+            &tick_label(10f64.powf(e), 10f64.powf(e).min(1.0)),
+        );
         e += 1.0;
     }
-    doc.text((left + pw / 2.0, h - 12.0), " text-anchor=\"middle\"", "offered load");
+    doc.text(
+        (left + pw / 2.0, h - 12.0),
+        " text-anchor=\"middle\"",
+        "offered load",
+    );
     doc.text(
         (16.0, top + ph / 2.0),
-        &format!(" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\"", num(top + ph / 2.0)),
+        &format!(
+            " text-anchor=\"middle\" transform=\"rotate(-90 16 {})\"",
+            num(top + ph / 2.0)
+        ),
         y_label,
     );
     for (k, p) in policies.iter().enumerate() {
@@ -137,7 +174,13 @@ pub fn figure(rows: &[Row], title: &str, y_label: &str, value: fn(&Summary) -> f
             let v = value(&r.summary);
             d.cmd(if i == 0 { 'M' } else { 'L' }, &[x(r.load), y(v)]);
         }
-        doc.path(&d, &format!(" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\" data-policy=\"{}\"", esc(p)));
+        doc.path(
+            &d,
+            &format!(
+                " fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\" data-policy=\"{}\"",
+                esc(p)
+            ),
+        );
         for r in &mine {
             let v = value(&r.summary);
             doc.raw(&format!(
@@ -150,7 +193,11 @@ pub fn figure(rows: &[Row], title: &str, y_label: &str, value: fn(&Summary) -> f
             ));
         }
         let ly = top + 10.0 + 18.0 * k as f64;
-        doc.line((w - right + 14.0, ly), (w - right + 38.0, ly), &format!(" stroke=\"{colour}\" stroke-width=\"2\""));
+        doc.line(
+            (w - right + 14.0, ly),
+            (w - right + 38.0, ly),
+            &format!(" stroke=\"{colour}\" stroke-width=\"2\""),
+        );
         doc.text((w - right + 44.0, ly + 4.0), "", p);
     }
     doc.finish(w, h, title, "")

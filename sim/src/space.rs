@@ -37,9 +37,19 @@ pub struct SpaceRun {
 }
 
 /// f64 seconds ordered for the heap (times are finite).
-#[derive(Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Clone, Copy)]
 struct T(f64);
+impl PartialEq for T {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
 impl Eq for T {}
+impl PartialOrd for T {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 impl Ord for T {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)

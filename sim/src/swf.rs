@@ -34,7 +34,10 @@ pub struct Trace {
 #[derive(Debug, PartialEq)]
 pub enum SwfError {
     /// Line `line` (from 1) is malformed.
-    Line { line: usize, why: String },
+    Line {
+        line: usize,
+        why: String,
+    },
     Io(String),
 }
 

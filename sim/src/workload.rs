@@ -65,7 +65,10 @@ pub fn offered_load(jobs: &[Job], cpus: u64) -> f64 {
 
 fn span(jobs: &[Job]) -> f64 {
     let lo = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
-    let hi = jobs.iter().map(|j| j.submit).fold(f64::NEG_INFINITY, f64::max);
+    let hi = jobs
+        .iter()
+        .map(|j| j.submit)
+        .fold(f64::NEG_INFINITY, f64::max);
     if jobs.len() < 2 {
         0.0
     } else {
