@@ -3,7 +3,8 @@
 # sweeps offered load 50-90 % over the Lublin-Feitelson workload (or an SWF
 # trace), FCFS and EASY against gang scheduling on gangd's allocator under
 # every allocation policy. Results in target/sim/ (results.csv, table.md,
-# response.svg, slowdown.svg); any other argument goes to gang-sim.
+# response.svg, slowdown.svg); any other argument goes to gang-sim, where a
+# flag given again overrides these defaults.
 #
 #   scripts/sim.sh [--nodes 256] [--jobs 10000] [--mpl 2,4,6] [--swf trace.swf] ...
 #

@@ -29,7 +29,8 @@ const STRICT_SWITCH_MS: f64 = 36.0;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Trace-driven cluster simulator: gang scheduling on gangd's allocator vs FCFS and EASY"
+    about = "Trace-driven cluster simulator: gang scheduling on gangd's allocator vs FCFS and EASY",
+    args_override_self = true
 )]
 struct Args {
     #[arg(long, default_value_t = 4096)]
