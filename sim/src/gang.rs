@@ -216,8 +216,9 @@ pub fn simulate(
     })
 }
 
-/// Moves the jobs the allocator has started from `waiting` (FCFS order,
-/// as the allocator's queue) to `live`; returns them.
+/// Moves the jobs the allocator has started from `waiting` (submission
+/// order) to `live`; returns them. Without backfilling the allocator starts
+/// jobs in that order, so the scan stops at the first one still queued.
 fn admit(
     alloc: &Allocator,
     waiting: &mut VecDeque<usize>,
@@ -227,16 +228,23 @@ fn admit(
     starts: &mut [f64],
     now: f64,
 ) -> Vec<usize> {
+    let backfill = alloc.settings().backfill;
     let mut started = vec![];
-    while let Some(&j) = waiting.front() {
+    let mut i = 0;
+    while i < waiting.len() {
+        let j = waiting[i];
         let id = ids[j].expect("a submitted job has an id");
         let queued = alloc
             .holding(id)
             .is_none_or(|h| h.state == JobState::Queued);
         if queued {
-            break;
+            if !backfill {
+                break;
+            }
+            i += 1;
+            continue;
         }
-        waiting.pop_front();
+        waiting.remove(i);
         starts[j] = now;
         live.push(Live {
             job: j,

@@ -27,6 +27,12 @@ use gang_sim::{lublin, metrics, swf};
 /// Running, strict barrier.
 const STRICT_SWITCH_MS: f64 = 36.0;
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Switch {
+    Off,
+    On,
+}
+
 #[derive(Parser, Debug)]
 #[command(
     about = "Trace-driven cluster simulator: gang scheduling on gangd's allocator vs FCFS and EASY",
@@ -58,6 +64,10 @@ struct Args {
     /// MPL values for the gang policies (slots; scs: ranks per cell).
     #[arg(long, value_delimiter = ',', default_value = "4")]
     mpl: Vec<usize>,
+    /// The allocator's own backfilling for gang runs (a queued job that fits
+    /// overtakes older ones; no reservation): off, on, or both (two runs).
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    gang_backfill: Vec<Switch>,
     /// Turn off fill placements (multiple tasks).
     #[arg(long)]
     no_fill: bool,
@@ -190,7 +200,12 @@ fn run_policy(
     }
     let policy: Policy = name.parse().with_context(|| format!("policy {name:?}"))?;
     let mut out = vec![];
-    for &mpl_max in &args.mpl {
+    let runs = args.mpl.iter().flat_map(|&m| {
+        args.gang_backfill
+            .iter()
+            .map(move |&b| (m, b == Switch::On))
+    });
+    for (mpl_max, backfill) in runs {
         let t0 = Instant::now();
         let cfg = GangConfig {
             nodes: args.nodes,
@@ -199,13 +214,14 @@ fn run_policy(
                 policy,
                 mpl_max,
                 fill: !args.no_fill,
-                backfill: false,
+                backfill,
             },
             slot_ms: args.slot_ms,
             switch_ms: args.switch_ms,
             log: false,
         };
-        let label = format!("gang-{name}-mpl{mpl_max}");
+        let bf = if backfill { "-bf" } else { "" };
+        let label = format!("gang-{name}-mpl{mpl_max}{bf}");
         let total = jobs.len();
         let mut progress = |done: usize| {
             eprint!("\r{label} at load {load:.2}: {done}/{total} jobs ended   ");

@@ -159,6 +159,21 @@ fn scs_runs_a_job_on_fewer_cells_than_ranks_at_their_ratio() {
 }
 
 #[test]
+fn the_allocators_backfilling_lets_a_small_job_overtake() {
+    // MPL 1: A (3) runs; B (4) waits; C (1) fits beside A only if it may
+    // overtake B.
+    let jobs = vec![
+        Job::new(0, 0.0, 10.0, 3, None),
+        Job::new(1, 1.0, 10.0, 4, None),
+        Job::new(2, 2.0, 5.0, 1, None),
+    ];
+    let mut c = cfg(1, 4, Policy::FirstFit, 1, true, 0.0);
+    assert_eq!(ends(&jobs, &c), vec![10.0, 20.0, 25.0]);
+    c.settings.backfill = true;
+    assert_eq!(ends(&jobs, &c), vec![10.0, 20.0, 7.0]);
+}
+
+#[test]
 fn a_job_that_never_fits_is_refused_and_counted() {
     let jobs = at_zero(&[(9, 10.0), (4, 10.0)]);
     let run = simulate(
@@ -191,9 +206,10 @@ fn trace() -> impl Strategy<Value = Vec<Job>> {
 proptest! {
     #[test]
     fn the_simulator_and_the_allocator_agree_on_every_placement(
-        jobs in trace(), policy in policy(), mpl in 1usize..=4, fill: bool,
+        jobs in trace(), policy in policy(), mpl in 1usize..=4, fill: bool, backfill: bool,
     ) {
-        let c = cfg(2, 4, policy, mpl, fill, 5.0);
+        let mut c = cfg(2, 4, policy, mpl, fill, 5.0);
+        c.settings.backfill = backfill;
         let run = simulate(&jobs, &c, &mut |_| {}).unwrap();
         let mut alloc = Allocator::new(cluster(2, 4).unwrap(), c.settings).unwrap();
         let mut ids = vec![None; jobs.len()];
