@@ -50,7 +50,7 @@ struct Args {
     jobs: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Offered loads to scale the workload to.
+    /// Offered loads to scale the workload to (0: the trace's own times).
     #[arg(long, value_delimiter = ',', default_value = "0.5,0.6,0.7,0.8,0.9")]
     loads: Vec<f64>,
     /// fcfs, easy, and gang allocation policies (first_fit, best_fit,
@@ -121,7 +121,7 @@ fn main() -> Result<()> {
                 );
                 rows.push(Row {
                     policy: label,
-                    load,
+                    load: if load > 0.0 { load } else { offered },
                     offered,
                     summary,
                     wall_s,
