@@ -18,4 +18,4 @@ step "building gang-sim"
 BPF_CLANG=${BPF_CLANG:-clang-19} cargo build --release -p gang-sim
 bin="${CARGO_TARGET_DIR:-target}/release/gang-sim"
 step "simulating (progress below; the table at the end)"
-"$bin" --nodes 256 --jobs 10000 --mpl 2,4,6 --out target/sim "$@"
+"$bin" --jobs 10000 --mpl 2,4,6 --out target/sim "$@"

@@ -39,7 +39,9 @@ enum Switch {
     args_override_self = true
 )]
 struct Args {
-    #[arg(long, default_value_t = 4096)]
+    /// Nodes (gang runs at 4096 take minutes: gangd's allocator costs ms per
+    /// decision there, docs/simulator.md).
+    #[arg(long, default_value_t = 256)]
     nodes: u32,
     #[arg(long, default_value_t = 4)]
     cpus_per_node: u32,
