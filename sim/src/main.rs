@@ -232,11 +232,7 @@ fn run_policy(
         eprint!("\r");
         let mut us = run.call_us.clone();
         us.sort_by(f64::total_cmp);
-        let pct = |q: f64| {
-            us.get(((q * us.len() as f64) as usize).min(us.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0.0)
-        };
+        let pct = |q: f64| metrics::percentile(&us, q);
         let in_alloc: f64 = us.iter().sum::<f64>() / 1e6;
         eprintln!(
             "{label} at load {load:.2}: allocator {} calls, p50 {:.0} us, p99 {:.0} us, {in_alloc:.2} s of {:.2} s",

@@ -50,7 +50,6 @@ pub fn summarise(jobs: &[Job], outcomes: &[Option<Outcome>], cpus: u64) -> Summa
         .sum::<f64>()
         / n;
     responses.sort_by(f64::total_cmp);
-    let rank = ((0.95 * n).ceil() as usize).clamp(1, responses.len());
     let first = ran
         .iter()
         .map(|(j, _)| j.submit)
@@ -65,7 +64,7 @@ pub fn summarise(jobs: &[Job], outcomes: &[Option<Outcome>], cpus: u64) -> Summa
         jobs: ran.len(),
         refused: jobs.len() - ran.len(),
         mean_response_s,
-        p95_response_s: responses[rank - 1],
+        p95_response_s: percentile(&responses, 0.95),
         mean_bsld,
         utilisation: if makespan_s > 0.0 {
             work / (cpus as f64 * makespan_s)
@@ -74,4 +73,13 @@ pub fn summarise(jobs: &[Job], outcomes: &[Option<Outcome>], cpus: u64) -> Summa
         },
         makespan_s,
     }
+}
+
+/// The nearest-rank `q` quantile of ascending `sorted`; 0 when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
 }
