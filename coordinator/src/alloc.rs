@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::matrix::{Cluster, Entry, Matrix, NODE_MAX_SLOTS};
 pub use error::AllocError;
 use gang_wire::proto::JobId;
-pub use view::{JobView, NodeJob, NodeSchedule, RankCpu, SlotPlacement};
+pub use view::{Holding, JobView, NodeJob, NodeSchedule, RankCpu, SlotPlacement};
 
 /// How cells are chosen within a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -84,7 +84,29 @@ pub struct NodeSchedule {
     pub jobs: Vec<NodeJob>,
 }
 
+/// How much of the machine a job holds, cheaply (no cell lists): what a
+/// simulator needs after every event to give each job its share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holding {
+    pub state: JobState,
+    /// Slots it holds cells in, home and fill; 0 while queued.
+    pub slots: usize,
+    /// Home cells (under buddy the whole block; under scs what it has
+    /// grown to); 0 while queued.
+    pub cells: usize,
+}
+
 impl Allocator {
+    /// The job's state and how many slots and cells it holds; O(slots).
+    pub fn holding(&self, id: JobId) -> Option<Holding> {
+        let job = self.jobs.get(&id)?;
+        Some(Holding {
+            state: job.state,
+            slots: self.slots_of(job).len(),
+            cells: job.cells.len(),
+        })
+    }
+
     pub fn job(&self, id: JobId) -> Option<JobView> {
         self.jobs.get(&id).map(|j| self.view(j))
     }
