@@ -76,7 +76,15 @@ pub enum Request {
     /// gangs (cgroup freezer), then wait up to `drain_timeout_ms` for their
     /// TCP traffic to reach steady state. Answered with a `frozen` report;
     /// the next `Switch` thaws them.
-    Freeze { gen: u64, drain_timeout_ms: u64 },
+    Freeze {
+        gen: u64,
+        drain_timeout_ms: u64,
+        /// The slot the switch goes to: a gang placed there too on this
+        /// node goes on running and is not parked (nothing of it must
+        /// drain before itself).
+        #[serde(default)]
+        to_slot: Option<u32>,
+    },
     /// The cluster coordinator's schedule for this node (its column of the
     /// matrix), as the node agent installs it. Like `Schedule`, with three
     /// differences that keep a node in step with the cluster: a gang that

@@ -330,6 +330,7 @@ impl Handler {
         let answer = self.main.submit(Request::Freeze {
             gen: gen.0,
             drain_timeout_ms: drain_timeout_ms as u64,
+            to_slot: Some(to_slot),
         });
         let (link, node) = (self.link.clone(), self.node.clone());
         let wait = Duration::from_millis(drain_timeout_ms as u64) + EXTRA_WAIT;

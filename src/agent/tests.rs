@@ -882,7 +882,8 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
         next_request(&agent.seen),
         Request::Freeze {
             gen: 4,
-            drain_timeout_ms: 50
+            drain_timeout_ms: 50,
+            to_slot: None,
         }
     );
 

@@ -125,8 +125,16 @@ impl Follow {
 
     fn act(&mut self, sw: &mut dyn Switcher, action: Action, now: u64) {
         match action {
-            Action::Park { gen, timeout_ms } => {
-                match sw.freeze(gen, Duration::from_millis(u64::from(timeout_ms))) {
+            Action::Park {
+                gen,
+                to_slot,
+                timeout_ms,
+            } => {
+                match sw.freeze(
+                    gen,
+                    Some(to_slot),
+                    Duration::from_millis(u64::from(timeout_ms)),
+                ) {
                     Ok(job) => {
                         let tx = self.drained_tx.clone();
                         std::thread::spawn(move || {

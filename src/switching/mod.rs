@@ -182,9 +182,10 @@ pub trait Switcher {
     fn autonomous(&mut self) -> Result<()>;
     /// Back to standalone: one slot per gang, on this node's timer.
     fn standalone(&mut self) -> Result<()>;
-    /// Parks the gangs of the slot in force; the returned job waits for
+    /// Parks the gangs of the slot in force, but those placed in `to_slot`
+    /// too (they run on across the switch); the returned job waits for
     /// them to park and drain (on a thread of its own).
-    fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob>;
+    fn freeze(&mut self, gen: u64, to_slot: Option<u32>, timeout: Duration) -> Result<FreezeJob>;
     /// Records a trace of `seconds` and answers `reply` with it once done;
     /// Err: refused (the caller answers).
     fn trace(&mut self, _seconds: f64, _reply: Sender<Response>) -> Result<()> {
@@ -266,7 +267,8 @@ pub fn handle(
         Request::Freeze {
             gen,
             drain_timeout_ms,
-        } => match sw.freeze(gen, Duration::from_millis(drain_timeout_ms)) {
+            to_slot,
+        } => match sw.freeze(gen, to_slot, Duration::from_millis(drain_timeout_ms)) {
             Ok(job) => {
                 std::thread::spawn(move || {
                     let response = match job() {

@@ -60,7 +60,7 @@ impl<S: ProcessSource> Switcher for NoSwitching<S> {
 
     /// Nothing is parked or drained: the report says so (parked and
     /// drained false, no gangs), at once.
-    fn freeze(&mut self, gen: u64, _timeout: Duration) -> Result<FreezeJob> {
+    fn freeze(&mut self, gen: u64, _to_slot: Option<u32>, _timeout: Duration) -> Result<FreezeJob> {
         Ok(Box::new(move || {
             Ok(FrozenReport {
                 gen,

@@ -269,13 +269,29 @@ impl<S: ProcessSource> SignalNode<S> {
     /// The first half of a coordinated switch: stops the gangs of the slot
     /// in force now and returns the wait for them to park and for their TCP
     /// traffic to drain (within `timeout`), to run on a thread of its own.
-    pub fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
+    pub fn freeze(
+        &mut self,
+        gen: u64,
+        to_slot: Option<u32>,
+        timeout: Duration,
+    ) -> Result<FreezeJob> {
         if self.mode == Mode::Standalone {
             bail!("freeze needs an explicit schedule first (node is standalone)");
         }
         let start = Instant::now();
         self.take_command();
-        let gangs: Vec<String> = self.table.get(self.cur).cloned().unwrap_or_default();
+        // A gang of the next slot too runs on: not stopped.
+        let next: Vec<String> = to_slot
+            .and_then(|s| self.table.get(s as usize).cloned())
+            .unwrap_or_default();
+        let gangs: Vec<String> = self
+            .table
+            .get(self.cur)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|g| !next.contains(g))
+            .collect();
         let mut pids = Vec::new();
         let mut dirs = Vec::new();
         for gang in &gangs {
@@ -403,8 +419,8 @@ impl<S: ProcessSource> Switcher for SignalNode<S> {
     fn standalone(&mut self) -> Result<()> {
         SignalNode::standalone(self)
     }
-    fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
-        SignalNode::freeze(self, gen, timeout)
+    fn freeze(&mut self, gen: u64, to_slot: Option<u32>, timeout: Duration) -> Result<FreezeJob> {
+        SignalNode::freeze(self, gen, to_slot, timeout)
     }
     fn knobs_changed(&mut self, knobs: &NodeKnobs) -> Result<()> {
         self.set_slot_ms(knobs.slot_ms);

@@ -307,6 +307,31 @@ fn a_gang_in_two_slots_runs_in_both() {
 }
 
 #[test]
+fn a_gang_placed_in_the_next_slot_too_is_not_stopped_by_the_freeze() {
+    // a in both slots (fill), b in slot 0 only: the switch to slot 1
+    // stops b alone; a runs on across it.
+    let src = FakeSource::default();
+    let a = src.gang("a", 2);
+    let b = src.gang("b", 2);
+    let mut node = SignalNode::new(src.clone(), 4, 50);
+    let cpus = |gang: &str, cpus: &str| GangCpus {
+        gang: gang.into(),
+        cpus: cpus.into(),
+    };
+    let table = vec![vec![cpus("a", "0"), cpus("b", "1")], vec![cpus("a", "0")]];
+    node.column(&table, false).unwrap();
+    node.switch(0, 1).unwrap();
+    let report = node.freeze(2, Some(1), Duration::from_millis(100)).unwrap()().unwrap();
+    assert_eq!(report.gangs, vec!["b".to_string()]);
+    assert!(none_stopped(&a), "a runs in slot 1 too");
+    assert!(all_stopped(&b));
+    // Without the next slot (an old agent), every gang of the slot stops.
+    node.switch(0, 3).unwrap();
+    node.freeze(4, None, Duration::from_millis(100)).unwrap()().unwrap();
+    assert!(all_stopped(&a) && all_stopped(&b));
+}
+
+#[test]
 fn gangs_in_no_slot_are_never_stopped() {
     let (src, mut node, _a, _b) = two_slot_node();
     let outsider = src.gang("c", 2);
@@ -315,7 +340,7 @@ fn gangs_in_no_slot_are_never_stopped() {
         node.rescan();
         assert!(none_stopped(&outsider), "after the switch to slot {slot}");
     }
-    node.freeze(4, Duration::from_millis(100)).unwrap()().unwrap();
+    node.freeze(4, None, Duration::from_millis(100)).unwrap()().unwrap();
     assert!(
         none_stopped(&outsider),
         "a freeze stops only the slot's gangs"
@@ -357,7 +382,7 @@ fn a_gang_of_the_schedule_that_starts_later_is_held_as_soon_as_it_appears() {
 #[test]
 fn dropping_the_node_continues_everything_like_a_daemon_exit() {
     let (_src, mut node, a, b) = two_slot_node();
-    node.freeze(1, Duration::from_millis(100)).unwrap()().unwrap();
+    node.freeze(1, None, Duration::from_millis(100)).unwrap()().unwrap();
     assert!(all_stopped(&a) && all_stopped(&b));
     drop(node);
     assert!(none_stopped(&a) && none_stopped(&b));
@@ -366,7 +391,7 @@ fn dropping_the_node_continues_everything_like_a_daemon_exit() {
 #[test]
 fn freeze_stops_the_slots_own_gangs_and_reports_honestly() {
     let (_src, mut node, a, b) = two_slot_node();
-    let wait = node.freeze(5, Duration::from_millis(500)).unwrap();
+    let wait = node.freeze(5, None, Duration::from_millis(500)).unwrap();
     let report = wait().unwrap();
     assert_eq!(report.gen, 5);
     assert_eq!(report.gangs, vec!["a".to_string()]);
@@ -385,7 +410,7 @@ fn freeze_stops_the_slots_own_gangs_and_reports_honestly() {
 #[test]
 fn a_freeze_followed_by_a_switch_to_the_same_slot_continues_it() {
     let (_src, mut node, a, _b) = two_slot_node();
-    node.freeze(1, Duration::from_millis(100)).unwrap()().unwrap();
+    node.freeze(1, None, Duration::from_millis(100)).unwrap()().unwrap();
     node.switch(0, 2).unwrap();
     assert!(none_stopped(&a));
 }
@@ -397,7 +422,7 @@ fn switch_and_freeze_need_a_schedule_and_an_existing_slot() {
     let mut node = SignalNode::new(src.clone(), 4, 50);
     let e = node.switch(0, 1).unwrap_err().to_string();
     assert!(e.contains("need an explicit schedule"), "{e}");
-    assert!(node.freeze(1, Duration::ZERO).is_err());
+    assert!(node.freeze(1, None, Duration::ZERO).is_err());
     assert!(node.autonomous().is_err());
     node.column(&placements(&[&["a"], &[]]), false).unwrap();
     node.switch(1, 2)
@@ -476,7 +501,7 @@ fn rotate_continues_what_a_freeze_stopped_and_runs_the_table_on_the_timer() {
         None,
         "coordinated: switches come by command"
     );
-    node.freeze(1, Duration::from_millis(100)).unwrap()().unwrap();
+    node.freeze(1, None, Duration::from_millis(100)).unwrap()().unwrap();
     node.autonomous().unwrap();
     assert_eq!(node.mode(), Mode::Autonomous);
     assert!(none_stopped(&a), "the frozen slot runs again");
@@ -604,6 +629,7 @@ fn none_mode_accepts_every_scheduling_request_and_stops_nothing() {
         Request::Freeze {
             gen: 3,
             drain_timeout_ms: 100,
+            to_slot: None,
         },
     );
     let f = r.frozen.expect("a freeze report");
@@ -622,6 +648,7 @@ fn a_freeze_is_answered_with_its_report_through_the_request_path() {
         Request::Freeze {
             gen: 4,
             drain_timeout_ms: 200,
+            to_slot: None,
         },
     );
     assert!(r.ok, "{r:?}");

@@ -48,7 +48,11 @@ use super::lead::{classify, DrainEnd, DrainLead, Lateness, LeadLimits};
 pub enum Action {
     /// Park the gangs of the slot in force (Request::Freeze) for the switch
     /// to `gen`; answer with `drained`.
-    Park { gen: u64, timeout_ms: u32 },
+    Park {
+        gen: u64,
+        to_slot: u32,
+        timeout_ms: u32,
+    },
     /// Arm the switch (Request::Switch with `at_ns`; at once if past).
     Arm {
         slot: u32,
@@ -261,6 +265,7 @@ impl Follower {
             self.step = Step::Parking { to, parked_at: now };
             Some(Action::Park {
                 gen: to.gen.0,
+                to_slot: to.slot,
                 timeout_ms: self.cfg.drain_timeout_ms,
             })
         } else {
@@ -390,6 +395,7 @@ mod tests {
             f.tick(995 * MS),
             Some(Action::Park {
                 gen: 10,
+                to_slot: 0,
                 timeout_ms: 30
             })
         );

@@ -348,18 +348,20 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
 
     /// Freezes the gangs of the slot in force; the job waits for them to
     /// park and drain.
-    fn freeze(&mut self, gen: u64, timeout: Duration) -> Result<FreezeJob> {
+    fn freeze(&mut self, gen: u64, to_slot: Option<u32>, timeout: Duration) -> Result<FreezeJob> {
         if self.mode == Mode::Standalone {
             bail!("freeze needs an explicit schedule first (node is standalone)");
         }
         self.take_command();
         let (slot, cur_gen) = self.bpf.current();
-        let gangs: Vec<(GangId, freezer::ParkGang)> = self
-            .table
-            .placements()
+        let placements = self.table.placements();
+        // A gang of the next slot too runs on across the switch: not parked.
+        let next = to_slot.and_then(|s| placements.get(s as usize));
+        let gangs: Vec<(GangId, freezer::ParkGang)> = placements
             .get(slot as usize)
             .into_iter()
             .flat_map(|p| p.keys())
+            .filter(|id| !next.is_some_and(|n| n.contains_key(id)))
             .filter_map(|&id| Some((id, self.registry.name_of(id)?)))
             .map(|(id, name)| {
                 let gang = freezer::ParkGang {

@@ -196,6 +196,7 @@ fn commands_need_an_explicit_schedule_first() {
     let freeze = Request::Freeze {
         gen: 1,
         drain_timeout_ms: 10,
+        to_slot: None,
     };
     let e = ask(&mut sw, &knobs, freeze).error.unwrap();
     assert!(e.contains("freeze needs an explicit schedule"), "{e}");
@@ -269,6 +270,7 @@ fn a_freeze_parks_the_slots_gangs_until_the_next_switch() {
     let freeze = Request::Freeze {
         gen: 3,
         drain_timeout_ms: 50,
+        to_slot: None,
     };
     let r = ask(&mut sw, &knobs, freeze);
     // No freezer here: the plain cgroup.freeze file is written, the wait
@@ -296,6 +298,28 @@ fn a_freeze_parks_the_slots_gangs_until_the_next_switch() {
 }
 
 #[test]
+fn a_gang_placed_in_the_next_slot_too_is_not_parked() {
+    // job1 in both slots (fill), job2 in slot 0 only: a freeze for the
+    // switch to slot 1 parks job2 alone.
+    let root = gang_root("keep", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-1"), ("job2", "2-3")], &[("job1", "0-1")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let freeze = Request::Freeze {
+        gen: 3,
+        drain_timeout_ms: 10,
+        to_slot: Some(1),
+    };
+    let report = ask(&mut sw, &knobs, freeze).frozen.expect("a report");
+    assert_eq!(report.gangs, vec!["job2".to_string()]);
+    let frozen =
+        |g: &str| fs::read_to_string(root.join(g).join("cgroup.freeze")).unwrap_or_default();
+    assert_eq!(frozen("job2"), "1");
+    assert_ne!(frozen("job1"), "1", "job1 runs on in slot 1");
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
 fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
     let root = gang_root("timed", &["job1", "job2"]);
     let (mut sw, knobs) = switcher(&root);
@@ -304,6 +328,7 @@ fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
     let freeze = Request::Freeze {
         gen: 3,
         drain_timeout_ms: 10,
+        to_slot: None,
     };
     assert!(ask(&mut sw, &knobs, freeze).frozen.is_some());
     let at_ns = monotonic_ns() + 60_000_000_000;
@@ -331,7 +356,8 @@ fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
         &knobs,
         Request::Freeze {
             gen: 5,
-            drain_timeout_ms: 10
+            drain_timeout_ms: 10,
+            to_slot: None,
         }
     )
     .frozen
