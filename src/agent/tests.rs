@@ -883,7 +883,7 @@ fn schedule_switch_and_freeze_go_through_the_main_loop() {
         Request::Freeze {
             gen: 4,
             drain_timeout_ms: 50,
-            to_slot: None,
+            to_slot: Some(0),
         }
     );
 
