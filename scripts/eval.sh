@@ -7,9 +7,13 @@
 #   scripts/eval.sh [--size reduced|full] [--policies "..."] [--workloads "..."]
 #                   [--mpls "1 2 3"] [--reps R] [--scale S] [--slot-ms MS]
 #                   [--no-short] [--cap-s S] [--out DIR] [--no-build]
-#                   [--report-only] [--quiet-wait S]
+#                   [--report-only] [--quiet-wait S] [--probe]
 #   --size full (default): 3 repetitions, jobs 4x longer, every workload
 #          including the MPI one (hours);
+#          lone: each job alone (MPL 1), 3 repetitions, NetPIPE and rt,
+#          allreduce, ep, under dedicated, eevdf, bpfland and gang-strict,
+#          every rank under rankprobe: the lone-job table (issue 15: what a
+#          job alone pays for scx_gang, and where the time goes, ~15 min);
 #          reduced: 1 repetition, ~1 s jobs, the four SPMD workloads (what
 #          the test command runs, ~15 min; the MPI programs have their own
 #          cluster test).
@@ -17,6 +21,7 @@
 #          reported as capped (default 300): MPI ranks poll while they wait,
 #          and three MPI jobs under a local scheduler can take hours.
 #   --report-only: the report again from DIR's records.
+#   --probe: every rank under rankprobe (on with --size lone).
 #
 # The cluster: a head node (gangd, the front ends) and 2 compute nodes of one
 # vCPU each, every node's qemu pinned to host core i % nproc (node 0 and
@@ -28,9 +33,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= SCALE= SLOT_MS=100 SHORT=1 OUT= BUILD=1 CAP_S=300
-BOOT=1 QUIET_WAIT=900 COMPUTE=2
+BOOT=1 QUIET_WAIT=900 COMPUTE=2 PROBE=0
 ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield gang-timed"
 ALL_WORKLOADS="rt allreduce alltoall ep mpi_allreduce"
+OTHER_WORKLOADS="mpi_ring netpipe"
 while [[ $# -gt 0 ]]; do
     case $1 in
         --size) SIZE=$2; shift 2 ;;
@@ -46,6 +52,7 @@ while [[ $# -gt 0 ]]; do
         --no-build) BUILD=0; shift ;;
         --report-only) BOOT=0; shift ;;
         --quiet-wait) QUIET_WAIT=$2; shift 2 ;;
+        --probe) PROBE=1; shift ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -53,12 +60,17 @@ done
 case $SIZE in
     full) : "${REPS:=3}" "${SCALE:=4}" "${WORKLOADS:=$ALL_WORKLOADS}" ;;
     reduced) : "${REPS:=1}" "${SCALE:=1}" "${WORKLOADS:=rt allreduce alltoall ep}" ;;
-    *) die "--size: reduced or full, not $SIZE" ;;
+    lone)
+        : "${REPS:=3}" "${SCALE:=1}" "${WORKLOADS:=netpipe rt allreduce ep}" "${POLICIES:=dedicated eevdf bpfland gang-strict}"
+        [[ $MPLS == "1 2 3" ]] && MPLS=1
+        SHORT=0 PROBE=1
+        ;;
+    *) die "--size: reduced, full or lone, not $SIZE" ;;
 esac
 : "${POLICIES:=$ALL_POLICIES}" "${WORKLOADS:=$ALL_WORKLOADS}" "${OUT:=target/eval/$SIZE}"
 for p in $POLICIES; do [[ " $ALL_POLICIES " == *" $p "* ]] || die "--policies: unknown policy $p (known: $ALL_POLICIES)"; done
 [[ " $POLICIES " == *" dedicated "* ]] || die "--policies must include dedicated: every slowdown is against it"
-for w in $WORKLOADS; do [[ " $ALL_WORKLOADS mpi_ring " == *" $w "* ]] || die "--workloads: unknown workload $w"; done
+for w in $WORKLOADS; do [[ " $ALL_WORKLOADS $OTHER_WORKLOADS " == *" $w "* ]] || die "--workloads: unknown workload $w"; done
 for m in $MPLS; do [[ $m =~ ^[1-4]$ ]] || die "--mpls: $m is not an MPL of 1 to 4 (gangd's mpl_max)"; done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $SCALE =~ ^[1-9][0-9]*$ ]] || die "--scale must be a positive integer"
@@ -74,7 +86,7 @@ trap '[[ -z $TAIL_PID ]] || kill $TAIL_PID 2>/dev/null' EXIT
 if ((BOOT)); then
     if ((BUILD)) || [[ ! -f $IMG ]]; then
         BPFLAND=$("$SCRIPTS_DIR/peers.sh")
-        build_image --mpi "$IMG" scx_gang gangd gang runas rt allreduce alltoall ep "$BPFLAND"
+        build_image --mpi "$IMG" scx_gang gangd gang runas rt allreduce alltoall ep rankprobe "$BPFLAND"
     fi
     # Seconds the boot may take: generously, per job a launch and the jobs'
     # work at the worst slowdown expected (EEVDF on fine-grained jobs).
@@ -93,7 +105,7 @@ if ((BOOT)); then
     rc=0
     "$SCRIPTS_DIR/cluster.sh" --image "$IMG" --scenario cluster_eval --out "$BOOTDIR" \
         --nodes $((COMPUTE + 1)) --vcpus 1 --mem 768 --pin --timeout "$t" --wait-quiet "$QUIET_WAIT" \
-        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S" ||
+        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S env.EVAL_PROBE=$PROBE" ||
         rc=$?
     sleep 1
     kill "$TAIL_PID" 2>/dev/null || true
@@ -110,6 +122,10 @@ EVAL=$REPO_ROOT/target/release/gang-eval
 [[ -x $EVAL ]] || (cd "$REPO_ROOT" && cargo build --release -p gang-eval)
 step "report"
 "$EVAL" report "$OUT/eval.log" --out "$OUT" --policies "$POLICIES" --target-metric makespan-ratio
+if [[ " $MPLS " == *" 1 "* ]] && ((PROBE)); then
+    step "the lone-job table (MPL 1, against eevdf and bpfland)"
+    "$EVAL" lone "$OUT/eval.log" --out "$OUT"
+fi
 step "figures and tables in $OUT: results.csv short.csv summary.txt $(cd "$OUT" && ls ./*.svg 2>/dev/null | tr '\n' ' ')"
 check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$REPS")
 ((SHORT)) && check+=(--short)

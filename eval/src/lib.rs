@@ -23,11 +23,15 @@
 //!   boots: per-switch overhead against the baselines, medians, the text
 //!   table), from its own JSON-line records.
 //!
-//! `src/main.rs` is only the command line (`gang-eval report|check|bench`).
+//! - [`lone`]: the lone-job table (MPL 1 against eevdf and bpfland, with
+//!   the ranks' rankprobe figures: issue 15).
+//!
+//! `src/main.rs` is only the command line (`gang-eval report|check|bench|lone`).
 
 pub mod bench;
 pub mod check;
 pub mod figures;
+pub mod lone;
 pub mod metrics;
 pub mod records;
 pub mod report;

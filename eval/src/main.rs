@@ -4,6 +4,9 @@
 //! summary.txt (also printed) and the SVG figures.
 //! `gang-eval check FILE... --policies ... --workloads ... --mpls ... --reps R [--short]`:
 //! exit 0 when the run is complete, 1 listing what is missing or failed.
+//! `gang-eval lone FILE... --out DIR [--policy P]`: the lone-job table
+//! (MPL 1 jobs against eevdf and bpfland, with their rankprobe figures),
+//! DIR/lone.txt (also printed) and DIR/lone.csv.
 //! `gang-eval bench DIR --nodes "1 2 3" ...`: the cluster benchmark's
 //! DIR/runs.csv, results.csv and table.txt (also printed) from its boots in
 //! DIR/n<N>/.
@@ -39,6 +42,21 @@ enum Cmd {
     Check(CheckArgs),
     /// The cluster benchmark's DIR/runs.csv, results.csv and table.txt (printed).
     Bench(BenchArgs),
+    /// The lone-job table: DIR/lone.txt (printed) and DIR/lone.csv.
+    Lone(LoneArgs),
+}
+
+#[derive(Args)]
+struct LoneArgs {
+    /// Record files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Output directory (created if needed).
+    #[arg(long)]
+    out: PathBuf,
+    /// The policy whose target is checked.
+    #[arg(long, default_value = "gang-strict")]
+    policy: String,
 }
 
 #[derive(Args)]
@@ -256,6 +274,30 @@ fn run_check(a: CheckArgs) -> ExitCode {
     }
 }
 
+fn lone(a: LoneArgs) -> ExitCode {
+    let log = match load(&a.files) {
+        Ok(l) => l,
+        Err(c) => return c,
+    };
+    let cells = gang_eval::lone::cells(&log);
+    if cells.is_empty() {
+        eprintln!("gang-eval: no MPL 1 job records in the input");
+        return ExitCode::from(2);
+    }
+    let (table, csv) = gang_eval::lone::render(&cells, &a.policy);
+    let written = std::fs::create_dir_all(&a.out)
+        .and_then(|_| std::fs::write(a.out.join("lone.txt"), &table))
+        .and_then(|_| std::fs::write(a.out.join("lone.csv"), &csv));
+    print!("{table}");
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gang-eval: cannot write lone.txt/lone.csv into {}: {e}", a.out.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn bench(a: BenchArgs) -> ExitCode {
     let p = BenchParams {
         nodes: a.nodes.0,
@@ -310,5 +352,6 @@ fn main() -> ExitCode {
         Cmd::Report(a) => report(a),
         Cmd::Check(a) => run_check(a),
         Cmd::Bench(a) => bench(a),
+        Cmd::Lone(a) => lone(a),
     }
 }

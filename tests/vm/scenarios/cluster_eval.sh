@@ -37,6 +37,9 @@
 #   EVAL_SLOT_MS 100  EVAL_SPIN_US 1000  EVAL_SHORT 1  EVAL_SHORT_BEHIND 2
 #   EVAL_SHORT_AFTER_S 2  EVAL_CAP_S 300 (a job running longer is killed and
 #   recorded with capped=S)  EVAL_SIZE (a label for the report)
+#   EVAL_PROBE 0 (1: every rank runs under rankprobe, and each job record
+#   carries its ranks' probe figures summed, as probe_<key>=; netpipe's
+#   1 KiB one-way time as np_1k_us=)
 . /scenarios/cluster_lib.sh
 
 POLICIES=${EVAL_POLICIES:-"dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"}
@@ -50,6 +53,7 @@ SHORT=${EVAL_SHORT:-1}
 SHORT_BEHIND=${EVAL_SHORT_BEHIND:-2}
 SHORT_AFTER_S=${EVAL_SHORT_AFTER_S:-2}
 CAP_S=${EVAL_CAP_S:-300}
+PROBE=${EVAL_PROBE:-0}
 LOG=$RESULTS/eval.log
 JOBS=$RESULTS/jobs
 C=$COMPUTE_NODES
@@ -75,7 +79,21 @@ wl_cmd() {
 	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
 	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
 	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((400 * SCALE))" ;;
+	# NetPIPE (MPICH, polling): 1 byte to 1 KiB ping-pong; it prints no
+	# result line, so rankprobe --ok-on-exit gives its own.
+	netpipe) echo "/usr/bin/rankprobe --ok-on-exit -- /usr/bin/NPmpich2 -u 1024 -n $((20 * SCALE)) -p 0 -o /tmp/np.out" ;;
 	*) fail "unknown workload $w" ;;
+	esac
+}
+
+# rank_cmd WORKLOAD POLICY: the command gang run starts, under rankprobe
+# (EVAL_PROBE=1: where each rank's node spent its time) or not.
+rank_cmd() {
+	local c
+	c=$(wl_cmd "$1" "$2")
+	case $c in
+	*rankprobe*) echo "$c" ;;
+	*) if [ "$PROBE" = 1 ]; then echo "/usr/bin/rankprobe -- $c"; else echo "$c"; fi ;;
 	esac
 }
 
@@ -196,7 +214,7 @@ head_phase() {
 # its end (exit status and time) goes to jobs/NAME.end.
 run_job() {
 	local name=$1 cmd
-	cmd=$(wl_cmd "$2" "$3")
+	cmd=$(rank_cmd "$2" "$3")
 	(
 		runas $ALICE_UID $ALICE_UID -- gang run -n "$C" --name "$name" -- $cmd \
 			> "$JOBS/$name.out" 2> "$JOBS/$name.err"
@@ -233,13 +251,21 @@ job_fields() {
 	rc=$1 end=$2
 	ok=$(grep -c '"ok":true' "$JOBS/$n.out")
 	elapsed=$(sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$JOBS/$n.out" | sort -n | tail -1)
-	echo "submit_ms=$(cat "$JOBS/$n.submit") end_ms=$end rc=$rc ranks=$C ranks_ok=$ok elapsed_s=${elapsed:-0}$([ -e "$JOBS/$n.capped" ] && echo " capped=$CAP_S")"
+	echo "submit_ms=$(cat "$JOBS/$n.submit") end_ms=$end rc=$rc ranks=$C ranks_ok=$ok elapsed_s=${elapsed:-0}$([ -e "$JOBS/$n.capped" ] && echo " capped=$CAP_S")$(probe_fields "$n")"
 	if [ -e "$JOBS/$n.capped" ]; then
 		echo "# CAPPED job $n: killed after $CAP_S s" >> "$LOG"
 	elif [ "$rc" != 0 ] || [ "$ok" != "$C" ]; then
 		say "job $n FAILED: rc $rc, $ok of $C ranks ok: $(head -c 300 "$JOBS/$n.err" | tr '\n' ' ')" >&2
 		echo "# FAILED job $n: rc $rc, $ok of $C ranks ok" >> "$LOG"
 	fi
+}
+
+# probe_fields NAME: " probe_KEY=SUM ..." over the job's rankprobe lines
+# (every rank's), and NetPIPE's 1 KiB row (usec, one way) if it has one.
+probe_fields() {
+	awk '$1 == "rankprobe" { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in sum)) order[++n] = kv[1]; sum[kv[1]] += kv[2] } }
+		END { for (i = 1; i <= n; i++) printf " probe_%s=%.3f", order[i], sum[order[i]] }' "$JOBS/$1.out"
+	awk '$3 == "bytes" && $2 == 1024 && $11 == "usec" { u = $10 } END { if (u != "") printf " np_1k_us=%s", u }' "$JOBS/$1.err" "$JOBS/$1.out"
 }
 
 secs_since() { awk -v t="$1" -v n="$(now_ms)" 'BEGIN { printf "%.1f", (n - t) / 1000 }'; }
@@ -375,6 +401,9 @@ head_main() {
 # ---- main ---------------------------------------------------------------------------
 
 cluster_init
+# rankprobe's node counters: the scheduler's own statistics (yields,
+# wake-ups) in /proc/schedstat are only kept when asked for.
+[ "$PROBE" = 1 ] && echo 1 > /proc/sys/kernel/sched_schedstats 2>/dev/null
 if [ "$NODE_ID" = 0 ]; then
 	head_main
 	cluster_done

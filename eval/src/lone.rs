@@ -1,0 +1,206 @@
+//! The lone-job table (issue 15): what a job alone on the cluster pays
+//! under each scheduler, and where its nodes' time went.
+//!
+//! Input: the MPL 1 `job` records of a run (`scripts/eval.sh --size lone`),
+//! several repetitions per (workload, policy), every rank under rankprobe
+//! (the records' `probe_*` extras, summed over the job's ranks, and
+//! NetPIPE's `np_1k_us`). Per cell the median over its ok repetitions of:
+//!
+//! - the job's time (the ranks' own elapsed time, the longest rank; the
+//!   launch is the same for every policy and only adds noise), and its
+//!   ratio to `eevdf`'s median and to `bpfland`'s: the issue's target is
+//!   every workload within 5 % of EEVDF (ratio <= 1.05) and at or below
+//!   scx_bpfland;
+//! - the probe's figures that say where time went: the ranks' wait to run
+//!   per slice (µs; runnable but not running), their involuntary context
+//!   switches, the node's context switches and NET_RX softirqs per second
+//!   of the job, ksoftirqd's wait, the scx_gang daemon's CPU time.
+//!
+//! `dedicated` is the same kernel scheduler as `eevdf` in another phase of
+//! the same boot: their difference is the run's noise floor, shown as its
+//! own row. Failed jobs are left out and counted.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::records::{Job, Log};
+
+/// The target: a lone job within this factor of EEVDF.
+pub const EEVDF_TARGET: f64 = 1.05;
+
+/// The probe figures shown, as (record key, column title, per second of
+/// the job instead of per job).
+const PROBES: &[(&str, &str, bool)] = &[
+    ("probe_rank_nvcsw", "rank invol cs/s", true),
+    ("probe_node_ctxt", "node cs/s", true),
+    ("probe_net_rx", "NET_RX/s", true),
+    ("probe_ksoftirqd_wait_ms", "ksoftirqd wait ms", false),
+    ("probe_daemon_cpu_ms", "daemon cpu ms", false),
+];
+
+/// One (workload, policy) cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoneCell {
+    pub workload: String,
+    pub policy: String,
+    /// Ok repetitions, and failed ones.
+    pub ok: usize,
+    pub failed: usize,
+    /// Median time of the ok repetitions (s).
+    pub time_s: f64,
+    /// Median over repetitions of (rank wait / rank slices), µs.
+    pub wait_per_slice_us: Option<f64>,
+    /// Median NetPIPE 1 KiB one-way time, µs.
+    pub np_1k_us: Option<f64>,
+    /// Median of each PROBES figure.
+    pub probes: Vec<Option<f64>>,
+}
+
+fn median(mut xs: Vec<f64>) -> Option<f64> {
+    xs.retain(|x| x.is_finite());
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    Some(if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 })
+}
+
+fn extra(job: &Job, key: &str) -> Option<f64> {
+    job.extra.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.parse().ok())
+}
+
+fn job_time(job: &Job) -> f64 {
+    job.elapsed_s.filter(|&s| s > 0.0).unwrap_or_else(|| job.time_s())
+}
+
+/// Every MPL 1 cell, workloads and policies in the order first seen.
+pub fn cells(log: &Log) -> Vec<LoneCell> {
+    let mut by: BTreeMap<(usize, usize), Vec<&Job>> = BTreeMap::new();
+    for j in log.jobs.iter().filter(|j| j.mpl == 1) {
+        let w = log.workloads.iter().position(|w| *w == j.workload).unwrap_or(usize::MAX);
+        let p = log.policies.iter().position(|p| *p == j.policy).unwrap_or(usize::MAX);
+        by.entry((w, p)).or_default().push(j);
+    }
+    by.into_values()
+        .map(|jobs| {
+            let ok: Vec<&Job> = jobs.iter().copied().filter(|j| j.ok()).collect();
+            let per = |f: &dyn Fn(&Job) -> Option<f64>| median(ok.iter().filter_map(|j| f(j)).collect());
+            LoneCell {
+                workload: jobs[0].workload.clone(),
+                policy: jobs[0].policy.clone(),
+                ok: ok.len(),
+                failed: jobs.len() - ok.len(),
+                time_s: median(ok.iter().map(|j| job_time(j)).collect()).unwrap_or(f64::NAN),
+                wait_per_slice_us: per(&|j| {
+                    let (w, s) = (extra(j, "probe_rank_wait_ms")?, extra(j, "probe_rank_slices")?);
+                    (s > 0.0).then(|| w * 1000.0 / s)
+                }),
+                np_1k_us: per(&|j| extra(j, "np_1k_us")),
+                probes: PROBES
+                    .iter()
+                    .map(|(key, _, per_s)| {
+                        per(&|j| {
+                            let v = extra(j, key)?;
+                            Some(if *per_s { v / job_time(j).max(1e-3) } else { v })
+                        })
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn find<'a>(cells: &'a [LoneCell], w: &str, p: &str) -> Option<&'a LoneCell> {
+    cells.iter().find(|c| c.workload == w && c.policy == p && c.ok > 0)
+}
+
+/// Ratio of a cell's time to `policy`'s in the same workload.
+pub fn ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> {
+    find(cells, &c.workload, policy).map(|b| c.time_s / b.time_s).filter(|r| r.is_finite())
+}
+
+/// Is the target met for `policy` (default gang-strict) on every workload?
+/// None when EEVDF or bpfland or the policy is missing somewhere.
+pub fn target_met(cells: &[LoneCell], policy: &str) -> Option<bool> {
+    let mut any = false;
+    for c in cells.iter().filter(|c| c.policy == policy) {
+        let (e, b) = (ratio(cells, c, "eevdf")?, ratio(cells, c, "bpfland")?);
+        any = true;
+        if e > EEVDF_TARGET || b > 1.0 {
+            return Some(false);
+        }
+    }
+    any.then_some(true)
+}
+
+fn opt(x: Option<f64>, prec: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.prec$}"))
+}
+
+/// The table for people, and lone.csv's text.
+pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
+    let mut t = String::new();
+    let mut csv = String::from("workload,policy,ok,failed,time_s,vs_eevdf,vs_bpfland,wait_per_slice_us,np_1k_us");
+    for (k, _, _) in PROBES {
+        let _ = write!(csv, ",{k}");
+    }
+    csv.push('\n');
+    let _ = write!(
+        t,
+        "{:<10} {:<12} {:>4} {:>8} {:>8} {:>8} {:>10} {:>8}",
+        "workload", "policy", "ok", "time s", "/eevdf", "/bpfland", "wait/slc us", "np 1k us"
+    );
+    for (_, title, _) in PROBES {
+        let _ = write!(t, " {title:>17}");
+    }
+    t.push('\n');
+    for c in cells {
+        let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
+        let _ = write!(
+            t,
+            "{:<10} {:<12} {:>4} {:>8.3} {:>8} {:>8} {:>10} {:>8}",
+            c.workload,
+            c.policy,
+            if c.failed > 0 { format!("{}!{}", c.ok, c.failed) } else { c.ok.to_string() },
+            c.time_s,
+            opt(e, 3),
+            opt(b, 3),
+            opt(c.wait_per_slice_us, 1),
+            opt(c.np_1k_us, 1)
+        );
+        let _ = write!(
+            csv,
+            "{},{},{},{},{:.6},{},{},{},{}",
+            c.workload,
+            c.policy,
+            c.ok,
+            c.failed,
+            c.time_s,
+            opt(e, 4),
+            opt(b, 4),
+            opt(c.wait_per_slice_us, 2),
+            opt(c.np_1k_us, 2)
+        );
+        for v in &c.probes {
+            let _ = write!(t, " {:>17}", opt(*v, 1));
+            let _ = write!(csv, ",{}", opt(*v, 3));
+        }
+        t.push('\n');
+        csv.push('\n');
+    }
+    let verdict = match target_met(cells, policy) {
+        Some(true) => "met",
+        Some(false) => "NOT met",
+        None => "n/a (eevdf, bpfland or the policy missing)",
+    };
+    let _ = writeln!(
+        t,
+        "\ntarget ({policy} alone within {:.0} % of eevdf and at or below bpfland, every workload): {verdict}",
+        (EEVDF_TARGET - 1.0) * 100.0
+    );
+    if cells.iter().any(|c| c.policy == "dedicated") {
+        let _ = writeln!(t, "noise floor: dedicated is eevdf in another phase of the same boot (its /eevdf column)");
+    }
+    (t, csv)
+}
