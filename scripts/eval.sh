@@ -7,7 +7,7 @@
 #   scripts/eval.sh [--size reduced|full] [--policies "..."] [--workloads "..."]
 #                   [--mpls "1 2 3"] [--reps R] [--scale S] [--slot-ms MS]
 #                   [--no-short] [--cap-s S] [--out DIR] [--no-build]
-#                   [--report-only] [--quiet-wait S] [--probe]
+#                   [--report-only] [--quiet-wait S] [--probe] [--bpf-stats]
 #   --size full (default): 3 repetitions, jobs 4x longer, every workload
 #          including the MPI one (hours);
 #          lone: each job alone (MPL 1), 3 repetitions, NetPIPE and rt,
@@ -22,6 +22,9 @@
 #          and three MPI jobs under a local scheduler can take hours.
 #   --report-only: the report again from DIR's records.
 #   --probe: every rank under rankprobe (on with --size lone).
+#   --bpf-stats: the kernel counts the BPF schedulers' callbacks (runs and
+#          time; kernel.bpf_stats_enabled, a few ns per callback): scx_gang
+#          logs what each cost when it stops (boot/node*/scx_gang.*.log).
 #
 # The cluster: a head node (gangd, the front ends) and 2 compute nodes of one
 # vCPU each, every node's qemu pinned to host core i % nproc (node 0 and
@@ -33,7 +36,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= SCALE= SLOT_MS=100 SHORT=1 OUT= BUILD=1 CAP_S=300
-BOOT=1 QUIET_WAIT=900 COMPUTE=2 PROBE=0
+BOOT=1 QUIET_WAIT=900 COMPUTE=2 PROBE=0 BPF_STATS=0
 ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield gang-timed"
 ALL_WORKLOADS="rt allreduce alltoall ep mpi_allreduce"
 OTHER_WORKLOADS="mpi_ring netpipe"
@@ -53,6 +56,7 @@ while [[ $# -gt 0 ]]; do
         --report-only) BOOT=0; shift ;;
         --quiet-wait) QUIET_WAIT=$2; shift 2 ;;
         --probe) PROBE=1; shift ;;
+        --bpf-stats) BPF_STATS=1; shift ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
@@ -105,7 +109,7 @@ if ((BOOT)); then
     rc=0
     "$SCRIPTS_DIR/cluster.sh" --image "$IMG" --scenario cluster_eval --out "$BOOTDIR" \
         --nodes $((COMPUTE + 1)) --vcpus 1 --mem 768 --pin --timeout "$t" --wait-quiet "$QUIET_WAIT" \
-        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S env.EVAL_PROBE=$PROBE" ||
+        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S env.EVAL_PROBE=$PROBE env.EVAL_BPF_STATS=$BPF_STATS" ||
         rc=$?
     sleep 1
     kill "$TAIL_PID" 2>/dev/null || true

@@ -199,8 +199,46 @@ impl<'a> Scheduler<'a> {
         })
     }
 
-    /// Detaches the scheduler and says how it exited.
+    /// What each struct_ops callback cost since load: (name, runs, ns),
+    /// from the kernel's BPF program statistics, which count only while
+    /// the sysctl kernel.bpf_stats_enabled is 1 (all zero otherwise).
+    fn bpf_cost(&self) -> Vec<(String, u64, u64)> {
+        use libbpf_rs::libbpf_sys::{bpf_obj_get_info_by_fd, bpf_prog_info};
+        use libbpf_rs::skel::Skel;
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.prog_type() == libbpf_rs::ProgramType::StructOps)
+            .filter_map(|p| {
+                let mut info = bpf_prog_info::default();
+                let mut len = std::mem::size_of::<bpf_prog_info>() as u32;
+                // SAFETY: the kernel fills at most `len` bytes of `info`;
+                // no array of it is asked for (all their pointers are 0).
+                let rc = unsafe {
+                    bpf_obj_get_info_by_fd(
+                        p.as_fd().as_raw_fd(),
+                        (&mut info as *mut bpf_prog_info).cast(),
+                        &mut len,
+                    )
+                };
+                let name = p.name().to_string_lossy().trim_start_matches("gang_").to_string();
+                (rc == 0).then_some((name, info.run_cnt, info.run_time_ns))
+            })
+            .collect()
+    }
+
+    /// Detaches the scheduler and says how it exited (and, if the kernel
+    /// counted them, what its callbacks cost).
     pub fn detach(&mut self) -> Result<UserExitInfo> {
+        let cost: Vec<String> = self
+            .bpf_cost()
+            .into_iter()
+            .filter(|(_, runs, _)| *runs > 0)
+            .map(|(n, runs, ns)| format!("{n} {runs} x {:.2} us", ns as f64 / runs as f64 / 1000.0))
+            .collect();
+        if !cost.is_empty() {
+            info!("BPF callbacks (runs x mean time): {}", cost.join(", "));
+        }
         self.notices_done.store(true, Ordering::Relaxed);
         if let Some(n) = self.notices.take() {
             let _ = n.join();
@@ -237,7 +275,10 @@ impl<'a> Scheduler<'a> {
         let bss = self.skel.maps.bss_data.as_ref().unwrap();
         let gang_ns: u64 = s.gang_run_ns.iter().sum();
         let total = (gang_ns + s.other_run_ns).max(1) as f64;
+        let cost = self.bpf_cost();
         Metrics {
+            bpf_runs: cost.iter().map(|c| c.1).sum(),
+            bpf_ns: cost.iter().map(|c| c.2).sum(),
             nr_gangs,
             nr_slots,
             current_slot: bss.cur_slot as u64,

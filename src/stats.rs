@@ -55,6 +55,12 @@ pub struct Metrics {
     pub gang_ns: u64,
     #[stat(desc = "CPU time run by tasks of no gang (ns)")]
     pub other_ns: u64,
+    #[stat(desc = "Runs of the scheduler's BPF callbacks (counted while kernel.bpf_stats_enabled is 1)")]
+    #[serde(default)]
+    pub bpf_runs: u64,
+    #[stat(desc = "Time in the scheduler's BPF callbacks (ns; counted while kernel.bpf_stats_enabled is 1)")]
+    #[serde(default)]
+    pub bpf_ns: u64,
     #[stat(
         desc = "The node agent's cluster clock: source, state, offset, bound (empty: no agent)"
     )]
@@ -92,6 +98,16 @@ impl Metrics {
             self.other_pct,
             self.events_lost,
         )?;
+        if self.bpf_runs > 0 {
+            let busy = (self.gang_ns + self.other_ns).max(1);
+            writeln!(
+                w,
+                "[scx_gang] bpf callbacks {} runs, {:.2} us each, {:.2}% of busy time",
+                self.bpf_runs,
+                self.bpf_ns as f64 / self.bpf_runs as f64 / 1000.0,
+                self.bpf_ns as f64 * 100.0 / busy as f64
+            )?;
+        }
         if !self.cluster_clock.is_empty() {
             writeln!(w, "[scx_gang] {}", self.cluster_clock)?;
         }
@@ -121,6 +137,8 @@ impl Metrics {
             wake_kick: self.wake_kick - rhs.wake_kick,
             wake_direct: self.wake_direct - rhs.wake_direct,
             events_lost: self.events_lost - rhs.events_lost,
+            bpf_runs: self.bpf_runs - rhs.bpf_runs,
+            bpf_ns: self.bpf_ns - rhs.bpf_ns,
             gang_ns: self.gang_ns - rhs.gang_ns,
             other_ns: self.other_ns - rhs.other_ns,
             gang_pct: pct(self.gang_ns - rhs.gang_ns),

@@ -42,7 +42,7 @@ fn the_time_is_the_median_of_ok_reps_and_ratios_are_to_eevdf_and_bpfland() {
     assert!(table.contains("1.425"), "2.85 / 2.0 against eevdf:\n{table}");
     assert!(table.contains("1.140"), "2.85 / 2.5 against bpfland:\n{table}");
     assert!(table.contains("NOT met"), "{table}");
-    assert!(csv.lines().next().unwrap().starts_with("workload,policy,ok,failed,time_s,vs_eevdf"));
+    assert!(csv.lines().next().unwrap().starts_with("workload,policy,ok,failed,lossy,time_s,vs_eevdf"));
     assert_eq!(csv.lines().count(), 4);
 }
 
@@ -67,7 +67,8 @@ fn per_second_probe_figures_are_divided_by_the_job_time() {
     let l = log(&job("eevdf", "rt", 0, 2.0, true, "probe_node_ctxt=4000 probe_daemon_cpu_ms=12.5"));
     let c = &cells(&l)[0];
     assert_eq!(c.probes[1], Some(2000.0), "node context switches per second");
-    assert_eq!(c.probes[4], Some(12.5), "daemon CPU per job, as is");
+    assert_eq!(c.probes[4], Some(6.25), "daemon CPU ms per second too");
+    assert_eq!(c.probes[5], None, "retransmissions per job, absent: shown as -");
     assert_eq!(c.probes[0], None, "absent: shown as -");
 }
 
@@ -75,4 +76,16 @@ fn per_second_probe_figures_are_divided_by_the_job_time() {
 fn only_mpl_1_jobs_count() {
     let l = log("job policy=eevdf workload=rt mpl=2 rep=0 idx=0 submit_ms=0 end_ms=1000 rc=0 ranks=2 ranks_ok=2 elapsed_s=1\n");
     assert!(cells(&l).is_empty());
+}
+
+#[test]
+fn a_repetition_with_tcp_timeouts_is_left_out_and_counted_as_lossy() {
+    let mut t = job("eevdf", "netpipe", 0, 2.0, true, "probe_tcp_timeouts=0");
+    t += &job("eevdf", "netpipe", 1, 60.0, true, "probe_tcp_timeouts=12 probe_tcp_retrans=40");
+    t += &job("eevdf", "netpipe", 2, 2.2, true, "probe_tcp_timeouts=0");
+    let c = &cells(&log(&t))[0];
+    assert_eq!((c.ok, c.failed, c.lossy), (2, 0, 1));
+    assert!((c.time_s - 2.1).abs() < 1e-9, "the lossy 60 s is not in the median");
+    let (table, _) = render(&cells(&log(&t)), "gang-strict");
+    assert!(table.contains("2~1"), "{table}");
 }

@@ -39,7 +39,8 @@
 #   recorded with capped=S)  EVAL_SIZE (a label for the report)
 #   EVAL_PROBE 0 (1: every rank runs under rankprobe, and each job record
 #   carries its ranks' probe figures summed, as probe_<key>=; netpipe's
-#   1 KiB one-way time as np_1k_us=)
+#   1 KiB one-way time as np_1k_us=)  EVAL_BPF_STATS 0 (1: the kernel times
+#   BPF callbacks; scx_gang logs their cost when it stops)
 . /scenarios/cluster_lib.sh
 
 POLICIES=${EVAL_POLICIES:-"dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"}
@@ -404,6 +405,9 @@ cluster_init
 # rankprobe's node counters: the scheduler's own statistics (yields,
 # wake-ups) in /proc/schedstat are only kept when asked for.
 [ "$PROBE" = 1 ] && echo 1 > /proc/sys/kernel/sched_schedstats 2>/dev/null
+# EVAL_BPF_STATS=1: the kernel times every BPF callback (scx_gang logs
+# what each of its own cost when it stops).
+[ "${EVAL_BPF_STATS:-0}" = 1 ] && echo 1 > /proc/sys/kernel/bpf_stats_enabled 2>/dev/null
 if [ "$NODE_ID" = 0 ]; then
 	head_main
 	cluster_done

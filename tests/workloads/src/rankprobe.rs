@@ -12,7 +12,7 @@
 //!     rank_vcsw=.. rank_nvcsw=.. node_run_ms=.. node_wait_ms=..
 //!     node_slices=.. node_ctxt=.. node_softirq_ms=.. node_irq_ms=..
 //!     net_rx=.. net_tx=.. ksoftirqd_cpu_ms=.. ksoftirqd_wait_ms=..
-//!     daemon_cpu_ms=.. daemon_wait_ms=..
+//!     daemon_cpu_ms=.. daemon_wait_ms=.. tcp_retrans=.. tcp_timeouts=..
 //!
 //! - rank_*: the child and all its threads. cpu and context switches are
 //!   exact (wait4's rusage); wait (time runnable but not running, the
@@ -24,6 +24,10 @@
 //!   and /proc/stat (context switches; softirq and irq time, in ticks of
 //!   USER_HZ, so coarse), differences over the run, all CPUs.
 //! - net_rx/net_tx: NET_RX/NET_TX softirqs raised (/proc/softirqs).
+//! - tcp_retrans, tcp_timeouts: the node's TCP segments retransmitted and
+//!   retransmission timeouts (/proc/net/snmp, netstat): a run that lost
+//!   packets (the test bed's virtual switch drops some under load) waits
+//!   for TCP's timers, whatever the scheduler.
 //! - ksoftirqd_*, daemon_*: the ksoftirqd threads and the scx_gang daemon
 //!   (by name), differences of their schedstat: is network work or the
 //!   node's control plane delayed, or in the way?
@@ -98,6 +102,18 @@ fn parse_stat(s: &str) -> (u64, u64, u64) {
     (ctxt, irq, softirq)
 }
 
+/// Named counters of /proc/net/snmp or /proc/net/netstat (a header line
+/// of names, then a line of values, per protocol).
+fn parse_snmp(s: &str, proto: &str, name: &str) -> u64 {
+    let mut lines = s.lines().filter(|l| l.starts_with(proto));
+    while let (Some(h), Some(v)) = (lines.next(), lines.next()) {
+        if let Some(i) = h.split_whitespace().position(|w| w == name) {
+            return v.split_whitespace().nth(i).and_then(|x| x.parse().ok()).unwrap_or(0);
+        }
+    }
+    0
+}
+
 /// /proc/softirqs: one row summed over CPUs.
 fn parse_softirq(s: &str, row: &str) -> u64 {
     s.lines()
@@ -142,6 +158,8 @@ struct Node {
     stat: (u64, u64, u64),
     net_rx: u64,
     net_tx: u64,
+    tcp_retrans: u64,
+    tcp_timeouts: u64,
     groups: BTreeMap<String, Sched>,
 }
 
@@ -152,6 +170,8 @@ fn node(groups: &[(String, u32)]) -> Node {
         stat: parse_stat(&read("/proc/stat")),
         net_rx: parse_softirq(&soft, "NET_RX:"),
         net_tx: parse_softirq(&soft, "NET_TX:"),
+        tcp_retrans: parse_snmp(&read("/proc/net/snmp"), "Tcp:", "RetransSegs"),
+        tcp_timeouts: parse_snmp(&read("/proc/net/netstat"), "TcpExt:", "TCPTimeouts"),
         groups: group_sched(groups),
     }
 }
@@ -250,7 +270,8 @@ fn main() {
     println!(
         "rankprobe elapsed_ms={} rank_cpu_ms={} rank_wait_ms={} rank_slices={} rank_vcsw={} rank_nvcsw={} \
          node_run_ms={} node_wait_ms={} node_slices={} node_ctxt={} node_softirq_ms={} node_irq_ms={} \
-         net_rx={} net_tx={} ksoftirqd_cpu_ms={} ksoftirqd_wait_ms={} daemon_cpu_ms={} daemon_wait_ms={}",
+         net_rx={} net_tx={} ksoftirqd_cpu_ms={} ksoftirqd_wait_ms={} daemon_cpu_ms={} daemon_wait_ms={} \
+         tcp_retrans={} tcp_timeouts={}",
         ms(elapsed.as_nanos() as u64),
         ms(tv_ns(ru.ru_utime) + tv_ns(ru.ru_stime)),
         ms(rank.wait_ns),
@@ -269,6 +290,8 @@ fn main() {
         ms(ks_wait),
         ms(dm_cpu),
         ms(dm_wait),
+        d(before.tcp_retrans, after.tcp_retrans),
+        d(before.tcp_timeouts, after.tcp_timeouts),
     );
     let code = status
         .code()
@@ -303,6 +326,15 @@ mod tests {
     fn proc_stat_gives_ctxt_irq_and_softirq() {
         let s = "cpu  10 0 20 300 1 7 9 0 0 0\ncpu0 10 0 20 300 1 7 9 0 0 0\nctxt 5555\nbtime 1\n";
         assert_eq!(parse_stat(s), (5555, 7, 9));
+    }
+
+    #[test]
+    fn snmp_counters_are_found_by_name_under_their_protocol() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 17 0\n";
+        assert_eq!(parse_snmp(snmp, "Tcp:", "RetransSegs"), 17);
+        assert_eq!(parse_snmp(snmp, "Tcp:", "Nope"), 0);
+        let netstat = "TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 4\nIpExt: InNoRoutes\nIpExt: 0\n";
+        assert_eq!(parse_snmp(netstat, "TcpExt:", "TCPTimeouts"), 4);
     }
 
     #[test]
