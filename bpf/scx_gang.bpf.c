@@ -118,8 +118,16 @@ volatile u32 nr_slots;
 volatile s32 slot_table[GANG_MAX_SLOTS][GANG_MAX_CPUS];
 /* Bit s set: the gang owns CPUs in slot s. Zero: the gang has no slot. */
 volatile u32 gang_slot_mask[GANG_MAX_GANGS];
+/* Bit g set: gang_slot_mask[g] is not zero (written with it). */
+volatile u64 gangs_with_slot;
 /* The CPUs each gang owns in some slot. */
 volatile u64 gang_cpus[GANG_MAX_GANGS][GANG_CPU_WORDS];
+/*
+ * Bumped by the daemon after every change of gang_cgroups, gang_slot_mask
+ * or gang_cpus: a task's gang, cached with the epoch it was found in, is
+ * looked up again only when the epoch or the task's cgroup changed.
+ */
+volatile u64 gangs_epoch;
 
 /* The slot in force. */
 volatile u32 cur_slot;
@@ -204,6 +212,10 @@ struct task_ctx {
 	s32 gang;		/* gang id or GANG_OTHER, as of the last enqueue */
 	u64 park_gen;		/* yielded its slot in this generation */
 	bool parked;		/* park_gen is valid */
+	/* What `gang` was found from: gangs_epoch + 1 (0: never) and the
+	 * cgroup's id (never reused, unlike its address). */
+	u64 gang_epoch;
+	u64 gang_cgid;
 };
 
 struct {
@@ -402,14 +414,28 @@ static struct task_ctx *lookup_task_ctx(struct task_struct *p)
 	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
 }
 
-/* Look the gang of @p up and remember it for the hot paths. */
+/*
+ * The gang of @p, remembered for the hot paths. Looked up again (a cgroup
+ * walk and a hash lookup: under emulation a third of an enqueue's cost)
+ * only when the task moved to another cgroup, its affinity changed
+ * (gang_set_cpumask) or the daemon changed the gangs (gangs_epoch). The
+ * epoch is read before the look-up, so a change during it is seen next
+ * time.
+ */
 static s32 refresh_task_gang(struct task_struct *p)
 {
 	struct task_ctx *tctx = lookup_task_ctx(p);
-	s32 gang = task_gang(p);
+	u64 epoch = gangs_epoch + 1, cgid = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+	s32 gang;
 
-	if (tctx)
+	if (tctx && tctx->gang_epoch == epoch && tctx->gang_cgid == cgid)
+		return tctx->gang;
+	gang = task_gang(p);
+	if (tctx) {
 		tctx->gang = gang;
+		tctx->gang_epoch = epoch;
+		tctx->gang_cgid = cgid;
+	}
 	return gang;
 }
 
@@ -840,6 +866,26 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
+	/*
+	 * Woken on a CPU its gang owns that runs nothing of its gang (idle, a
+	 * task of no gang, another gang filling in): straight onto that CPU,
+	 * preempting what runs there, as a kick would but without the trip
+	 * through the gang's queue and ops.dispatch. This is every wake-up
+	 * that does not go through ops.select_cpu: the kernel skips it for a
+	 * task allowed on one CPU only (a pinned rank, a one-CPU node).
+	 */
+	if (cpu_owner(cpu) == gang && bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+		if (cctx && cctx->running != gang && !cctx->serve_other) {
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, GANG_SLICE_NS,
+					   cctx->running == GANG_IDLE ? enq_flags :
+					   enq_flags | SCX_ENQ_PREEMPT);
+			stat_inc(STAT_WAKE_DIRECT);
+			return;
+		}
+	}
+
 	scx_bpf_dsq_insert(p, gang_dsq(gang), GANG_SLICE_NS, enq_flags);
 	kick_owner_cpu(p, gang);
 }
@@ -849,7 +895,7 @@ static bool dispatch_fill(s32 cpu, s32 owner)
 {
 	s32 gang;
 
-	if (is_housekeeping(cpu))
+	if (is_housekeeping(cpu) || !(gangs_with_slot & ~gang_bit(owner)))
 		return false;
 	bpf_for(gang, 0, GANG_MAX_GANGS) {
 		if (gang == owner || !gang_has_slot(gang))
@@ -1095,6 +1141,15 @@ void BPF_STRUCT_OPS(gang_update_idle, s32 cpu, bool idle)
 	set_running(cctx, cpu, GANG_IDLE, 0, now);
 }
 
+/* Its affinity changed: gang_cpus_allowed() may say otherwise now. */
+void BPF_STRUCT_OPS(gang_set_cpumask, struct task_struct *p, const struct cpumask *cpumask)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (tctx)
+		tctx->gang_epoch = 0;
+}
+
 s32 BPF_STRUCT_OPS(gang_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx;
@@ -1255,6 +1310,7 @@ SCX_OPS_DEFINE(gang_ops,
 	       .tick		= (void *)gang_tick,
 	       .yield		= (void *)gang_yield,
 	       .update_idle	= (void *)gang_update_idle,
+	       .set_cpumask	= (void *)gang_set_cpumask,
 	       .init_task	= (void *)gang_init_task,
 	       .init		= (void *)gang_init,
 	       .exit		= (void *)gang_exit,

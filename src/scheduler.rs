@@ -227,6 +227,14 @@ impl<'a> Scheduler<'a> {
             .collect()
     }
 
+    /// Tasks' cached gangs are stale: BPF looks each up again at its next
+    /// wake-up (after the maps were written, so it sees the new ones).
+    fn gangs_changed(&mut self) {
+        let bss = self.skel.maps.bss_data.as_mut().unwrap();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        bss.gangs_epoch = bss.gangs_epoch.wrapping_add(1);
+    }
+
     /// Detaches the scheduler and says how it exited (and, if the kernel
     /// counted them, what its callbacks cost).
     pub fn detach(&mut self) -> Result<UserExitInfo> {
@@ -321,11 +329,13 @@ impl BpfScheduler for Scheduler<'_> {
             &(gang as i32).to_ne_bytes(),
             MapFlags::ANY,
         )?;
+        self.gangs_changed();
         Ok(())
     }
 
     fn remove_gang(&mut self, cgroup_id: u64) {
         let _ = self.skel.maps.gang_cgroups.delete(&cgroup_id.to_ne_bytes());
+        self.gangs_changed();
     }
 
     fn set_ranks(&mut self, ranks: &[u32]) {
@@ -356,8 +366,15 @@ impl BpfScheduler for Scheduler<'_> {
             bss.slot_table[s] = *row;
         }
         bss.gang_slot_mask.copy_from_slice(masks);
+        bss.gangs_with_slot = masks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m != 0)
+            .fold(0u64, |w, (g, _)| w | 1 << g);
         bss.nr_slots = nr_slots;
-        (bss.cur_slot, bss.cur_gen)
+        let at = (bss.cur_slot, bss.cur_gen);
+        self.gangs_changed();
+        at
     }
 
     fn write_knobs(&mut self, knobs: &NodeKnobs) {
