@@ -4,7 +4,9 @@
 //! works (every cell is there, every job verified its own results), not the
 //! speed: the figures come from `scripts/eval.sh --size full` on a quiet
 //! host. Boots VMs, so ignored by a plain `cargo test`; scripts/test.sh runs
-//! it with `--include-ignored`.
+//! it with `--include-ignored`. One claim is checked, with a generous
+//! bound: a job alone pays little for scx_gang (issue 15; the lone rt
+//! job's round trip against EEVDF's in the same boot).
 
 mod common;
 
@@ -92,4 +94,37 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
     for p in policies {
         assert!(svg.contains(p), "slowdown.svg does not show {p}");
     }
+    lone_round_trip_stays_near_eevdf(&out);
+}
+
+/// Issue 15's regression bound: rt alone (MPL 1) under scx_gang (strict
+/// barrier, 100 ms slots) against EEVDF in the same boot, compared by rank
+/// 0's median round trip (1500 of them: robust to a stall, unlike the
+/// job's total time). Generous on purpose: one repetition, emulated
+/// nodes. The lone-job benchmark (`scripts/eval.sh --size lone`) measures
+/// the figures; this only catches a regression (a lone job that waits for
+/// a slot, a wake-up that goes through a kick again).
+const LONE_RTT_BOUND: f64 = 1.5;
+
+fn lone_round_trip_stays_near_eevdf(out: &std::path::Path) {
+    let log = fs::read_to_string(out.join("eval.log")).expect("eval.log");
+    let p50 = |policy: &str| -> f64 {
+        log.lines()
+            .find(|l| {
+                l.starts_with("job ")
+                    && l.contains(&format!(" policy={policy} "))
+                    && l.contains(" workload=rt ")
+                    && l.contains(" mpl=1 ")
+            })
+            .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("iter_p50_us=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("eval.log: no rt MPL 1 job of {policy} with iter_p50_us"))
+    };
+    let (eevdf, gang) = (p50("eevdf"), p50("gang-strict"));
+    let ratio = gang / eevdf;
+    println!("rt alone, median round trip: eevdf {eevdf:.1} us, gang-strict {gang:.1} us: {ratio:.3}x (bound {LONE_RTT_BOUND})");
+    assert!(
+        ratio <= LONE_RTT_BOUND,
+        "a lone rt job's median round trip under gang-strict is {ratio:.2}x EEVDF's ({gang:.1} us vs {eevdf:.1} us): past the bound {LONE_RTT_BOUND}"
+    );
 }

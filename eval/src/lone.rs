@@ -11,6 +11,8 @@
 //!   ratio to `eevdf`'s median and to `bpfland`'s: the target is
 //!   every workload within 5 % of EEVDF (ratio <= 1.05) and at or below
 //!   scx_bpfland;
+//! - rank 0's median iteration time (`iter_p50_us`; for rt the round-trip
+//!   latency) and NetPIPE's 1 KiB one-way time;
 //! - the probe's figures that say where time went: the ranks' wait to run
 //!   per slice (µs; runnable but not running), their involuntary context
 //!   switches, the node's context switches and NET_RX softirqs per second
@@ -58,6 +60,8 @@ pub struct LoneCell {
     pub wait_per_slice_us: Option<f64>,
     /// Median NetPIPE 1 KiB one-way time, µs.
     pub np_1k_us: Option<f64>,
+    /// Median of rank 0's median iteration (rt: the round trip), µs.
+    pub iter_p50_us: Option<f64>,
     /// Median of each PROBES figure.
     pub probes: Vec<Option<f64>>,
 }
@@ -106,6 +110,7 @@ pub fn cells(log: &Log) -> Vec<LoneCell> {
                     (s > 0.0).then(|| w * 1000.0 / s)
                 }),
                 np_1k_us: per(&|j| extra(j, "np_1k_us")),
+                iter_p50_us: per(&|j| extra(j, "iter_p50_us")),
                 probes: PROBES
                     .iter()
                     .map(|(key, _, per_s)| {
@@ -150,15 +155,15 @@ fn opt(x: Option<f64>, prec: usize) -> String {
 /// The table for people, and lone.csv's text.
 pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
     let mut t = String::new();
-    let mut csv = String::from("workload,policy,ok,failed,lossy,time_s,vs_eevdf,vs_bpfland,wait_per_slice_us,np_1k_us");
+    let mut csv = String::from("workload,policy,ok,failed,lossy,time_s,vs_eevdf,vs_bpfland,wait_per_slice_us,iter_p50_us,np_1k_us");
     for (k, _, _) in PROBES {
         let _ = write!(csv, ",{k}");
     }
     csv.push('\n');
     let _ = write!(
         t,
-        "{:<10} {:<12} {:>6} {:>8} {:>8} {:>8} {:>10} {:>8}",
-        "workload", "policy", "ok", "time s", "/eevdf", "/bpfland", "wait/slc us", "np 1k us"
+        "{:<10} {:<12} {:>6} {:>8} {:>8} {:>8} {:>10} {:>9} {:>8}",
+        "workload", "policy", "ok", "time s", "/eevdf", "/bpfland", "wait/slc us", "p50 it us", "np 1k us"
     );
     for (_, title, _) in PROBES {
         let _ = write!(t, " {title:>17}");
@@ -168,7 +173,7 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
         let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
         let _ = write!(
             t,
-            "{:<10} {:<12} {:>6} {:>8.3} {:>8} {:>8} {:>10} {:>8}",
+            "{:<10} {:<12} {:>6} {:>8.3} {:>8} {:>8} {:>10} {:>9} {:>8}",
             c.workload,
             c.policy,
             format!(
@@ -181,11 +186,12 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
             opt(e, 3),
             opt(b, 3),
             opt(c.wait_per_slice_us, 1),
+            opt(c.iter_p50_us, 1),
             opt(c.np_1k_us, 1)
         );
         let _ = write!(
             csv,
-            "{},{},{},{},{},{:.6},{},{},{},{}",
+            "{},{},{},{},{},{:.6},{},{},{},{},{}",
             c.workload,
             c.policy,
             c.ok,
@@ -195,6 +201,7 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
             opt(e, 4),
             opt(b, 4),
             opt(c.wait_per_slice_us, 2),
+            opt(c.iter_p50_us, 2),
             opt(c.np_1k_us, 2)
         );
         for v in &c.probes {

@@ -28,7 +28,7 @@ fn the_time_is_the_median_of_ok_reps_and_ratios_are_to_eevdf_and_bpfland() {
     for (r, s) in [2.5, 2.4, 2.6].iter().enumerate() {
         t += &job("bpfland", "netpipe", r as u32, *s, true, "");
     }
-    t += &job("gang-strict", "netpipe", 0, 2.9, true, "probe_rank_wait_ms=10 probe_rank_slices=100 np_1k_us=160");
+    t += &job("gang-strict", "netpipe", 0, 2.9, true, "probe_rank_wait_ms=10 probe_rank_slices=100 np_1k_us=160 iter_p50_us=700");
     t += &job("gang-strict", "netpipe", 1, 2.8, true, "probe_rank_wait_ms=30 probe_rank_slices=100 np_1k_us=150");
     t += &job("gang-strict", "netpipe", 2, 99.0, false, "");
     let l = log(&t);
@@ -38,6 +38,7 @@ fn the_time_is_the_median_of_ok_reps_and_ratios_are_to_eevdf_and_bpfland() {
     assert!((g.time_s - 2.85).abs() < 1e-9);
     assert!((g.wait_per_slice_us.unwrap() - 200.0).abs() < 1e-9, "median of 100 and 300 us");
     assert_eq!(g.np_1k_us, Some(155.0));
+    assert_eq!(g.iter_p50_us, Some(700.0), "one rep has it: its value");
     let (table, csv) = render(&c, "gang-strict");
     assert!(table.contains("1.425"), "2.85 / 2.0 against eevdf:\n{table}");
     assert!(table.contains("1.140"), "2.85 / 2.5 against bpfland:\n{table}");

@@ -262,11 +262,14 @@ job_fields() {
 }
 
 # probe_fields NAME: " probe_KEY=SUM ..." over the job's rankprobe lines
-# (every rank's), and NetPIPE's 1 KiB row (usec, one way) if it has one.
+# (every rank's), NetPIPE's 1 KiB row (usec, one way) if it has one, and
+# rank 0's median iteration time of our workloads (iter_p50_us).
 probe_fields() {
 	awk '$1 == "rankprobe" { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in sum)) order[++n] = kv[1]; sum[kv[1]] += kv[2] } }
 		END { for (i = 1; i <= n; i++) printf " probe_%s=%.3f", order[i], sum[order[i]] }' "$JOBS/$1.out"
 	awk '$3 == "bytes" && $2 == 1024 && $11 == "usec" { u = $10 } END { if (u != "") printf " np_1k_us=%s", u }' "$JOBS/$1.err" "$JOBS/$1.out"
+	# Rank 0's median iteration (rt: the round-trip latency).
+	sed -n 's/.*"rank":0,.*"iter_us":{"p50":\([0-9.]*\).*/ iter_p50_us=\1/p' "$JOBS/$1.out" | head -1 | tr -d '\n'
 }
 
 secs_since() { awk -v t="$1" -v n="$(now_ms)" 'BEGIN { printf "%.1f", (n - t) / 1000 }'; }

@@ -139,6 +139,22 @@ fn pids_named(names: &[&str]) -> Vec<(String, u32)> {
     out
 }
 
+/// The threads of `pid` by name: (cpu ns, slices) summed per name.
+fn threads_by_name(pid: u32) -> BTreeMap<String, Sched> {
+    let mut m: BTreeMap<String, Sched> = BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let tid = e.file_name().to_string_lossy().to_string();
+        let comm = read(&format!("/proc/{pid}/task/{tid}/comm")).trim_end().to_string();
+        if let Some(s) = parse_task_schedstat(&read(&format!("/proc/{pid}/task/{tid}/schedstat"))) {
+            let e = m.entry(comm).or_default();
+            e.run_ns += s.run_ns;
+            e.wait_ns += s.wait_ns;
+            e.slices += s.slices;
+        }
+    }
+    m
+}
+
 /// Each group's schedstat, summed over its tasks.
 fn group_sched(pids: &[(String, u32)]) -> BTreeMap<String, Sched> {
     let mut m: BTreeMap<String, Sched> = BTreeMap::new();
@@ -212,6 +228,8 @@ fn main() {
     // USER_HZ is 100 on every Linux architecture we run on.
     let tick_ns = 10_000_000u64;
     let groups = pids_named(&["ksoftirqd", "scx_gang"]);
+    let daemon = groups.iter().find(|(n, _)| n == "scx_gang").map(|(_, pid)| *pid);
+    let daemon_before = daemon.map(threads_by_name).unwrap_or_default();
     let before = node(&groups);
     let t0 = Instant::now();
     let mut child = match Command::new(&cmd[0]).args(&cmd[1..]).spawn() {
@@ -247,6 +265,19 @@ fn main() {
     let _ = sampler.join();
     let threads = threads.lock().unwrap();
     let after = node(&groups);
+    // The daemon's threads, on stderr for people: which of them ran, how
+    // often (slices) and how long.
+    if let Some(pid) = daemon {
+        let mut line = String::from("rankprobe daemon threads (cpu ms/slices):");
+        for (name, a) in threads_by_name(pid) {
+            let b = daemon_before.get(&name).copied().unwrap_or_default();
+            let (cpu, slices) = (a.run_ns.saturating_sub(b.run_ns), a.slices.saturating_sub(b.slices));
+            if slices > 0 {
+                line += &format!(" {name}={}/{slices}", ms(cpu));
+            }
+        }
+        eprintln!("{line}");
+    }
     // The child's own totals (exact): its threads, reaped.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct it is given.
