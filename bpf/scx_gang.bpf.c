@@ -924,8 +924,13 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 
+	/*
+	 * Queue lengths are read without a lock: an empty queue (the common
+	 * case for a lone job whose rank just blocked) costs no move attempt.
+	 */
 	if (owner >= 0) {
-		if (scx_bpf_dsq_move_to_local(gang_dsq(owner), 0) ||
+		if ((scx_bpf_dsq_nr_queued(gang_dsq(owner)) &&
+		     scx_bpf_dsq_move_to_local(gang_dsq(owner), 0)) ||
 		    dispatch_parked(cpu, owner)) {
 			stat_inc(STAT_GANG_DISPATCH);
 			return;
@@ -937,7 +942,7 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 
-	if (scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
+	if (scx_bpf_dsq_nr_queued(OTHER_DSQ) && scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
 		stat_inc(STAT_OTHER_DISPATCH);
 		return;
 	}
@@ -952,7 +957,8 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 
 void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 {
-	s32 cpu = scx_bpf_task_cpu(p), gang = task_class(p);
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	s32 cpu = scx_bpf_task_cpu(p), gang = tctx ? tctx->gang : GANG_OTHER;
 	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 	u64 now = bpf_ktime_get_ns();
 	u32 flags = 0;
@@ -962,12 +968,8 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 	account(cctx, now);
 
 	/* Running again: whatever parked it is over. */
-	if (gang >= 0) {
-		struct task_ctx *tctx = lookup_task_ctx(p);
-
-		if (tctx)
-			tctx->parked = false;
-	}
+	if (gang >= 0 && tctx)
+		tctx->parked = false;
 
 	/* Moved by rehome_gang or to another cgroup since: look again. */
 	if (gang >= 0 && gang != cpu_owner(cpu))

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Build the MPI test programs tests/mpi/*.c with MPICH's mpicc (-O2) into
+# (mpicc.mpich by name: with Open MPI installed too, Debian's plain
+# `mpicc` may be Open MPI's, whose programs cannot use PMI-1)
 # target/mpi/mpi_<name> (ring.c -> target/mpi/mpi_ring). Idempotent: a
 # program newer than its sources is left alone. Prints nothing on stdout.
 # usage: scripts/build_mpi.sh
@@ -7,8 +9,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 (($# == 0)) || { echo "usage: $0" >&2; exit 2; }
-command -v mpicc >/dev/null 2>&1 ||
-    die "mpicc not found: the MPI programs need MPICH (run scripts/setup.sh)"
+command -v mpicc.mpich >/dev/null 2>&1 ||
+    die "mpicc.mpich not found: the MPI programs need MPICH (run scripts/setup.sh)"
 SRC=$REPO_ROOT/tests/mpi
 OUT=$REPO_ROOT/target/mpi
 mkdir -p "$OUT"
@@ -22,7 +24,7 @@ for c in "$SRC"/*.c; do
     if [[ -x $bin ]] && ((fresh)); then
         continue
     fi
-    step "mpicc $c -> target/mpi/$name"
-    mpicc -O2 -Wall -Wextra -o "$bin.tmp" "$c" -lm || die "mpicc failed on $c"
+    step "mpicc.mpich $c -> target/mpi/$name"
+    mpicc.mpich -O2 -Wall -Wextra -o "$bin.tmp" "$c" -lm || die "mpicc.mpich failed on $c"
     mv "$bin.tmp" "$bin"
 done

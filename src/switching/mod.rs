@@ -86,9 +86,11 @@ use signal::SignalNode;
 use sigstop::{CgroupProcesses, ProcessSource};
 
 /// How long the main loop sleeps at most when nothing happens (every
-/// wake-up preempts a gang task somewhere, so it stays rare). Control
+/// wake-up preempts a gang task somewhere, so it stays rare: a lone job's
+/// node measured the loop at 50-70 wake-ups and 5-9 % of its one vCPU
+/// under emulation with 50 ms; now it wakes with the rescan). Control
 /// requests and knob writes wake it at once.
-pub const IDLE_PERIOD: Duration = Duration::from_millis(50);
+pub const IDLE_PERIOD: Duration = Duration::from_millis(100);
 /// How often the gang root is scanned for new, emptied or removed gangs
 /// (and held gangs for new processes), and the status files refreshed.
 pub const SCAN_PERIOD: Duration = Duration::from_millis(100);

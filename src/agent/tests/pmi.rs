@@ -13,15 +13,16 @@ use gang_wire::pmi::ClusterPmi;
 
 use super::*;
 
-/// Builds mpi_ring.c; None if there is no mpicc.
+/// Builds mpi_ring.c with MPICH's mpicc (by name: Debian's plain `mpicc`
+/// is Open MPI's when both are installed); None if there is none.
 fn mpi_ring() -> Option<PathBuf> {
     let out = std::env::temp_dir().join(format!("scx-gang-mpi-ring-{}", std::process::id()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent/tests/mpi_ring.c");
-    match Command::new("mpicc").arg(&src).arg("-o").arg(&out).status() {
+    match Command::new("mpicc.mpich").arg(&src).arg("-o").arg(&out).status() {
         Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("mpicc failed: {s}"),
+        Ok(s) => panic!("mpicc.mpich failed: {s}"),
         Err(e) => {
-            eprintln!("no mpicc ({e}): skipping the MPICH test");
+            eprintln!("no mpicc.mpich ({e}): skipping the MPICH test");
             None
         }
     }
