@@ -31,5 +31,20 @@ pub use job::{JobSpec, Layout, MAX_NSPACE_BYTES};
 pub use server::Server;
 
 /// What an Open MPI 4.1 rank needs besides `fork_env` to start without
-/// mpirun (docs/pmix.md says why each).
-pub const OMPI_ENV: &[(&str, &str)] = &[];
+/// mpirun (docs/pmix.md says why each). Without the first two, ORTE's
+/// `schizo/orte` finds no mpirun daemon, declares the rank a singleton
+/// and forks an `orted` of its own (one-rank MPI_COMM_WORLD).
+pub const OMPI_ENV: &[(&str, &str)] = &[
+    // No launcher personality: schizo/orte would force ess=singleton.
+    ("OMPI_MCA_schizo", "^orte"),
+    // Bootstrap through the PMIx server (pmix/ext3x, Debian's libpmix).
+    ("OMPI_MCA_ess", "pmi"),
+    // Point-to-point over ob1 with the shared-memory and TCP transports
+    // only: no UCX (its UD transport times out across a frozen slot), no
+    // openib/ofi probing.
+    ("OMPI_MCA_pml", "ob1"),
+    ("OMPI_MCA_btl", "self,vader,tcp"),
+    ("OMPI_MCA_osc", "^ucx"),
+    // The gang scheduler places the ranks; Open MPI must not bind them.
+    ("OMPI_MCA_hwloc_base_binding_policy", "none"),
+];

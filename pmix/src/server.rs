@@ -57,8 +57,10 @@ fn host() -> Option<Arc<dyn Host>> {
 
 /// The running PMIx server (one per process). Dropping it finalizes
 /// libpmix.
+/// libpmix's server calls are thread-safe (they shift into its progress
+/// thread), so a `Server` can be shared.
 pub struct Server {
-    _not_send: std::marker::PhantomData<*const ()>,
+    _private: (),
 }
 
 impl Server {
@@ -87,7 +89,7 @@ impl Server {
             return Err(Error::new(rc, "PMIx_server_init"));
         }
         *st = Some(State { host, jobs: BTreeMap::new() });
-        Ok(Server { _not_send: std::marker::PhantomData })
+        Ok(Server { _private: () })
     }
 
     /// Registers `spec`'s namespace and this node's ranks of it.

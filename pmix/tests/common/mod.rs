@@ -1,0 +1,255 @@
+//! What the PMIx tests share: one server per test process (libpmix is a
+//! singleton) with a [`TestHost`] that records every upcall and completes
+//! fences on this one node, programs compiled from tests/clients/, and
+//! ranks started with the server's fork environment.
+//!
+//! Tests skip (printing why, not passing silently as a feature test) only
+//! when libpmix-dev is not installed; scripts/setup.sh installs it.
+#![allow(dead_code)]
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use gang_pmix::{Error, FenceDone, Host, JobSpec, Proc, Server};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Connected(Proc),
+    Finalized(Proc),
+    Abort { nspace: String, rank: u32, status: i32, msg: String },
+    Fence { nspace: String, bytes: usize, collect: bool },
+}
+
+/// Records upcalls; a fence completes at once with this node's data,
+/// unless its namespace is to be joined with another node's blob
+/// (`join_with`), which the test completes.
+#[derive(Default)]
+pub struct TestHost {
+    events: Mutex<Vec<Event>>,
+    cv: Condvar,
+    /// Fences held for the test to complete (nspace → local blob, done).
+    held: Mutex<BTreeMap<String, Vec<(Vec<u8>, FenceDone)>>>,
+    hold: Mutex<Vec<String>>,
+}
+
+impl TestHost {
+    fn push(&self, e: Event) {
+        self.events.lock().unwrap().push(e);
+        self.cv.notify_all();
+    }
+
+    /// Every event of `nspace` so far.
+    pub fn events_of(&self, nspace: &str) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| match e {
+                Event::Connected(p) | Event::Finalized(p) => p.nspace == nspace,
+                Event::Abort { nspace: n, .. } | Event::Fence { nspace: n, .. } => n == nspace,
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Waits up to `limit` for an event matching `f`.
+    pub fn wait_for(&self, limit: Duration, f: impl Fn(&Event) -> bool) -> Option<Event> {
+        let end = Instant::now() + limit;
+        let mut ev = self.events.lock().unwrap();
+        loop {
+            if let Some(e) = ev.iter().find(|e| f(e)) {
+                return Some(e.clone());
+            }
+            let left = end.checked_duration_since(Instant::now())?;
+            ev = self.cv.wait_timeout(ev, left).unwrap().0;
+        }
+    }
+
+    /// Fences of `nspace` are held for [`TestHost::take_held`].
+    pub fn hold_fences(&self, nspace: &str) {
+        self.hold.lock().unwrap().push(nspace.to_string());
+    }
+
+    /// The held fences of `nspace` once there are `n`, within `limit`.
+    pub fn take_held(&self, nspace: &str, n: usize, limit: Duration) -> Vec<(Vec<u8>, FenceDone)> {
+        let end = Instant::now() + limit;
+        loop {
+            {
+                let mut held = self.held.lock().unwrap();
+                if held.get(nspace).is_some_and(|v| v.len() >= n) {
+                    return held.remove(nspace).unwrap();
+                }
+            }
+            assert!(Instant::now() < end, "{n} fences of {nspace} never came");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Host for TestHost {
+    fn client_connected(&self, p: &Proc) {
+        self.push(Event::Connected(p.clone()));
+    }
+    fn client_finalized(&self, p: &Proc) {
+        self.push(Event::Finalized(p.clone()));
+    }
+    fn abort(&self, nspace: &str, rank: u32, status: i32, msg: &str, _targets: &[Proc]) {
+        self.push(Event::Abort { nspace: nspace.into(), rank, status, msg: msg.into() });
+    }
+    fn fence(&self, nspace: &str, _procs: &[Proc], data: Vec<u8>, collect: bool, done: FenceDone) {
+        self.push(Event::Fence { nspace: nspace.into(), bytes: data.len(), collect });
+        if self.hold.lock().unwrap().iter().any(|n| n == nspace) {
+            self.held.lock().unwrap().entry(nspace.into()).or_default().push((data, done));
+        } else {
+            done.complete(Ok(data));
+        }
+    }
+}
+
+/// Whether the PMIx (and, with `mpi`, Open MPI) packages are here; prints
+/// why not.
+pub fn have(mpi: bool) -> bool {
+    let pmix = Command::new("pkg-config").args(["--exists", "pmix"]).status().is_ok_and(|s| s.success());
+    if !pmix {
+        eprintln!("SKIPPED: libpmix-dev is not installed (scripts/setup.sh installs it)");
+        return false;
+    }
+    if mpi && !Path::new("/usr/bin/mpicc.openmpi").exists() {
+        eprintln!("SKIPPED: mpicc.openmpi is not installed (libopenmpi-dev, scripts/setup.sh)");
+        return false;
+    }
+    true
+}
+
+pub struct Fixture {
+    pub server: Server,
+    pub host: Arc<TestHost>,
+}
+
+/// The process's one server.
+pub fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let host = Arc::new(TestHost::default());
+        let server = Server::start(&dir, host.clone()).expect("PMIx server start");
+        Fixture { server, host }
+    })
+}
+
+/// Compiles tests/clients/`src` with `cc` (a C compiler or mpicc) into the
+/// target's temporary directory, once per process.
+pub fn build(src: &str, cc: &str, flags: &[String]) -> PathBuf {
+    // One compile at a time, each to a temporary name renamed when done:
+    // a test must never exec a half-written binary (ETXTBSY).
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let out = dir.join(format!("{}-{}-{}", src.replace('.', "_"), cc.replace(['/', '.'], "_"), std::process::id()));
+    if out.exists() {
+        return out;
+    }
+    let srcpath = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(src);
+    let o = Command::new(cc)
+        .arg("-Wall")
+        .arg("-O1")
+        .arg("-o")
+        .arg(out.with_extension("tmp"))
+        .arg(&srcpath)
+        .args(flags)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(o.status.success(), "{cc} {src}: {}", String::from_utf8_lossy(&o.stderr));
+    std::fs::rename(out.with_extension("tmp"), &out).unwrap();
+    out
+}
+
+/// pkg-config's flags for libpmix.
+pub fn pmix_flags() -> Vec<String> {
+    let o = Command::new("pkg-config").args(["--cflags", "--libs", "pmix"]).output().unwrap();
+    String::from_utf8(o.stdout).unwrap().split_whitespace().map(String::from).collect()
+}
+
+/// A job on one node of this host.
+pub fn one_node(nspace: &str, size: u32) -> JobSpec {
+    JobSpec {
+        nspace: nspace.into(),
+        size,
+        nodes: vec![hostname()],
+        ranks_by_node: vec![(0..size).collect()],
+        this_node: 0,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+    }
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable and its length is given.
+    unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Starts `ranks` of `nspace` running `exe args` with the fork environment
+/// plus `extra`, and waits for all (killing any still running after
+/// `limit`). Outputs in rank order.
+pub fn run_ranks(
+    server: &Server,
+    nspace: &str,
+    ranks: &[u32],
+    exe: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    limit: Duration,
+) -> Vec<Output> {
+    let children: Vec<_> = ranks
+        .iter()
+        .map(|&r| {
+            let env = server.fork_env(nspace, r).expect("fork_env");
+            Command::new(exe)
+                .args(args)
+                .envs(env)
+                .envs(extra.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let end = Instant::now() + limit;
+    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let killer = std::thread::spawn(move || {
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            if pids.iter().all(|&p| unsafe { libc::kill(p as i32, 0) } != 0) {
+                return;
+            }
+        }
+        for p in pids {
+            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+        }
+    });
+    let outs = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    drop(killer);
+    outs
+}
+
+/// Asserts every output succeeded, showing their stderr if not.
+pub fn assert_all_ok(outs: &[Output]) {
+    for (i, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {i}: {:?}\nstdout: {}\nstderr: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+pub fn unused(_: Error) {}
