@@ -65,8 +65,16 @@ pub struct Server {
 
 impl Server {
     /// PMIx_server_init, with its rendezvous files under `tmpdir` (which
-    /// the ranks' user must be able to reach).
+    /// the ranks' user must be able to reach), on the node named by
+    /// gethostname().
     pub fn start(tmpdir: &Path, host: Arc<dyn Host>) -> Result<Server, Error> {
+        Server::start_as(tmpdir, None, host)
+    }
+
+    /// As [`Server::start`], the node calling itself `hostname` (the name
+    /// it has in the `nodes` of every [`JobSpec`]; clients get it as
+    /// PMIX_HOSTNAME).
+    pub fn start_as(tmpdir: &Path, hostname: Option<&str>, host: Arc<dyn Host>) -> Result<Server, Error> {
         let mut st = state();
         if st.is_some() {
             return Err(Error::new(
@@ -80,6 +88,9 @@ impl Server {
             .str(ffi::PMIX_SYSTEM_TMPDIR, dir)
             .bool(ffi::PMIX_SERVER_TOOL_SUPPORT, false)
             .bool(ffi::PMIX_SERVER_SYSTEM_SUPPORT, false);
+        if let Some(h) = hostname {
+            l.str(ffi::PMIX_HOSTNAME, h);
+        }
         let mut info = l.finish()?;
         let mut module = module();
         // SAFETY: module and info are valid for the call; libpmix copies

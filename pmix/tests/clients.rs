@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_all_ok, build, fixture, have, one_node, pmix_flags, run_ranks, Event};
+use common::{assert_all_ok, assert_said, build, fixture, have, one_node, pmix_flags, run_ranks, Event};
 use gang_pmix::{Proc, Server};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -25,6 +25,7 @@ fn ranks_put_fence_with_collection_and_get_each_others_keys() {
         let ranks: Vec<u32> = (0..size).collect();
         let outs = run_ranks(&f.server, &ns, &ranks, &client(), &["put"], &[], LIMIT);
         assert_all_ok(&outs);
+        assert_said(&outs, &ranks, &format!("ok {ns}:{{r}}"));
         let ev = f.host.events_of(&ns);
         for r in 0..size {
             let p = Proc { nspace: ns.clone(), rank: Some(r) };

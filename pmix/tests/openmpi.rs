@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_all_ok, build, fixture, have, one_node, run_ranks, Event};
+use common::{assert_all_ok, assert_said, build, fixture, have, one_node, run_ranks, Event};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -30,10 +30,7 @@ fn an_open_mpi_ring_and_allreduce_run_as_2_and_3_ranks_without_mpirun() {
         let ranks: Vec<u32> = (0..size).collect();
         let outs = run_ranks(&f.server, &ns, &ranks, &ring(), &[], &ompi_env(), LIMIT);
         assert_all_ok(&outs);
-        for (r, o) in outs.iter().enumerate() {
-            let text = String::from_utf8_lossy(&o.stdout);
-            assert!(text.contains(&format!("ok rank {r} of {size}")), "rank {r}: {text}");
-        }
+        assert_said(&outs, &ranks, &format!("ok rank {{r}} of {size}"));
         f.server.deregister_job(&ns);
     }
 }

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gang_pmix::{Error, FenceDone, Host, JobSpec, Proc, Server};
+use gang_pmix::{FenceDone, Host, JobSpec, Proc, Server};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -128,14 +128,20 @@ pub struct Fixture {
     pub host: Arc<TestHost>,
 }
 
-/// The process's one server.
+/// The process's one server, on a node named by gethostname().
 pub fn fixture() -> &'static Fixture {
+    fixture_as(None)
+}
+
+/// The process's one server, on a node named `name` (the first call
+/// names it).
+pub fn fixture_as(name: Option<&str>) -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let host = Arc::new(TestHost::default());
-        let server = Server::start(&dir, host.clone()).expect("PMIx server start");
+        let server = Server::start_as(&dir, name, host.clone()).expect("PMIx server start");
         Fixture { server, host }
     })
 }
@@ -252,4 +258,12 @@ pub fn assert_all_ok(outs: &[Output]) {
     }
 }
 
-pub fn unused(_: Error) {}
+/// Asserts rank `ranks[i]`'s stdout has `said` with `{r}` replaced by
+/// its rank (so a rank that ran as a singleton, "of 1", fails).
+pub fn assert_said(outs: &[Output], ranks: &[u32], said: &str) {
+    for (o, r) in outs.iter().zip(ranks) {
+        let want = said.replace("{r}", &r.to_string());
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(&want), "rank {r} said {text:?}, not {want:?}");
+    }
+}
