@@ -226,3 +226,69 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(ns: &str, r: u32) -> Proc {
+        Proc { nspace: ns.into(), rank: Some(r) }
+    }
+
+    fn s(v: &str) -> Value {
+        Value::Str(v.into())
+    }
+
+    #[test]
+    fn a_published_key_is_found_with_its_publisher() {
+        let st = Store::default();
+        st.publish(&p("a", 0), vec![("svc".into(), s("port-1"))]).unwrap();
+        let got = st.lookup(&p("b", 3), &["svc".into(), "other".into()]).unwrap();
+        assert_eq!(got, vec![(p("a", 0), "svc".to_string(), s("port-1"))]);
+        assert_eq!(st.lookup(&p("a", 0), &["other".into()]).unwrap_err().status, ffi::PMIX_ERR_NOT_FOUND);
+    }
+
+    #[test]
+    fn a_key_is_published_once_and_a_duplicate_publish_changes_nothing() {
+        let st = Store::default();
+        st.publish(&p("a", 0), vec![("k".into(), s("1"))]).unwrap();
+        let e = st.publish(&p("a", 1), vec![("j".into(), s("2")), ("k".into(), s("3"))]).unwrap_err();
+        assert_eq!(e.status, ffi::PMIX_ERR_DUPLICATE_KEY);
+        assert!(st.lookup(&p("a", 0), &["j".into()]).is_err(), "all or nothing");
+        let e = st.publish(&p("a", 1), vec![("x".into(), s("2")), ("x".into(), s("3"))]).unwrap_err();
+        assert_eq!(e.status, ffi::PMIX_ERR_DUPLICATE_KEY);
+    }
+
+    #[test]
+    fn oversized_keys_values_and_a_full_store_are_refused() {
+        let st = Store::default();
+        let big = Value::Bytes(vec![0; MAX_VALUE_BYTES + 1]);
+        assert_eq!(st.publish(&p("a", 0), vec![("k".into(), big)]).unwrap_err().status, ffi::PMIX_ERR_BAD_PARAM);
+        let long = "k".repeat(MAX_KEY_BYTES + 1);
+        assert!(st.publish(&p("a", 0), vec![(long, s("v"))]).is_err());
+        let mb = || Value::Bytes(vec![0; MAX_VALUE_BYTES]);
+        let mut n = 0;
+        let e = loop {
+            match st.publish(&p("a", 0), vec![(format!("k{n}"), mb())]) {
+                Ok(()) => n += 1,
+                Err(e) => break e,
+            }
+            assert!(n <= MAX_STORE_BYTES / MAX_VALUE_BYTES, "the store never filled");
+        };
+        assert_eq!(e.status, ffi::PMIX_ERR_OUT_OF_RESOURCE);
+        // Unpublishing makes room again.
+        st.unpublish(&p("a", 5), &["k0".into()]).unwrap();
+        st.publish(&p("a", 0), vec![("again".into(), mb())]).unwrap();
+    }
+
+    #[test]
+    fn unpublish_takes_only_the_namespaces_own_keys() {
+        let st = Store::default();
+        st.publish(&p("a", 0), vec![("ka".into(), s("1"))]).unwrap();
+        st.publish(&p("b", 0), vec![("kb".into(), s("2"))]).unwrap();
+        st.unpublish(&p("a", 1), &[]).unwrap();
+        st.unpublish(&p("a", 1), &["kb".into()]).unwrap();
+        assert!(st.lookup(&p("c", 0), &["ka".into()]).is_err());
+        assert!(st.lookup(&p("c", 0), &["kb".into()]).is_ok());
+    }
+}

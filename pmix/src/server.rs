@@ -235,11 +235,11 @@ fn wait_op(
     let (tx, rx) = mpsc::channel::<i32>();
     let token = Box::into_raw(Box::new(tx)).cast::<c_void>();
     let rc = call(Some(op_done), token);
-    if rc == ffi::PMIX_OPERATION_SUCCEEDED as i32 || rc != ffi::PMIX_SUCCESS as i32 {
+    if rc == ffi::PMIX_OPERATION_SUCCEEDED || rc != ffi::PMIX_SUCCESS as i32 {
         // No callback will come: take the token back.
         // SAFETY: made above, not handed to a callback.
         drop(unsafe { Box::from_raw(token.cast::<mpsc::Sender<i32>>()) });
-        return if rc == ffi::PMIX_OPERATION_SUCCEEDED as i32 { Ok(()) } else { Err(Error::new(rc, what)) };
+        return if rc == ffi::PMIX_OPERATION_SUCCEEDED { Ok(()) } else { Err(Error::new(rc, what)) };
     }
     match rx.recv_timeout(REGISTER_TIMEOUT) {
         Ok(0) => Ok(()),
@@ -267,7 +267,7 @@ fn module() -> ffi::pmix_server_module_t {
     }
 }
 
-const DONE: ffi::pmix_status_t = ffi::PMIX_OPERATION_SUCCEEDED as ffi::pmix_status_t;
+const DONE: ffi::pmix_status_t = ffi::PMIX_OPERATION_SUCCEEDED;
 
 unsafe extern "C" fn client_connected(
     p: *const ffi::pmix_proc_t,

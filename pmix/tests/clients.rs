@@ -115,6 +115,18 @@ fn publish_and_lookup_between_ranks() {
 }
 
 #[test]
+fn a_value_over_the_bound_is_refused_not_kept() {
+    if !have(false) {
+        return;
+    }
+    let f = fixture();
+    f.server.register_job(&one_node("big", 1)).unwrap();
+    let outs = run_ranks(&f.server, "big", &[0], &client(), &["big"], &[], LIMIT);
+    assert_all_ok(&outs);
+    f.server.deregister_job("big");
+}
+
+#[test]
 fn a_second_server_in_the_process_is_an_error() {
     if !have(false) {
         return;

@@ -7,6 +7,7 @@
  *   client publish rank 0 publishes "gang.svc-NS" = "port-NS"; after a
  *                  fence every rank looks it up and checks it; Finalize.
  *   client init    Init only (exit 0 if PMIx_Init succeeded, 2 if not).
+ *   client big     Publish a 2 MiB value: must be refused (exit 0 if it is).
  *
  * Prints "ok" and exits 0 when every check passed; otherwise says what
  * failed on stderr and exits 1 (2 for a failed PMIx_Init).
@@ -115,6 +116,24 @@ static int publish(void)
     return 0;
 }
 
+static int big(void)
+{
+    size_t n = 2u << 20;
+    char *v = malloc(n + 1);
+    memset(v, 'x', n);
+    v[n] = 0;
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, "gang.big", v, PMIX_STRING);
+    pmix_status_t rc = PMIx_Publish(&info, 1);
+    if (rc == PMIX_SUCCESS) {
+        fprintf(stderr, "client %s:%u: a 2 MiB value was published\n", me.nspace, me.rank);
+        exit(1);
+    }
+    PMIX_INFO_DESTRUCT(&info);
+    free(v);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "put";
@@ -133,6 +152,8 @@ int main(int argc, char **argv)
         put();
     else if (strcmp(mode, "publish") == 0)
         publish();
+    else if (strcmp(mode, "big") == 0)
+        big();
     else if (strcmp(mode, "init") != 0) {
         fprintf(stderr, "client: unknown mode %s\n", mode);
         return 1;

@@ -22,6 +22,9 @@ pub enum Event {
     Fence { nspace: String, bytes: usize, collect: bool },
 }
 
+/// A fence held for the test: this node's blob and its completion.
+pub type Held = (Vec<u8>, FenceDone);
+
 /// Records upcalls; a fence completes at once with this node's data,
 /// unless its namespace is to be joined with another node's blob
 /// (`join_with`), which the test completes.
@@ -30,7 +33,7 @@ pub struct TestHost {
     events: Mutex<Vec<Event>>,
     cv: Condvar,
     /// Fences held for the test to complete (nspace → local blob, done).
-    held: Mutex<BTreeMap<String, Vec<(Vec<u8>, FenceDone)>>>,
+    held: Mutex<BTreeMap<String, Vec<Held>>>,
     hold: Mutex<Vec<String>>,
 }
 
@@ -73,7 +76,7 @@ impl TestHost {
     }
 
     /// The held fences of `nspace` once there are `n`, within `limit`.
-    pub fn take_held(&self, nspace: &str, n: usize, limit: Duration) -> Vec<(Vec<u8>, FenceDone)> {
+    pub fn take_held(&self, nspace: &str, n: usize, limit: Duration) -> Vec<Held> {
         let end = Instant::now() + limit;
         loop {
             {
