@@ -44,7 +44,7 @@ pub const OMPI_ENV: &[(&str, &str)] = &[
     // openib/ofi probing.
     ("OMPI_MCA_pml", "ob1"),
     ("OMPI_MCA_btl", "self,vader,tcp"),
-    ("OMPI_MCA_osc", "^ucx"),
+    ("OMPI_MCA_osc", "^ucx,pt2pt"),
     // The gang scheduler places the ranks; Open MPI must not bind them.
     ("OMPI_MCA_hwloc_base_binding_policy", "none"),
 ];

@@ -2,31 +2,25 @@
  * checked results. Started without mpirun, each rank with the PMIx
  * server's fork environment.
  *
- *   mpi_ring          token around the ring 3 times (each rank adds its
- *                     rank), then MPI_Allreduce of rank+1; checks both.
+ *   mpi_ring          one round: a token around the ring 3 times (each rank
+ *                     adds its rank), then MPI_Allreduce of rank+1; checks
+ *                     both.
+ *   mpi_ring long N   N rounds, 1 ms apart: long enough to be stopped and
+ *                     continued in the middle.
  *   mpi_ring abort S  MPI_Init, then rank 0 calls MPI_Abort(COMM_WORLD, S);
  *                     the others wait in a barrier.
  *
- * Prints "ok rank R of N" and exits 0 when the results are right.
+ * Prints "ok rank R of N" and exits 0 when every result was right; a
+ * wrong one is an MPI_Abort(.., 1).
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-int main(int argc, char **argv)
+static void round_once(int rank, int size)
 {
-    int rank, size;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc > 2 && strcmp(argv[1], "abort") == 0) {
-        if (rank == 0)
-            MPI_Abort(MPI_COMM_WORLD, atoi(argv[2]));
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
-        return 0;
-    }
     long token = 0;
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     for (int lap = 0; lap < 3; lap++) {
@@ -51,6 +45,29 @@ int main(int argc, char **argv)
     if (sum != want) {
         fprintf(stderr, "rank %d: allreduce %ld, want %ld\n", rank, sum, want);
         MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 2 && strcmp(argv[1], "abort") == 0) {
+        if (rank == 0)
+            MPI_Abort(MPI_COMM_WORLD, atoi(argv[2]));
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+        return 0;
+    }
+    int rounds = argc > 2 && strcmp(argv[1], "long") == 0 ? atoi(argv[2]) : 1;
+    for (int r = 0; r < rounds; r++) {
+        if (r > 0) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+        round_once(rank, size);
     }
     MPI_Finalize();
     printf("ok rank %d of %d\n", rank, size);

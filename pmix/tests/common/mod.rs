@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -154,11 +154,14 @@ pub fn fixture_as(name: Option<&str>) -> &'static Fixture {
 pub fn build(src: &str, cc: &str, flags: &[String]) -> PathBuf {
     // One compile at a time, each to a temporary name renamed when done:
     // a test must never exec a half-written binary (ETXTBSY).
-    static BUILDING: Mutex<()> = Mutex::new(());
-    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    // Built once per test process (the source may have changed since the
+    // last run); the rename is atomic, so another test process running
+    // the previous binary keeps its copy.
+    static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let out = dir.join(format!("{}-{}-{}", src.replace('.', "_"), cc.replace(['/', '.'], "_"), std::process::id()));
-    if out.exists() {
+    let out = dir.join(format!("{}-{}", src.replace('.', "_"), cc.replace(['/', '.'], "_")));
+    if built.contains(&out) {
         return out;
     }
     let srcpath = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(src);
@@ -166,13 +169,14 @@ pub fn build(src: &str, cc: &str, flags: &[String]) -> PathBuf {
         .arg("-Wall")
         .arg("-O1")
         .arg("-o")
-        .arg(out.with_extension("tmp"))
+        .arg(out.with_extension(format!("tmp{}", std::process::id())))
         .arg(&srcpath)
         .args(flags)
         .output()
         .unwrap_or_else(|e| panic!("running {cc}: {e}"));
     assert!(o.status.success(), "{cc} {src}: {}", String::from_utf8_lossy(&o.stderr));
-    std::fs::rename(out.with_extension("tmp"), &out).unwrap();
+    std::fs::rename(out.with_extension(format!("tmp{}", std::process::id())), &out).unwrap();
+    built.push(out.clone());
     out
 }
 
@@ -215,7 +219,19 @@ pub fn run_ranks(
     extra: &[(&str, &str)],
     limit: Duration,
 ) -> Vec<Output> {
-    let children: Vec<_> = ranks
+    wait_ranks(spawn_ranks(server, nspace, ranks, exe, args, extra), limit)
+}
+
+/// Starts the ranks (as [`run_ranks`]) without waiting.
+pub fn spawn_ranks(
+    server: &Server,
+    nspace: &str,
+    ranks: &[u32],
+    exe: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+) -> Vec<Child> {
+    ranks
         .iter()
         .map(|&r| {
             let env = server.fork_env(nspace, r).expect("fork_env");
@@ -229,7 +245,11 @@ pub fn run_ranks(
                 .spawn()
                 .expect("spawn rank")
         })
-        .collect();
+        .collect()
+}
+
+/// Waits for every child, killing those still running after `limit`.
+pub fn wait_ranks(children: Vec<Child>, limit: Duration) -> Vec<Output> {
     let end = Instant::now() + limit;
     let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
     let killer = std::thread::spawn(move || {
