@@ -38,6 +38,10 @@ use crate::job::{registration, text, JobSpec};
 const RANK_WILDCARD: u32 = u32::MAX - 1;
 /// How long a registration may take before we give up on libpmix.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long deregistration is waited for. libpmix 4.2 sometimes never
+/// calls back (after a client of the namespace was refused for its uid):
+/// the namespace is then forgotten by us, and left to libpmix.
+const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct State {
     host: Arc<dyn Host>,
@@ -111,7 +115,7 @@ impl Server {
         let local = spec.local_ranks();
         // SAFETY: ns and info live for the call (libpmix copies them);
         // the callback is op_done with a token from `Waiter`.
-        wait_op("PMIx_server_register_nspace", |cb, token| unsafe {
+        wait_op("PMIx_server_register_nspace", REGISTER_TIMEOUT, |cb, token| unsafe {
             ffi::PMIx_server_register_nspace(
                 ns.as_ptr(),
                 local.len() as c_int,
@@ -127,7 +131,7 @@ impl Server {
         for &rank in local {
             let p = proc_t(&spec.nspace, rank)?;
             // SAFETY: as above; no server object.
-            let r = wait_op("PMIx_server_register_client", |cb, token| unsafe {
+            let r = wait_op("PMIx_server_register_client", REGISTER_TIMEOUT, |cb, token| unsafe {
                 ffi::PMIx_server_register_client(&p, spec.uid, spec.gid, std::ptr::null_mut(), cb, token)
             });
             if let Err(e) = r {
@@ -143,7 +147,7 @@ impl Server {
     pub fn deregister_job(&self, nspace_name: &str) {
         let Ok(ns) = nspace(nspace_name) else { return };
         // SAFETY: ns lives for the call.
-        let r = wait_op("PMIx_server_deregister_nspace", |cb, token| unsafe {
+        let r = wait_op("PMIx_server_deregister_nspace", DEREGISTER_TIMEOUT, |cb, token| unsafe {
             ffi::PMIx_server_deregister_nspace(ns.as_ptr(), cb, token);
             ffi::PMIX_SUCCESS as i32
         });
@@ -227,9 +231,12 @@ fn proc_of(p: &ffi::pmix_proc_t) -> Proc {
     }
 }
 
-/// Runs an asynchronous libpmix call and waits for its op callback.
+/// Runs an asynchronous libpmix call and waits for its op callback, at
+/// most `limit` (a late callback finds no one listening and just frees
+/// its token).
 fn wait_op(
     what: &str,
+    limit: Duration,
     call: impl FnOnce(ffi::pmix_op_cbfunc_t, *mut c_void) -> ffi::pmix_status_t,
 ) -> Result<(), Error> {
     let (tx, rx) = mpsc::channel::<i32>();
@@ -241,7 +248,7 @@ fn wait_op(
         drop(unsafe { Box::from_raw(token.cast::<mpsc::Sender<i32>>()) });
         return if rc == ffi::PMIX_OPERATION_SUCCEEDED { Ok(()) } else { Err(Error::new(rc, what)) };
     }
-    match rx.recv_timeout(REGISTER_TIMEOUT) {
+    match rx.recv_timeout(limit) {
         Ok(0) => Ok(()),
         Ok(rc) => Err(Error::new(rc, what)),
         Err(_) => Err(Error::new(ffi::PMIX_ERR_TIMEOUT, what)),

@@ -4,7 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_all_ok, assert_said, build, fixture, have, one_node, pmix_flags, run_ranks, Event};
+use common::{
+    as_user, assert_all_ok, assert_said, build, fixture, have, one_node, pmix_flags, run_ranks, Event, NOBODY,
+};
 use gang_pmix::{Proc, Server};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -165,4 +167,18 @@ fn a_fence_the_host_fails_fails_the_clients_fence() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("Fence"), "{o:?}");
     }
     f.server.deregister_job("failfence");
+}
+
+#[test]
+fn ranks_of_another_user_than_the_server_connect_fence_and_get() {
+    if !have(false) {
+        return;
+    }
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("SKIPPED: needs root to start ranks as another user");
+        return;
+    }
+    let outs = as_user("user", NOBODY, NOBODY, &client());
+    assert_all_ok(&outs);
+    assert_said(&outs, &[0, 1], "ok user:{r}");
 }

@@ -231,19 +231,32 @@ pub fn spawn_ranks(
     args: &[&str],
     extra: &[(&str, &str)],
 ) -> Vec<Child> {
+    spawn_ranks_with(server, nspace, ranks, exe, args, extra, |_| {})
+}
+
+/// As [`spawn_ranks`], `adjust` changing each rank's command (its user).
+pub fn spawn_ranks_with(
+    server: &Server,
+    nspace: &str,
+    ranks: &[u32],
+    exe: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    adjust: impl Fn(&mut Command),
+) -> Vec<Child> {
     ranks
         .iter()
         .map(|&r| {
             let env = server.fork_env(nspace, r).expect("fork_env");
-            Command::new(exe)
-                .args(args)
+            let mut cmd = Command::new(exe);
+            cmd.args(args)
                 .envs(env)
                 .envs(extra.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
+                .stderr(Stdio::piped());
+            adjust(&mut cmd);
+            cmd.spawn().expect("spawn rank")
         })
         .collect()
 }
@@ -289,4 +302,23 @@ pub fn assert_said(outs: &[Output], ranks: &[u32], said: &str) {
         let text = String::from_utf8_lossy(&o.stdout);
         assert!(text.contains(&want), "rank {r} said {text:?}, not {want:?}");
     }
+}
+
+/// nobody:nogroup.
+pub const NOBODY: (u32, u32) = (65534, 65534);
+
+/// Runs 2 ranks of `client put` in a job registered for user
+/// `registered`, started as user `runs_as` (the test runs as root).
+pub fn as_user(nspace: &str, registered: (u32, u32), runs_as: (u32, u32), client: &Path) -> Vec<Output> {
+    use std::os::unix::process::CommandExt;
+    let f = fixture();
+    let mut spec = one_node(nspace, 2);
+    (spec.uid, spec.gid) = registered;
+    f.server.register_job(&spec).unwrap();
+    let children = spawn_ranks_with(&f.server, nspace, &[0, 1], client, &["put"], &[], |c| {
+        c.uid(runs_as.0).gid(runs_as.1);
+    });
+    let outs = wait_ranks(children, Duration::from_secs(60));
+    f.server.deregister_job(nspace);
+    outs
 }
