@@ -31,6 +31,11 @@ fn an_open_mpi_ring_and_allreduce_run_as_2_and_3_ranks_without_mpirun() {
         let outs = run_ranks(&f.server, &ns, &ranks, &ring(), &[], &ompi_env(), LIMIT);
         assert_all_ok(&outs);
         assert_said(&outs, &ranks, &format!("ok rank {{r}} of {size}"));
+        for o in &outs {
+            // A launch-free start is quiet: no warning about a missing
+            // launcher, transport or binding.
+            assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+        }
         f.server.deregister_job(&ns);
     }
 }
