@@ -36,6 +36,8 @@ use crate::job::{registration, text, JobSpec};
 
 /// PMIX_RANK_WILDCARD.
 const RANK_WILDCARD: u32 = u32::MAX - 1;
+/// libpmix's MCA parameter choosing its data store.
+const GDS_VAR: &str = "PMIX_MCA_gds";
 /// How long a registration may take before we give up on libpmix.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long deregistration is waited for. libpmix 4.2 sometimes never
@@ -70,7 +72,9 @@ pub struct Server {
 impl Server {
     /// PMIx_server_init, with its rendezvous files under `tmpdir` (which
     /// the ranks' user must be able to reach), on the node named by
-    /// gethostname().
+    /// gethostname(). Sets PMIX_MCA_gds=hash in the process environment
+    /// if it is unset (see below): start the server before other threads
+    /// read the environment, or set the variable beforehand.
     pub fn start(tmpdir: &Path, host: Arc<dyn Host>) -> Result<Server, Error> {
         Server::start_as(tmpdir, None, host)
     }
@@ -96,6 +100,15 @@ impl Server {
             l.str(ffi::PMIX_HOSTNAME, h);
         }
         let mut info = l.finish()?;
+        // The shared-memory stores (ds21, ds12) crash the server on a
+        // client's 20 MiB commit (tests/clients.rs): every key goes to the
+        // server's hash store, and clients ask the server for what they
+        // Get. libpmix 4.2 takes this only as an MCA parameter (the
+        // PMIX_GDS_MODULE attribute is ignored), read from the environment
+        // during PMIx_server_init.
+        if std::env::var_os(GDS_VAR).is_none() {
+            std::env::set_var(GDS_VAR, "hash");
+        }
         let mut module = module();
         // SAFETY: module and info are valid for the call; libpmix copies
         // the module's function pointers and the info.

@@ -81,6 +81,18 @@ fn an_abort_reaches_the_host_with_its_status() {
 }
 
 #[test]
+fn ranks_keep_their_keys_in_the_servers_hash_store() {
+    if !have(false) {
+        return;
+    }
+    let f = fixture();
+    f.server.register_job(&one_node("gds", 1)).unwrap();
+    let env = f.server.fork_env("gds", 0).unwrap();
+    assert!(env.contains(&("PMIX_GDS_MODULE".to_string(), "hash".to_string())), "{env:?}");
+    f.server.deregister_job("gds");
+}
+
+#[test]
 fn a_client_of_an_unregistered_namespace_is_refused() {
     if !have(false) {
         return;
@@ -126,6 +138,24 @@ fn a_value_over_the_bound_is_refused_not_kept() {
     let outs = run_ranks(&f.server, "big", &[0], &client(), &["big"], &[], LIMIT);
     assert_all_ok(&outs);
     f.server.deregister_job("big");
+}
+
+#[test]
+fn a_fence_blob_over_the_bound_is_refused_before_the_host() {
+    if !have(false) {
+        return;
+    }
+    let f = fixture();
+    // Rank 1 is on another node: the fence would go to the host.
+    let mut spec = one_node("huge", 2);
+    spec.nodes.push("elsewhere".into());
+    spec.ranks_by_node = vec![vec![0], vec![1]];
+    f.server.register_job(&spec).unwrap();
+    let outs = run_ranks(&f.server, "huge", &[0], &client(), &["huge"], &[], LIMIT);
+    assert_all_ok(&outs);
+    let ev = f.host.events_of("huge");
+    assert!(!ev.iter().any(|e| matches!(e, Event::Fence { .. })), "{ev:?}");
+    f.server.deregister_job("huge");
 }
 
 #[test]

@@ -8,6 +8,8 @@
  *                  fence every rank looks it up and checks it; Finalize.
  *   client init    Init only (exit 0 if PMIx_Init succeeded, 2 if not).
  *   client big     Publish a 2 MiB value: must be refused (exit 0 if it is).
+ *   client huge    Put a 20 MiB value and fence: the fence must fail (exit 0
+ *                  if it does).
  *
  * Prints "ok" and exits 0 when every check passed; otherwise says what
  * failed on stderr and exits 1 (2 for a failed PMIx_Init).
@@ -134,6 +136,30 @@ static int big(void)
     return 0;
 }
 
+static int huge(void)
+{
+    pmix_byte_object_t bo;
+    bo.size = 20u << 20;
+    bo.bytes = calloc(1, bo.size);
+    pmix_value_t v;
+    PMIX_VALUE_LOAD(&v, &bo, PMIX_BYTE_OBJECT);
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, "gang.huge", &v);
+    if (rc == PMIX_SUCCESS)
+        rc = PMIx_Commit();
+    if (rc == PMIX_SUCCESS) {
+        pmix_info_t info;
+        bool yes = true;
+        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+        rc = PMIx_Fence(NULL, 0, &info, 1);
+    }
+    if (rc == PMIX_SUCCESS) {
+        fprintf(stderr, "client %s:%u: a fence carrying 20 MiB went through\n", me.nspace, me.rank);
+        exit(1);
+    }
+    fprintf(stderr, "client %s:%u: refused: %s\n", me.nspace, me.rank, PMIx_Error_string(rc));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "put";
@@ -154,6 +180,11 @@ int main(int argc, char **argv)
         publish();
     else if (strcmp(mode, "big") == 0)
         big();
+    else if (strcmp(mode, "huge") == 0) {
+        huge();
+        printf("ok %s:%u\n", me.nspace, me.rank);
+        return 0; /* the server may be gone from this client's point of view */
+    }
     else if (strcmp(mode, "init") != 0) {
         fprintf(stderr, "client: unknown mode %s\n", mode);
         return 1;
