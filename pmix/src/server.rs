@@ -17,9 +17,15 @@
 //! callback on a channel, so they must not be called from a `Host` method
 //! (the progress thread would wait for itself).
 //!
-//! Known faults: direct modex (a Get of a key no fence collected) is not
-//! supported: clients must fence with data collection (Open MPI's default);
-//! no spawn, connect, group, event or tool support.
+//! libpmix keeps keys in its `hash` store (PMIX_MCA_gds=hash, set here):
+//! its shared-memory stores crash the process on a client's 20 MiB commit.
+//!
+//! Known faults: libpmix runs in this process, so its crashes are ours;
+//! after refusing a client of the wrong user libpmix 4.2.2 serves nothing
+//! more (registrations time out: tests/wrong_user.rs). Direct modex (a Get
+//! of a key no fence collected) is not supported: clients must fence with
+//! data collection (Open MPI's default); no spawn, connect, group, event or
+//! tool support. docs/pmix.md has the details.
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
