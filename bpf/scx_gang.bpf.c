@@ -95,6 +95,9 @@ static u64 stall_ns(void)
 	return tick + (slack > NSEC_PER_MSEC ? slack : NSEC_PER_MSEC);
 }
 
+/* stall_ns(), worked out once in gang_init (ops.stopping is a hot path). */
+u64 stall_threshold_ns;
+
 UEI_DEFINE(uei);
 
 /* Set before load by the daemon. */
@@ -422,9 +425,8 @@ static struct task_ctx *lookup_task_ctx(struct task_struct *p)
  * epoch is read before the look-up, so a change during it is seen next
  * time.
  */
-static s32 refresh_task_gang(struct task_struct *p)
+static s32 refresh_gang(struct task_struct *p, struct task_ctx *tctx)
 {
-	struct task_ctx *tctx = lookup_task_ctx(p);
 	u64 epoch = gangs_epoch + 1, cgid = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
 	s32 gang;
 
@@ -437,6 +439,11 @@ static s32 refresh_task_gang(struct task_struct *p)
 		tctx->gang_cgid = cgid;
 	}
 	return gang;
+}
+
+static s32 refresh_task_gang(struct task_struct *p)
+{
+	return refresh_gang(p, lookup_task_ctx(p));
 }
 
 /* The gang remembered at the task's last look-up (cheap, for hot paths). */
@@ -513,7 +520,7 @@ static void note_stall(struct cpu_ctx *cctx, s32 cpu, u64 now)
 	u64 gap = now > cctx->acct_ts ? now - cctx->acct_ts : 0;
 	u64 gap_us = gap / 1000;
 
-	if (!cctx->acct_ts || gap <= stall_ns())
+	if (!cctx->acct_ts || gap <= stall_threshold_ns)
 		return;
 	emit(EV_STALL, cpu, cctx->running, 0,
 	     gap_us > 0xffffffffULL ? 0xffffffffU : (u32)gap_us, now);
@@ -748,11 +755,14 @@ static void kick_owner_cpu(struct task_struct *p, s32 gang)
 }
 
 /* Did @p yield its slot in the generation in force? */
+static bool ctx_parked(struct task_ctx *tctx)
+{
+	return tctx && tctx->parked && tctx->park_gen == cur_gen;
+}
+
 static bool is_parked(struct task_struct *p)
 {
-	struct task_ctx *tctx = lookup_task_ctx(p);
-
-	return tctx && tctx->parked && tctx->park_gen == cur_gen;
+	return ctx_parked(lookup_task_ctx(p));
 }
 
 /*
@@ -829,10 +839,11 @@ found:
 
 void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 {
-	s32 gang = refresh_task_gang(p), cpu = scx_bpf_task_cpu(p);
+	struct task_ctx *tctx = lookup_task_ctx(p);
+	s32 gang = refresh_gang(p, tctx), cpu = scx_bpf_task_cpu(p);
 
 	/* Yielded its slot: it waits for its gang's next one. */
-	if (gang >= 0 && is_parked(p)) {
+	if (gang >= 0 && ctx_parked(tctx)) {
 		scx_bpf_dsq_insert(p, park_dsq(gang), GANG_SLICE_NS, enq_flags);
 		return;
 	}
@@ -1169,6 +1180,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 	u32 zero = 0;
 	s32 cpu, gang, ret;
 
+	stall_threshold_ns = stall_ns();
 	ret = scx_bpf_create_dsq(OTHER_DSQ, -1);
 	if (ret)
 		return ret;
