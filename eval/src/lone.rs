@@ -152,64 +152,56 @@ fn opt(x: Option<f64>, prec: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.prec$}"))
 }
 
+/// One row of the table: per column (csv key, title, width, text for
+/// people, text for the CSV).
+fn row(cells: &[LoneCell], c: &LoneCell) -> Vec<(&'static str, &'static str, usize, String, String)> {
+    let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
+    let num = |key, title, width, v: Option<f64>, prec: usize| (key, title, width, opt(v, prec), opt(v, prec + 1));
+    let ok = format!(
+        "{}{}{}",
+        c.ok,
+        if c.failed > 0 { format!("!{}", c.failed) } else { String::new() },
+        if c.lossy > 0 { format!("~{}", c.lossy) } else { String::new() }
+    );
+    let mut cols = vec![
+        ("workload", "workload", 10, c.workload.clone(), c.workload.clone()),
+        ("policy", "policy", 12, c.policy.clone(), c.policy.clone()),
+        ("ok", "ok", 6, ok, c.ok.to_string()),
+        ("failed", "", 0, String::new(), c.failed.to_string()),
+        ("lossy", "", 0, String::new(), c.lossy.to_string()),
+        ("time_s", "time s", 8, format!("{:.3}", c.time_s), format!("{:.6}", c.time_s)),
+        num("vs_eevdf", "/eevdf", 8, e, 3),
+        num("vs_bpfland", "/bpfland", 8, b, 3),
+        num("wait_per_slice_us", "wait/slc us", 11, c.wait_per_slice_us, 1),
+        num("iter_p50_us", "p50 it us", 9, c.iter_p50_us, 1),
+        num("np_1k_us", "np 1k us", 8, c.np_1k_us, 1),
+    ];
+    for ((key, title, _), v) in PROBES.iter().zip(&c.probes) {
+        cols.push(num(key, title, 17, *v, 1));
+    }
+    cols
+}
+
 /// The table for people, and lone.csv's text.
 pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
-    let mut t = String::new();
-    let mut csv = String::from("workload,policy,ok,failed,lossy,time_s,vs_eevdf,vs_bpfland,wait_per_slice_us,iter_p50_us,np_1k_us");
-    for (k, _, _) in PROBES {
-        let _ = write!(csv, ",{k}");
-    }
-    csv.push('\n');
-    let _ = write!(
-        t,
-        "{:<10} {:<12} {:>6} {:>8} {:>8} {:>8} {:>10} {:>9} {:>8}",
-        "workload", "policy", "ok", "time s", "/eevdf", "/bpfland", "wait/slc us", "p50 it us", "np 1k us"
-    );
-    for (_, title, _) in PROBES {
-        let _ = write!(t, " {title:>17}");
-    }
-    t.push('\n');
-    for c in cells {
-        let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
-        let _ = write!(
-            t,
-            "{:<10} {:<12} {:>6} {:>8.3} {:>8} {:>8} {:>10} {:>9} {:>8}",
-            c.workload,
-            c.policy,
-            format!(
-                "{}{}{}",
-                c.ok,
-                if c.failed > 0 { format!("!{}", c.failed) } else { String::new() },
-                if c.lossy > 0 { format!("~{}", c.lossy) } else { String::new() }
-            ),
-            c.time_s,
-            opt(e, 3),
-            opt(b, 3),
-            opt(c.wait_per_slice_us, 1),
-            opt(c.iter_p50_us, 1),
-            opt(c.np_1k_us, 1)
-        );
-        let _ = write!(
-            csv,
-            "{},{},{},{},{},{:.6},{},{},{},{},{}",
-            c.workload,
-            c.policy,
-            c.ok,
-            c.failed,
-            c.lossy,
-            c.time_s,
-            opt(e, 4),
-            opt(b, 4),
-            opt(c.wait_per_slice_us, 2),
-            opt(c.iter_p50_us, 2),
-            opt(c.np_1k_us, 2)
-        );
-        for v in &c.probes {
-            let _ = write!(t, " {:>17}", opt(*v, 1));
-            let _ = write!(csv, ",{}", opt(*v, 3));
+    let (mut t, mut csv) = (String::new(), String::new());
+    for (i, c) in cells.iter().enumerate() {
+        let cols = row(cells, c);
+        if i == 0 {
+            let keys: Vec<&str> = cols.iter().map(|c| c.0).collect();
+            let _ = writeln!(csv, "{}", keys.join(","));
+            for (j, (_, title, w, _, _)) in cols.iter().enumerate().filter(|(_, c)| c.2 > 0) {
+                let _ = if j < 2 { write!(t, "{title:<w$} ") } else { write!(t, "{title:>w$} ") };
+            }
+            t = t.trim_end().to_string() + "\n";
         }
-        t.push('\n');
-        csv.push('\n');
+        let mut line = String::new();
+        for (j, (_, _, w, text, _)) in cols.iter().enumerate().filter(|(_, c)| c.2 > 0) {
+            let _ = if j < 2 { write!(line, "{text:<w$} ") } else { write!(line, "{text:>w$} ") };
+        }
+        let _ = writeln!(t, "{}", line.trim_end());
+        let values: Vec<&str> = cols.iter().map(|c| c.4.as_str()).collect();
+        let _ = writeln!(csv, "{}", values.join(","));
     }
     let verdict = match target_met(cells, policy) {
         Some(true) => "met",
