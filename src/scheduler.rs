@@ -221,7 +221,11 @@ impl<'a> Scheduler<'a> {
                         &mut len,
                     )
                 };
-                let name = p.name().to_string_lossy().trim_start_matches("gang_").to_string();
+                let name = p
+                    .name()
+                    .to_string_lossy()
+                    .trim_start_matches("gang_")
+                    .to_string();
                 (rc == 0).then_some((name, info.run_cnt, info.run_time_ns))
             })
             .collect()

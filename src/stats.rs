@@ -55,10 +55,14 @@ pub struct Metrics {
     pub gang_ns: u64,
     #[stat(desc = "CPU time run by tasks of no gang (ns)")]
     pub other_ns: u64,
-    #[stat(desc = "Runs of the scheduler's BPF callbacks (counted while kernel.bpf_stats_enabled is 1)")]
+    #[stat(
+        desc = "Runs of the scheduler's BPF callbacks (counted while kernel.bpf_stats_enabled is 1)"
+    )]
     #[serde(default)]
     pub bpf_runs: u64,
-    #[stat(desc = "Time in the scheduler's BPF callbacks (ns; counted while kernel.bpf_stats_enabled is 1)")]
+    #[stat(
+        desc = "Time in the scheduler's BPF callbacks (ns; counted while kernel.bpf_stats_enabled is 1)"
+    )]
     #[serde(default)]
     pub bpf_ns: u64,
     #[stat(

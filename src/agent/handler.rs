@@ -233,8 +233,13 @@ impl Handler {
                 size,
                 ranks,
                 preset,
+                layout,
             } => {
-                if let Err(e) = self.ranks.pmi().start(job, kvsname, size, &ranks, preset) {
+                if let Err(e) = self
+                    .ranks
+                    .pmi()
+                    .start(job, kvsname, size, &ranks, preset, layout)
+                {
                     self.error(e);
                 }
             }

@@ -33,6 +33,7 @@ pub mod link;
 pub mod mainloop;
 pub mod plans;
 pub mod pmi;
+pub mod pmix;
 pub mod prepare;
 pub mod ranks;
 #[cfg(test)]
@@ -67,6 +68,7 @@ use cluster_clock::SharedClusterClock;
 use handler::Handler;
 use link::Link;
 use mainloop::MainLoop;
+use pmix::PmixConfig;
 pub use ranks::RankRules;
 use ranks::Ranks;
 
@@ -121,6 +123,10 @@ pub fn start(
         link.clone(),
         cfg.holds.clone(),
         cfg.rules,
+        match &cfg.gang_root {
+            Some(root) => PmixConfig::probe(root),
+            None => Err("ranks are not placed in cgroups here (no --gang-root)".into()),
+        },
     );
     // Ranks a previous daemon started, still running (adopt.rs).
     if let Some(root) = &cfg.gang_root {

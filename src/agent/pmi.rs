@@ -28,6 +28,7 @@ use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -35,8 +36,12 @@ use std::time::Duration;
 
 use gang_wire::pmi::node::Action;
 use gang_wire::pmi::{Input, JobConfig, LineSplitter, NodePmi};
+use gang_wire::pmix::PmixJob;
 use gang_wire::proto::{FromAgent, JobId};
 use log::{debug, info, warn};
+
+use super::pmix::{self, Event, PmixConfig, PmixServer};
+use super::user::RankUser;
 
 /// How long a write to a rank may block (a rank that does not read its
 /// answers) before its socket is closed.
@@ -48,6 +53,22 @@ pub type ToGangd = Arc<dyn Fn(FromAgent) + Send + Sync>;
 struct Relay {
     job: JobId,
     state: Mutex<RelayState>,
+    /// Every node of the job and its ranks (PmiStart; empty from a gangd
+    /// that does not send it: no PMIx then).
+    layout: Vec<(String, Vec<u32>)>,
+    /// This node's index in `layout`.
+    node_index: usize,
+    /// The job's PMIx server (pmix.rs), started with its first rank.
+    pmix: Mutex<PmixSlot>,
+    /// PMIx fences relayed as barriers: epoch → the server's fence id.
+    fences: Mutex<BTreeMap<u64, u64>>,
+}
+
+enum PmixSlot {
+    NotStarted,
+    Running(Arc<PmixServer>),
+    /// Why it could not start (said once, to gangd).
+    Failed,
 }
 
 struct RelayState {
@@ -60,13 +81,19 @@ struct RelayState {
 pub struct PmiRelays {
     to_gangd: ToGangd,
     jobs: Mutex<BTreeMap<JobId, Arc<Relay>>>,
+    /// What PMIx servers need; Err: why this node has none.
+    pmix: Result<PmixConfig, String>,
 }
 
 impl PmiRelays {
-    pub fn new(to_gangd: ToGangd) -> Arc<PmiRelays> {
+    pub fn new(to_gangd: ToGangd, pmix: Result<PmixConfig, String>) -> Arc<PmiRelays> {
+        if let Err(why) = &pmix {
+            warn!("no PMIx here (Open MPI ranks will fail in MPI_Init): {why}");
+        }
         Arc::new(PmiRelays {
             to_gangd,
             jobs: Mutex::new(BTreeMap::new()),
+            pmix,
         })
     }
 
@@ -82,10 +109,17 @@ impl PmiRelays {
         size: u32,
         ranks: &[u32],
         preset: Vec<(String, String)>,
+        layout: Vec<(String, Vec<u32>)>,
     ) -> Result<(), String> {
         if ranks.is_empty() || ranks.iter().any(|&r| r >= size) {
             return Err(format!(
                 "PMI for job {job}: ranks {ranks:?} do not fit a job of {size}"
+            ));
+        }
+        let node_index = layout.iter().position(|(_, r)| r == ranks);
+        if !layout.is_empty() && node_index.is_none() {
+            return Err(format!(
+                "PMI for job {job}: this node's ranks {ranks:?} are not in the job's layout"
             ));
         }
         let mut config = JobConfig::new(job.0, size);
@@ -97,6 +131,10 @@ impl PmiRelays {
                 pmi: NodePmi::new(job, config, ranks),
                 socks: BTreeMap::new(),
             }),
+            layout,
+            node_index: node_index.unwrap_or(0),
+            pmix: Mutex::new(PmixSlot::NotStarted),
+            fences: Mutex::new(BTreeMap::new()),
         });
         if self.jobs().insert(job, relay).is_some() {
             warn!("PMI for job {job} started again: the previous relay is dropped");
@@ -111,15 +149,134 @@ impl PmiRelays {
             debug!("PMI barrier-out for job {job}, which has no relay here: ignored");
             return;
         };
+        let mut fence = None;
         relay.with(&self.to_gangd, |pmi| {
             match pmi.on_barrier_out(epoch, entries) {
-                Ok(actions) => actions,
+                Ok(actions) => {
+                    // A PMIx fence of this node completes with the barrier.
+                    if let Some(id) = relay.lock_fences().remove(&epoch) {
+                        let values = pmi.fence_values(epoch, relay.layout.len());
+                        fence = Some((id, values.and_then(|v| pmix::join(&v))));
+                    }
+                    actions
+                }
                 Err(why) => {
                     warn!("job {job}: PMI {why}: ignored");
                     Vec::new()
                 }
             }
         });
+        if let (Some((id, result)), Some(server)) = (fence, relay.server()) {
+            server.fence_done(id, result);
+        }
+    }
+
+    /// Whether `job` bootstraps here through PMI and gangd gave its
+    /// layout (so its ranks get a PMIx server).
+    pub fn wants_pmix(&self, job: JobId) -> bool {
+        self.jobs().get(&job).is_some_and(|r| !r.layout.is_empty())
+    }
+
+    /// What `rank` of `job` needs to reach the job's PMIx server, which is
+    /// started (as `user`, guarded for the job's `cgroup`) with the job's
+    /// first rank here. Empty when the job has no PMIx here (said to gangd
+    /// once).
+    pub fn pmix_env(
+        self: &Arc<Self>,
+        job: JobId,
+        rank: u32,
+        user: &RankUser,
+        cgroup: Option<&Path>,
+    ) -> Vec<(String, String)> {
+        let Some(relay) = self.jobs().get(&job).cloned() else {
+            return Vec::new();
+        };
+        if relay.layout.is_empty() {
+            return Vec::new();
+        }
+        let mut slot = relay.pmix.lock().unwrap_or_else(|e| e.into_inner());
+        if let PmixSlot::NotStarted = *slot {
+            *slot = match self.start_pmix(&relay, user, cgroup) {
+                Ok(server) => PmixSlot::Running(server),
+                Err(why) => {
+                    let message = format!(
+                        "job {job}: no PMIx server (Open MPI ranks will fail in MPI_Init): {why}"
+                    );
+                    warn!("{message}");
+                    (self.to_gangd)(FromAgent::Error { message });
+                    PmixSlot::Failed
+                }
+            };
+        }
+        let PmixSlot::Running(server) = &*slot else {
+            return Vec::new();
+        };
+        server.fork_env(rank).unwrap_or_else(|why| {
+            warn!("job {job} rank {rank}: {why}");
+            Vec::new()
+        })
+    }
+
+    fn start_pmix(
+        self: &Arc<Self>,
+        relay: &Arc<Relay>,
+        user: &RankUser,
+        cgroup: Option<&Path>,
+    ) -> Result<Arc<PmixServer>, String> {
+        let cfg = self.pmix.as_ref().map_err(Clone::clone)?;
+        let cgroup = cgroup.ok_or("the job has no cgroup here to guard its server for")?;
+        let spec = PmixJob {
+            nspace: format!("gang.{}", relay.job.0),
+            size: relay.lock().pmi.config().size,
+            nodes: relay.layout.iter().map(|(n, _)| n.clone()).collect(),
+            ranks_by_node: relay.layout.iter().map(|(_, r)| r.clone()).collect(),
+            this_node: relay.node_index,
+            uid: user.uid,
+            gid: user.gid,
+        };
+        let (relays, weak) = (Arc::downgrade(self), Arc::downgrade(relay));
+        PmixServer::start(cfg, &spec, relay.job, user, cgroup, move |event| {
+            if let (Some(relays), Some(relay)) = (relays.upgrade(), weak.upgrade()) {
+                relays.on_pmix(&relay, event);
+            }
+        })
+    }
+
+    /// What the job's PMIx server reports.
+    fn on_pmix(&self, relay: &Arc<Relay>, event: Event) {
+        let job = relay.job;
+        match event {
+            Event::Fence { id, blob } => {
+                let mut refused = None;
+                relay.with(&self.to_gangd, |pmi| {
+                    match pmi.fence(relay.node_index, pmix::pieces(&blob)) {
+                        Ok((epoch, actions)) => {
+                            relay.lock_fences().insert(epoch, id);
+                            actions
+                        }
+                        Err(why) => {
+                            refused = Some(why);
+                            Vec::new()
+                        }
+                    }
+                });
+                if let (Some(why), Some(server)) = (refused, relay.server()) {
+                    server.fence_done(id, Err(why));
+                }
+            }
+            Event::Abort {
+                rank,
+                status,
+                message,
+            } => relay.with(&self.to_gangd, |pmi| {
+                pmi.abort(rank, i64::from(status), &message)
+            }),
+            Event::Gone(why) => {
+                if !relay.lock().pmi.done() {
+                    warn!("job {job}: its PMIx server is gone: {why}");
+                }
+            }
+        }
     }
 
     /// PmiEntries from gangd: keys ahead of the barrier-out.
@@ -169,6 +326,17 @@ impl PmiRelays {
 impl Relay {
     fn lock(&self) -> MutexGuard<'_, RelayState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_fences(&self) -> MutexGuard<'_, BTreeMap<u64, u64>> {
+        self.fences.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn server(&self) -> Option<Arc<PmixServer>> {
+        match &*self.pmix.lock().unwrap_or_else(|e| e.into_inner()) {
+            PmixSlot::Running(s) => Some(s.clone()),
+            _ => None,
+        }
     }
 
     /// Runs one event on the job's state machine and carries out its
@@ -345,35 +513,38 @@ mod tests {
         )));
         let back: Arc<Mutex<Option<Arc<PmiRelays>>>> = Arc::default();
         let b = back.clone();
-        let relays = PmiRelays::new(Arc::new(move |m: FromAgent| {
-            let _ = tx.send(m.clone());
-            let r = match m {
-                FromAgent::PmiBarrierIn {
-                    epoch, ranks, puts, ..
-                } => gangd
-                    .lock()
-                    .unwrap()
-                    .on_barrier_in(NodeId(0), epoch, &ranks, puts),
-                _ => Ok(vec![]),
-            };
-            for a in r.unwrap() {
-                if let gang_wire::pmi::cluster::Action::ToNode(
-                    _,
-                    ToAgent::PmiBarrierOut {
-                        job,
-                        epoch,
-                        entries,
-                    },
-                ) = a
-                {
-                    let relays = b.lock().unwrap().clone().unwrap();
-                    relays.barrier_out(job, epoch, entries);
+        let relays = PmiRelays::new(
+            Arc::new(move |m: FromAgent| {
+                let _ = tx.send(m.clone());
+                let r = match m {
+                    FromAgent::PmiBarrierIn {
+                        epoch, ranks, puts, ..
+                    } => gangd
+                        .lock()
+                        .unwrap()
+                        .on_barrier_in(NodeId(0), epoch, &ranks, puts),
+                    _ => Ok(vec![]),
+                };
+                for a in r.unwrap() {
+                    if let gang_wire::pmi::cluster::Action::ToNode(
+                        _,
+                        ToAgent::PmiBarrierOut {
+                            job,
+                            epoch,
+                            entries,
+                        },
+                    ) = a
+                    {
+                        let relays = b.lock().unwrap().clone().unwrap();
+                        relays.barrier_out(job, epoch, entries);
+                    }
                 }
-            }
-        }));
+            }),
+            Err("not in these tests".into()),
+        );
         *back.lock().unwrap() = Some(relays.clone());
         relays
-            .start(JobId(3), "kvs_3_0".into(), size, ranks, vec![])
+            .start(JobId(3), "kvs_3_0".into(), size, ranks, vec![], vec![])
             .unwrap();
         (relays, seen)
     }

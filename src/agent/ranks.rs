@@ -41,6 +41,7 @@ use super::adopt::{self, JobRecord};
 use super::cgroup;
 use super::link::Link;
 use super::pmi::{self, PmiRelays};
+use super::pmix::PmixConfig;
 use super::prepare;
 use super::user::RankUser;
 
@@ -117,15 +118,19 @@ impl Ranks {
         link: Arc<Link>,
         holds: FreezeHolds,
         rules: RankRules,
+        pmix: Result<PmixConfig, String>,
     ) -> Self {
         let to_gangd = link.clone();
         Self {
             inner: Arc::new(Inner {
                 node,
                 gang_root,
-                pmi: PmiRelays::new(Arc::new(move |m| {
-                    to_gangd.send(m);
-                })),
+                pmi: PmiRelays::new(
+                    Arc::new(move |m| {
+                        to_gangd.send(m);
+                    }),
+                    pmix,
+                ),
                 link,
                 holds,
                 rules,
@@ -263,6 +268,23 @@ impl Ranks {
         // As the user, in a child, before the table is locked (prepare.rs).
         let program =
             prepare::find_program(first, &spec.env, &spec.cwd, &user, prepare::CHECK_TIMEOUT)?;
+        let limits = self.inner.rules.limits_of(&spec.limits);
+        let dir = self.dir(spec.job);
+        // Open MPI's PMIx server, started with the job's first rank here
+        // (pmix.rs) before the table is locked: its start takes a moment.
+        // Its port is guarded for the job's cgroup, so that comes first.
+        let pmix_env = if self.inner.pmi.wants_pmix(spec.job) {
+            let cgroup = dir.as_deref().filter(|d| match cgroup::create(d, &limits) {
+                Ok(_) => true,
+                Err(e) => {
+                    warn!("job {}: creating cgroup {}: {e}", spec.job, d.display());
+                    false
+                }
+            });
+            self.inner.pmi.pmix_env(spec.job, spec.rank, &user, cgroup)
+        } else {
+            Vec::new()
+        };
         let mut jobs = self.lock();
         if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&spec.rank)) {
             return Err(format!(
@@ -272,8 +294,6 @@ impl Ranks {
         }
         let cwd = CString::new(spec.cwd.as_bytes())
             .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
-        let limits = self.inner.rules.limits_of(&spec.limits);
-        let dir = self.dir(spec.job);
         let procs: Option<File> = match &dir {
             Some(dir) => {
                 let procs = cgroup::create(dir, &limits)
@@ -334,6 +354,7 @@ impl Ranks {
             .socket(spec.job, spec.rank)
             .map_err(|e| format!("making its PMI socket: {e}"))?;
         pmi::prepare(&mut cmd, pmi_socket.as_ref());
+        cmd.envs(pmix_env);
         // The child is put in the job's cgroup (by a thread of ours) before
         // it execs: the rank and all it forks are in the gang from its
         // first instruction.

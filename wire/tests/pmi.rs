@@ -36,7 +36,7 @@ impl Sim {
     fn new(placement: &[u32]) -> Sim {
         let gangd = ClusterPmi::new(JOB, placement.iter().map(|&n| NodeId(n)).collect());
         let mut nodes = BTreeMap::new();
-        for a in gangd.start() {
+        for a in gangd.start(|n| format!("n{}", n.0)) {
             let cluster::Action::ToNode(
                 n,
                 ToAgent::PmiStart {
@@ -45,6 +45,7 @@ impl Sim {
                     size,
                     ranks,
                     preset,
+                    ..
                 },
             ) = a
             else {
@@ -601,4 +602,135 @@ proptest! {
         prop_assert!(text.ends_with('\n'));
         prop_assert_eq!(parse_line(text.as_bytes()), Ok(line));
     }
+}
+
+// PMIx fences (Open MPI's bootstrap, gang_wire::pmi::fence): a node's
+// fence is one barrier of the job carrying its blob as keys.
+
+impl Sim {
+    /// `node`'s PMIx server reports its fence with `values`; Ok: the epoch.
+    fn fence(&mut self, node: u32, values: &[&str]) -> Result<u64, String> {
+        let index = self.nodes.keys().position(|&n| n == NodeId(node)).unwrap();
+        let values = values.iter().map(|v| v.to_string()).collect();
+        let (epoch, actions) = self
+            .nodes
+            .get_mut(&NodeId(node))
+            .unwrap()
+            .fence(index, values)?;
+        self.node_actions(NodeId(node), actions);
+        Ok(epoch)
+    }
+
+    fn fence_values(&mut self, node: u32, epoch: u64) -> Result<Vec<String>, String> {
+        let count = self.nodes.len();
+        self.nodes
+            .get_mut(&NodeId(node))
+            .unwrap()
+            .fence_values(epoch, count)
+    }
+}
+
+#[test]
+fn a_pmix_fence_joins_every_nodes_blob_in_node_order_on_every_node() {
+    // Ranks 0,3 on node 1; 1 on node 2; 2 on node 3.
+    let mut sim = Sim::new(&[1, 2, 3, 1]);
+    assert_eq!(sim.fence(3, &["c1", "c2"]), Ok(0));
+    assert_eq!(sim.fence(1, &["a1"]), Ok(0));
+    // Not complete until every node is in.
+    assert!(sim.fence_values(1, 0).is_err());
+    assert_eq!(sim.fence(2, &[]), Ok(0));
+    for node in [1, 2, 3] {
+        assert_eq!(sim.fence_values(node, 0).unwrap(), ["a1", "c1", "c2"]);
+        // Read once: nothing of the fence stays held.
+        assert!(sim.fence_values(node, 0).is_err());
+    }
+    // Open MPI's next fences carry nothing: one key per node each.
+    for epoch in 1..3 {
+        for node in [2, 1, 3] {
+            assert_eq!(sim.fence(node, &[]), Ok(epoch));
+        }
+        assert_eq!(sim.fence_values(2, epoch).unwrap(), Vec::<String>::new());
+    }
+    assert!(
+        sim.failed.is_empty() && sim.refused.is_empty(),
+        "{:?}",
+        sim.refused
+    );
+}
+
+#[test]
+fn a_second_fence_before_the_first_completes_is_refused() {
+    let mut sim = Sim::new(&[1, 2]);
+    assert_eq!(sim.fence(1, &["a"]), Ok(0));
+    assert!(sim.fence(1, &["b"]).unwrap_err().contains("pending"));
+}
+
+#[test]
+fn fence_data_past_the_ranks_key_budget_is_refused_before_anything_goes_out() {
+    let mut sim = Sim::new(&[1, 2]);
+    let piece = "x".repeat(VALLEN_MAX);
+    let too_many: Vec<&str> = vec![piece.as_str(); MAX_KEYS_PER_RANK];
+    let err = sim.fence(1, &too_many).unwrap_err();
+    assert!(err.contains("room for"), "{err}");
+    // The node may still fence: nothing was charged, nothing relayed.
+    let fits: Vec<&str> = vec![piece.as_str(); MAX_KEYS_PER_RANK - 1];
+    assert_eq!(sim.fence(1, &fits), Ok(0));
+    assert_eq!(sim.fence(2, &[]), Ok(0));
+    assert_eq!(sim.fence_values(2, 0).unwrap().len(), MAX_KEYS_PER_RANK - 1);
+    // The budget is the job's: rank 0 has no key left for a next fence.
+    assert!(sim.fence(1, &[]).is_err());
+    // A value that is not one PMI token never leaves the node.
+    assert!(sim.fence(2, &["a b"]).is_err());
+    assert!(sim.fence(2, &[&"y".repeat(VALLEN_MAX + 1)]).is_err());
+    assert!(sim.refused.is_empty(), "{:?}", sim.refused);
+}
+
+#[test]
+fn a_pmix_abort_fails_the_job_with_its_status() {
+    let mut sim = Sim::new(&[1, 2]);
+    assert_eq!(sim.fence(2, &["b"]), Ok(0));
+    let actions = sim
+        .nodes
+        .get_mut(&NodeId(1))
+        .unwrap()
+        .abort(0, 3, "MPI_Abort\nwith a newline");
+    sim.node_actions(NodeId(1), actions);
+    assert_eq!(sim.failed.len(), 1);
+    assert_eq!(sim.failed[0].exitcode, Some(3));
+    assert!(
+        !sim.failed[0].reason.contains('\n'),
+        "{}",
+        sim.failed[0].reason
+    );
+    // Once failed, no fence goes out.
+    assert!(sim.fence(1, &["a"]).is_err());
+    // An abort for a rank not on the node changes nothing.
+    let mut sim = Sim::new(&[1, 2]);
+    assert!(sim
+        .nodes
+        .get_mut(&NodeId(1))
+        .unwrap()
+        .abort(1, 3, "")
+        .is_empty());
+}
+
+#[test]
+fn one_job_one_bootstrap_pmi1_barriers_and_pmix_fences_do_not_mix() {
+    let mut sim = Sim::new(&[1, 1, 2]);
+    sim.init(0);
+    sim.init(1);
+    // A rank waiting in a PMI-1 barrier: no fence.
+    assert!(sim.send(0, "cmd=barrier_in\n").is_empty());
+    assert!(sim.fence(1, &[]).unwrap_err().contains("PMI-1 barrier"));
+    // A fence relayed, then a PMI-1 barrier: the job fails.
+    let mut sim = Sim::new(&[1, 1, 2]);
+    sim.init(0);
+    assert_eq!(sim.fence(1, &[]), Ok(0));
+    sim.send(0, "cmd=barrier_in\n");
+    assert_eq!(sim.failed.len(), 1, "{:?}", sim.refused);
+    assert!(
+        sim.failed[0].reason.contains("PMIx fence"),
+        "{}",
+        sim.failed[0].reason
+    );
 }

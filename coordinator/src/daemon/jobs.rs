@@ -274,7 +274,12 @@ impl Coordinator {
             peers.push(format!("{}:{}", node.addr, port));
         }
         let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
-        for a in pmi.start() {
+        let names = |n: NodeId| {
+            self.nodes
+                .get(&n)
+                .map_or_else(|| n.to_string(), |node| node.name.clone())
+        };
+        for a in pmi.start(names) {
             if let gang_wire::pmi::cluster::Action::ToNode(n, m) = a {
                 self.nodes[&n].link.send(&m);
             }

@@ -18,7 +18,12 @@ use super::*;
 fn mpi_ring() -> Option<PathBuf> {
     let out = std::env::temp_dir().join(format!("scx-gang-mpi-ring-{}", std::process::id()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent/tests/mpi_ring.c");
-    match Command::new("mpicc.mpich").arg(&src).arg("-o").arg(&out).status() {
+    match Command::new("mpicc.mpich")
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+    {
         Ok(s) if s.success() => Some(out),
         Ok(s) => panic!("mpicc.mpich failed: {s}"),
         Err(e) => {
@@ -48,7 +53,7 @@ fn run_mpi(conn: &mut Conn, pmi: &mut ClusterPmi, job: JobId, argv: &[&str]) -> 
             }
         }
     };
-    send(conn, pmi.start());
+    send(conn, pmi.start(|n| format!("node{n}")));
     // UCX's shared memory needs nothing from the host; keep it off the
     // network so that the test runs in a sandbox.
     let env = [("PATH", "/usr/bin:/bin"), ("UCX_TLS", "self,sm")];
@@ -140,7 +145,7 @@ fn each_rank_holds_its_own_pmi_socket_and_no_other() {
     let mut conn = gangd.accept(1).unwrap();
     let job = JobId(22);
     let pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
-    for a in pmi.start() {
+    for a in pmi.start(|n| format!("node{n}")) {
         if let Action::ToNode(_, m) = a {
             conn.send(m);
         }

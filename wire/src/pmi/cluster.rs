@@ -109,8 +109,14 @@ impl ClusterPmi {
         self.epoch
     }
 
-    /// The PmiStart each node of the job gets before its SpawnRanks.
-    pub fn start(&self) -> Vec<Action> {
+    /// The PmiStart each node of the job gets before its SpawnRanks;
+    /// `name_of` names a node as PMIx will (gangd's node name).
+    pub fn start(&self, name_of: impl Fn(NodeId) -> String) -> Vec<Action> {
+        let layout: Vec<(String, Vec<u32>)> = self
+            .nodes
+            .iter()
+            .map(|(&node, ranks)| (name_of(node), ranks.clone()))
+            .collect();
         self.nodes
             .iter()
             .map(|(&node, ranks)| {
@@ -122,6 +128,7 @@ impl ClusterPmi {
                         size: self.config.size,
                         ranks: ranks.clone(),
                         preset: self.config.preset.clone(),
+                        layout: layout.clone(),
                     },
                 )
             })

@@ -102,17 +102,23 @@
 //! exit code becomes the job's), as for a rank that fails. See `node` and
 //! `cluster` for the rules each half enforces.
 //!
+//! Open MPI's ranks bootstrap through PMIx instead (a per-job server
+//! child of the agent, gang-pmix-server); a node's PMIx fence travels as
+//! one of this service's barriers, its data as keys (`fence`).
+//!
 //! Limits of this design: a PMI message lost with the agent's connection
 //! is not resent (gangd fails a lost node's jobs anyway); a job adopted by
 //! a restarted gangd has no PMI service (its ranks' next barrier is
 //! refused: MPI jobs must bootstrap under the gangd that started them).
 
 pub mod cluster;
+pub mod fence;
 pub mod job;
 pub mod node;
 pub mod wire;
 
 pub use cluster::ClusterPmi;
+pub use fence::fence_key;
 pub use job::{process_mapping, JobConfig, JobFailure};
 pub use node::NodePmi;
 pub use wire::{

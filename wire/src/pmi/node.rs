@@ -55,31 +55,31 @@ pub enum Action {
 }
 
 #[derive(Debug, Default)]
-struct RankState {
+pub(super) struct RankState {
     inited: bool,
     finalized: bool,
-    in_barrier: bool,
+    pub(super) in_barrier: bool,
     /// Its socket is closed.
     gone: bool,
     /// It sent at least one line: it is a PMI client.
     spoke: bool,
-    keys: usize,
+    pub(super) keys: usize,
     bad_lines: u32,
 }
 
 #[derive(Debug)]
 pub struct NodePmi {
-    job: JobId,
-    config: JobConfig,
-    ranks: BTreeMap<u32, RankState>,
-    kvs: BTreeMap<String, String>,
+    pub(super) job: JobId,
+    pub(super) config: JobConfig,
+    pub(super) ranks: BTreeMap<u32, RankState>,
+    pub(super) kvs: BTreeMap<String, String>,
     /// Local puts since the previous barrier, for gangd.
-    puts: Vec<PmiPut>,
+    pub(super) puts: Vec<PmiPut>,
     /// Completed barriers.
-    epoch: u64,
+    pub(super) epoch: u64,
     /// The current barrier went to gangd; waiting for its barrier-out.
-    relayed: bool,
-    failed: bool,
+    pub(super) relayed: bool,
+    pub(super) failed: bool,
 }
 
 impl NodePmi {
@@ -419,6 +419,12 @@ impl NodePmi {
     }
 
     fn barrier_in(&mut self, rank: u32, group: Option<String>) -> Vec<Action> {
+        if self.relayed {
+            // Only a PMIx fence (fence.rs) relays a barrier while a rank
+            // can still speak: the job mixes the two bootstraps.
+            let reason = format!("rank {rank} entered a PMI-1 barrier during a PMIx fence");
+            return self.fail(rank, None, reason);
+        }
         if let Some(g) = group.filter(|g| g != "WORLD") {
             let reason = format!("rank {rank} entered a group barrier ({g}), unsupported");
             return self.fail(rank, None, reason);
@@ -433,6 +439,12 @@ impl NodePmi {
         if !self.ranks.values().all(|r| r.in_barrier) {
             return Vec::new();
         }
+        self.relay_barrier()
+    }
+
+    /// Every local rank is in: this node's puts and its barrier-in go to
+    /// gangd (also a PMIx fence's, fence.rs).
+    pub(super) fn relay_barrier(&mut self) -> Vec<Action> {
         self.relayed = true;
         // Each message fits a frame: the puts go in runs, the last with
         // the barrier.
@@ -458,7 +470,7 @@ impl NodePmi {
         out
     }
 
-    fn fail(&mut self, rank: u32, exitcode: Option<i64>, reason: String) -> Vec<Action> {
+    pub(super) fn fail(&mut self, rank: u32, exitcode: Option<i64>, reason: String) -> Vec<Action> {
         log::error!("pmi {}: job failed: {reason}", self.config.kvsname);
         self.failed = true;
         let mut out = Vec::new();

@@ -274,6 +274,11 @@ pub enum ToAgent {
         size: u32,
         ranks: Vec<u32>,
         preset: Vec<(String, String)>,
+        /// Every node of the job with its ranks, in one order all nodes
+        /// share (a node's index in it numbers its PMIx fence data;
+        /// its names are the hostnames PMIx gives the ranks).
+        #[serde(default)]
+        layout: Vec<(String, Vec<u32>)>,
     },
     /// PMI barrier `epoch` of `job` is complete on every node: release
     /// the ranks; `entries` are the keys put everywhere since the previous
