@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the guest initramfs (busybox + our binaries + scenarios + kernel modules).
-# usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--scenarios DIR]
+# usage: scripts/image.sh OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--openmpi] [--scenarios DIR]
 #
 # --bin PATH     the executable to /usr/bin, with the shared libraries ldd lists
 # --lib-dir DIR  a directory of run-time plugins (dlopen()ed, so ldd of the
@@ -17,6 +17,12 @@
 #                leaves lo alone for remote peers. A user's UCX_* and
 #                MPIR_CVAR_* variables reach the ranks (`gang run` passes the
 #                environment on).
+# --openmpi      what Open MPI programs (mpicc.openmpi, Debian's hpcc) load at
+#                run time besides their ldd libraries: Open MPI's MCA plugins
+#                (openmpi3/), libpmix's plugins, hwloc's plugins, and the
+#                two configuration files (Open MPI's MCA defaults, which
+#                leave UCX, openib and ofi alone, and libpmix's). The PMIx
+#                server (gang-pmix-server) comes with --bin (docs/pmix.md).
 #
 # Every node of a cluster boots the same image. When gangd is among the
 # binaries, the image holds a cluster CA made for this build (`gangd ca
@@ -28,17 +34,18 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 usage() {
-    echo "usage: $0 OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--scenarios DIR]" >&2
+    echo "usage: $0 OUT.cpio.gz [--bin PATH]... [--lib-dir DIR]... [--mpi] [--openmpi] [--scenarios DIR]" >&2
     exit 2
 }
 
-OUT= SCEN= MPI=0
+OUT= SCEN= MPI=0 OMPI=0
 BINS=() LIBDIRS=()
 while (($#)); do
     case $1 in
     --bin) (($# >= 2)) || usage; BINS+=("$2"); shift 2 ;;
     --lib-dir) (($# >= 2)) || usage; LIBDIRS+=("$2"); shift 2 ;;
     --mpi) MPI=1; shift ;;
+    --openmpi) OMPI=1; shift ;;
     --scenarios) (($# >= 2)) || usage; SCEN=$2; shift 2 ;;
     -h | --help) usage ;;
     -*) echo "unknown option $1" >&2; usage ;;
@@ -67,6 +74,16 @@ if ((MPI)); then
     if [[ -n $LIBHWLOC && -d $(dirname "$(readlink -f "$LIBHWLOC")")/hwloc ]]; then
         LIBDIRS+=("$(dirname "$(readlink -f "$LIBHWLOC")")/hwloc")
     fi
+fi
+OMPI_FILES=()
+if ((OMPI)); then
+    MULTIARCH=/usr/lib/x86_64-linux-gnu
+    for d in "$MULTIARCH/openmpi/lib/openmpi3" "$MULTIARCH/pmix2/lib/pmix" "$MULTIARCH/hwloc"; do
+        [[ -d $d ]] || die "--openmpi: $d missing (install openmpi-bin libpmix-dev: run scripts/setup.sh)"
+        [[ " ${LIBDIRS[*]} " == *" $d "* ]] || LIBDIRS+=("$d")
+    done
+    OMPI_FILES=(/etc/openmpi/openmpi-mca-params.conf "$MULTIARCH/pmix2/share/pmix-mca-params.conf")
+    for f in "${OMPI_FILES[@]}"; do [[ -f $f ]] || die "--openmpi: $f missing (run scripts/setup.sh)"; done
 fi
 for d in "${LIBDIRS[@]}"; do [[ -d $d && $d == /* ]] || die "--lib-dir $d is not an absolute path to a directory"; done
 BUSYBOX=$(command -v busybox)
@@ -140,6 +157,11 @@ done
 for d in "${LIBDIRS[@]}"; do
     step "adding $d ($(find "$d" -name '*.so*' -type f | wc -l) shared objects)"
     copy_lib_dir "$d"
+done
+
+for f in "${OMPI_FILES[@]}"; do
+    mkdir -p "$ST$(dirname "$f")"
+    cp -L "$f" "$ST$f"
 done
 
 # kernel modules (decompressed by setup.sh) and the config libbpf reads

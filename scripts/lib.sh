@@ -30,13 +30,14 @@ need_kernel() {
 # binaries BIN (default: scx_gang burn sigswitch; the cluster benchmarks add
 # gangd, gang, runas, ring; a BIN with a '/' is a path, e.g. a peer
 # scheduler from scripts/peers.sh). With --mpi it also builds the MPI test programs
-# (scripts/build_mpi.sh) and adds them (target/mpi/mpi_*), Debian's
-# NetPIPE (NPmpich2) and what MPICH and UCX load at run time (image.sh --mpi);
-# that adds some 15 MB to the compressed image, mostly libmpich.
+# (scripts/build_mpi.sh) and adds them (target/mpi/mpi_* with MPICH,
+# target/mpi/ompi_* with Open MPI), Debian's NetPIPE (NPmpich2) and hpcc (Open
+# MPI), the PMIx server (gang-pmix-server) and what both MPIs load at run
+# time (image.sh --mpi --openmpi).
 build_image() {
     local out b bins=() mpi=()
     if [[ ${1:-} == --mpi ]]; then
-        mpi=(--mpi)
+        mpi=(--mpi --openmpi)
         shift
     fi
     out=$1
@@ -57,11 +58,14 @@ build_image() {
     done
     if ((${#mpi[@]})); then
         "$SCRIPTS_DIR/build_mpi.sh"
-        for b in "$REPO_ROOT"/target/mpi/mpi_*; do
+        for b in "$REPO_ROOT"/target/mpi/mpi_* "$REPO_ROOT"/target/mpi/ompi_*; do
             [[ $b == *.tmp ]] || bins+=(--bin "$b")
         done
-        [[ -x /usr/bin/NPmpich2 ]] || die "/usr/bin/NPmpich2 missing (run scripts/setup.sh)"
-        bins+=(--bin /usr/bin/NPmpich2)
+        for b in /usr/bin/NPmpich2 /usr/bin/hpcc; do
+            [[ -x $b ]] || die "$b missing (run scripts/setup.sh)"
+            bins+=(--bin "$b")
+        done
+        bins+=(--bin "$REPO_ROOT/target/release/gang-pmix-server")
     fi
     mkdir -p "$(dirname "$out")"
     "$SCRIPTS_DIR/image.sh" "$out" "${bins[@]}" "${mpi[@]}" --scenarios "$REPO_ROOT/tests/vm/scenarios"

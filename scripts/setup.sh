@@ -7,7 +7,7 @@ set -euo pipefail
 
 HOST_PKGS=(clang-19 llvm-19 libelf-dev zlib1g-dev pkg-config qemu-system-x86 vde2
     busybox-static fuse3 libfuse3-dev xz-utils cpio iproute2 procps util-linux
-    debian-archive-keyring mpich libmpich-dev netpipe-mpich2 libpmix-dev openmpi-bin libopenmpi-dev)
+    debian-archive-keyring mpich libmpich-dev netpipe-mpich2 libpmix-dev openmpi-bin libopenmpi-dev hpcc)
 SUITE=trixie-backports
 META=linux-image-cloud-amd64
 
