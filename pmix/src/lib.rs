@@ -9,7 +9,7 @@
 //! (PMIx_server_init, registration, fork environments, the upcalls).
 //!
 //! Use: `Server::start(tmpdir, host)` once per process; for each job with
-//! ranks here `register_job(&JobSpec{..})`; for each rank add
+//! ranks here `register_job(&PmixJob{..})`; for each rank add
 //! `fork_env(nspace, rank)` and [`OMPI_ENV`] to its environment; when the
 //! job is gone `deregister_job`. The host's `fence` gets this node's blob
 //! and must complete with every node's blobs concatenated (through gangd).
@@ -27,7 +27,7 @@ pub use host::{
     MAX_STORE_BYTES, MAX_VALUE_BYTES,
 };
 pub use info::Value;
-pub use job::{JobSpec, Layout, MAX_NSPACE_BYTES};
+pub use gang_wire::pmix::{Layout, PmixJob, MAX_NSPACE_BYTES};
 pub use server::Server;
 
 /// What an Open MPI 4.1 rank needs besides `fork_env` to start without
