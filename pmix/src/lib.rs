@@ -14,8 +14,13 @@
 //! job is gone `deregister_job`. The host's `fence` gets this node's blob
 //! and must complete with every node's blobs concatenated (through gangd).
 //!
+//! `child` is the server as a process of its own, one per job
+//! (`gang-pmix-server`, src/bin/): the agent links none of this and talks
+//! to it in gang_wire::pmix's vocabulary.
+//!
 //! docs/pmix.md says what is registered and why, what Open MPI needs and
 //! the known faults.
+pub mod child;
 pub mod ffi;
 mod host;
 mod info;
