@@ -28,8 +28,9 @@ use std::sync::Mutex;
 use crate::ffi;
 use crate::info::Value;
 
-/// What one rank may contribute to a fence.
-pub const MAX_FENCE_BYTES_PER_RANK: usize = 16 << 20;
+/// What one rank may contribute to a fence (in gang_wire: the agent
+/// bounds what it holds of a fence with the same number).
+pub use gang_wire::pmix::MAX_FENCE_BYTES_PER_RANK;
 /// One published value.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// Everything published, together.

@@ -9,13 +9,18 @@
 //! (PMIx_server_init, registration, fork environments, the upcalls).
 //!
 //! Use: `Server::start(tmpdir, host)` once per process; for each job with
-//! ranks here `register_job(&JobSpec{..})`; for each rank add
+//! ranks here `register_job(&PmixJob{..})`; for each rank add
 //! `fork_env(nspace, rank)` and [`OMPI_ENV`] to its environment; when the
 //! job is gone `deregister_job`. The host's `fence` gets this node's blob
 //! and must complete with every node's blobs concatenated (through gangd).
 //!
+//! `child` is the server as a process of its own, one per job
+//! (`gang-pmix-server`, src/bin/): the agent links none of this and talks
+//! to it in gang_wire::pmix's vocabulary.
+//!
 //! docs/pmix.md says what is registered and why, what Open MPI needs and
 //! the known faults.
+pub mod child;
 pub mod ffi;
 mod host;
 mod info;
@@ -27,7 +32,7 @@ pub use host::{
     MAX_STORE_BYTES, MAX_VALUE_BYTES,
 };
 pub use info::Value;
-pub use job::{JobSpec, Layout, MAX_NSPACE_BYTES};
+pub use gang_wire::pmix::{Layout, PmixJob, MAX_NSPACE_BYTES};
 pub use server::Server;
 
 /// What an Open MPI 4.1 rank needs besides `fork_env` to start without

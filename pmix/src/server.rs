@@ -36,9 +36,10 @@ use std::time::Duration;
 use log::{debug, warn};
 
 use crate::ffi;
-use crate::host::{Error, FenceDone, Host, Proc, MAX_FENCE_BYTES_PER_RANK, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use crate::host::{Error, FenceDone, Host, Proc, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::info::{self, borrow_value, infos, InfoList, Value};
-use crate::job::{registration, text, JobSpec};
+use crate::job::{checked, registration, text};
+use gang_wire::pmix::{max_fence_bytes, PmixJob};
 
 /// PMIX_RANK_WILDCARD.
 const RANK_WILDCARD: u32 = u32::MAX - 1;
@@ -86,7 +87,7 @@ impl Server {
     }
 
     /// As [`Server::start`], the node calling itself `hostname` (the name
-    /// it has in the `nodes` of every [`JobSpec`]; clients get it as
+    /// it has in the `nodes` of every [`PmixJob`]; clients get it as
     /// PMIX_HOSTNAME).
     pub fn start_as(tmpdir: &Path, hostname: Option<&str>, host: Arc<dyn Host>) -> Result<Server, Error> {
         let mut st = state();
@@ -127,8 +128,8 @@ impl Server {
     }
 
     /// Registers `spec`'s namespace and this node's ranks of it.
-    pub fn register_job(&self, spec: &JobSpec) -> Result<(), Error> {
-        let layout = spec.layout()?;
+    pub fn register_job(&self, spec: &PmixJob) -> Result<(), Error> {
+        let layout = checked(spec)?;
         let mut info = registration(spec, &layout)?;
         let ns = nspace(&spec.nspace)?;
         let local = spec.local_ranks();
@@ -228,7 +229,7 @@ fn take_argv(env: *mut *mut c_char) -> Vec<String> {
 }
 
 fn nspace(name: &str) -> Result<CString, Error> {
-    if name.len() > crate::job::MAX_NSPACE_BYTES {
+    if name.len() > gang_wire::pmix::MAX_NSPACE_BYTES {
         return Err(Error::new(ffi::PMIX_ERR_BAD_PARAM, "namespace too long"));
     }
     CString::new(name).map_err(|_| Error::new(ffi::PMIX_ERR_BAD_PARAM, "namespace with NUL"))
@@ -366,7 +367,7 @@ unsafe extern "C" fn fence_nb(
         let Some(s) = st.as_ref() else { return ffi::PMIX_ERR_INIT };
         (s.host.clone(), s.jobs.get(&first.nspace).copied().unwrap_or(1))
     };
-    if ndata > MAX_FENCE_BYTES_PER_RANK.saturating_mul(local.max(1)) {
+    if ndata > max_fence_bytes(local) {
         warn!("PMIx: fence of {} with {ndata} bytes from {local} local ranks: refused", first.nspace);
         return ffi::PMIX_ERR_OUT_OF_RESOURCE;
     }

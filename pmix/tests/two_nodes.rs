@@ -17,7 +17,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::{assert_all_ok, assert_said, build, fixture_as, have, pmix_flags, run_ranks};
-use gang_pmix::{FenceDone, Host, JobSpec, Proc, Server};
+use gang_pmix::{FenceDone, Host, PmixJob, Proc, Server};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -36,11 +36,11 @@ fn read_frame(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
     Ok(data)
 }
 
-fn spec(nspace: &str, size: u32, this_node: usize) -> JobSpec {
+fn spec(nspace: &str, size: u32, this_node: usize) -> PmixJob {
     // Ranks alternate between the nodes: 0,2 on A; 1 on B (size 3).
     let a: Vec<u32> = (0..size).filter(|r| r % 2 == 0).collect();
     let b: Vec<u32> = (0..size).filter(|r| r % 2 == 1).collect();
-    JobSpec {
+    PmixJob {
         nspace: nspace.into(),
         size,
         nodes: vec!["nodeA".into(), "nodeB".into()],

@@ -6,6 +6,8 @@
 //!   error bound, from timestamped exchanges.
 //! - proto: the agent link (frames, messages, versions) and its TLS 1.3
 //!   with the cluster CA.
+//! - pmix: what the agent and a job's PMIx server (gang-pmix-server, a
+//!   child of the agent) say over their socketpair, and the job they serve.
 //! - pmi: the PMI-1 protocol MPI ranks speak, the node's server half and
 //!   the cluster's key-value space and barriers.
 //! - trace: the node trace format, its analysis, the merged cluster trace
@@ -19,6 +21,7 @@ pub mod cluster_clock;
 pub mod knobfs;
 pub mod plan;
 pub mod pmi;
+pub mod pmix;
 pub mod proto;
 pub mod time;
 pub mod trace;

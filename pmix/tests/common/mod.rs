@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use gang_pmix::{FenceDone, Host, JobSpec, Proc, Server};
+use gang_pmix::{FenceDone, Host, PmixJob, Proc, Server};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -187,8 +187,8 @@ pub fn pmix_flags() -> Vec<String> {
 }
 
 /// A job on one node of this host.
-pub fn one_node(nspace: &str, size: u32) -> JobSpec {
-    JobSpec {
+pub fn one_node(nspace: &str, size: u32) -> PmixJob {
+    PmixJob {
         nspace: nspace.into(),
         size,
         nodes: vec![hostname()],

@@ -1,5 +1,5 @@
 //! Framing: how one message travels on a byte stream (TCP to the agents, a
-//! Unix socket to the front end).
+//! Unix socket to the front end, a socketpair to a job's PMIx server).
 //!
 //! ```text
 //! offset  size  field
@@ -43,6 +43,9 @@ pub enum Channel {
     ToAgent = 2,
     FromClient = 3,
     ToClient = 4,
+    /// The node agent to its per-job PMIx server (crate::pmix).
+    ToPmix = 5,
+    FromPmix = 6,
 }
 
 impl Channel {
@@ -52,6 +55,8 @@ impl Channel {
             2 => "gangd to agent",
             3 => "front end to gangd",
             4 => "gangd to front end",
+            5 => "agent to PMIx server",
+            6 => "PMIx server to agent",
             _ => "unknown",
         }
     }
