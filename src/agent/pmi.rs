@@ -264,6 +264,11 @@ impl PmiRelays {
                     server.fence_done(id, Err(why));
                 }
             }
+            Event::BadFence { id, error } => {
+                if let Some(server) = relay.server() {
+                    server.fence_done(id, Err(error));
+                }
+            }
             Event::Abort {
                 rank,
                 status,

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_wire::pmix::{self as vocab, FromPmix, PmixJob, ToPmix};
+use gang_wire::pmix::{self as vocab, Assembly, FromPmix, PmixJob, ToPmix};
 use gang_wire::proto::frame::{read_frame, write_frame};
 use gang_wire::proto::JobId;
 use log::{debug, info, warn};
@@ -118,6 +118,9 @@ pub struct PmixServer {
 pub enum Event {
     /// This node's fence `id`, its blob whole.
     Fence { id: u64, blob: Vec<u8> },
+    /// This node's fence `id`, whose blob could not be taken (too big, a
+    /// bad chunk): it must fail.
+    BadFence { id: u64, error: String },
     Abort {
         rank: u32,
         status: i32,
@@ -202,6 +205,7 @@ impl PmixServer {
             .try_clone()
             .map_err(|e| format!("PMIx server socket: {e}"))?;
         let (env_tx, env_rx) = mpsc::channel();
+        let local_ranks = job.ranks_by_node[job.this_node].len();
         let server = Arc::new(PmixServer {
             job: id,
             writer: Mutex::new(ours),
@@ -213,7 +217,7 @@ impl PmixServer {
         });
         thread::Builder::new()
             .name(format!("job{}-pmix", id.0))
-            .spawn(move || read_loop(reader, env_tx, events))
+            .spawn(move || read_loop(reader, local_ranks, env_tx, events))
             .map_err(|e| format!("no thread for the PMIx server: {e}"))?;
         info!("job {id}: PMIx server ready on 127.0.0.1:{port}, reachable from its cgroup only");
         Ok(server)
@@ -250,14 +254,8 @@ impl PmixServer {
     /// Completes fence `id`: every node's blob joined, or why not.
     pub fn fence_done(&self, id: u64, result: Result<Vec<u8>, String>) {
         let sent = match result {
-            Ok(blob) => blob
-                .chunks(vocab::FENCE_CHUNK)
-                .try_for_each(|c| {
-                    self.send(&ToPmix::FenceChunk {
-                        id,
-                        data: vocab::encode(c),
-                    })
-                })
+            Ok(blob) => vocab::fence_chunks(&blob)
+                .try_for_each(|data| self.send(&ToPmix::FenceChunk { id, data }))
                 .and_then(|()| self.send(&ToPmix::FenceDone { id, error: None })),
             Err(error) => {
                 warn!("job {}: PMIx fence {id} failed: {error}", self.job);
@@ -313,10 +311,15 @@ fn handshake(sock: &UnixStream, job: &PmixJob) -> Result<String, String> {
 }
 
 /// The server's messages, until it is gone: environments to whoever
-/// waits for one, the rest to the relay.
-fn read_loop(mut sock: UnixStream, envs: Sender<FromPmix>, events: impl Fn(Event)) {
-    // This fence's blob so far (bounded: gang_wire::pmix::MAX_FENCE_BYTES).
-    let mut blob: Vec<u8> = Vec::new();
+/// waits for one, the rest to the relay. A fence's chunks are held up to
+/// the bound of `local_ranks` ranks' data.
+fn read_loop(
+    mut sock: UnixStream,
+    local_ranks: usize,
+    envs: Sender<FromPmix>,
+    events: impl Fn(Event),
+) {
+    let mut fences = Assembly::new(vocab::max_fence_bytes(local_ranks));
     let why = loop {
         let msg = match read_frame::<FromPmix>(&mut sock) {
             Ok(Some(m)) => m,
@@ -327,17 +330,15 @@ fn read_loop(mut sock: UnixStream, envs: Sender<FromPmix>, events: impl Fn(Event
             FromPmix::Env { .. } => {
                 let _ = envs.send(msg);
             }
-            FromPmix::FenceChunk { data, .. } => match vocab::decode(&data) {
-                Ok(bytes) if blob.len() + bytes.len() <= vocab::MAX_FENCE_BYTES => {
-                    blob.extend_from_slice(&bytes)
+            FromPmix::FenceChunk { id, data } => {
+                if let Err(e) = fences.chunk(id, &data) {
+                    warn!("PMIx fence {id}: {e}");
                 }
-                Ok(_) => break "a fence's data past the bound".to_string(),
-                Err(e) => break format!("a bad fence chunk: {e}"),
+            }
+            FromPmix::Fence { id, .. } => match fences.finish(id) {
+                Ok(blob) => events(Event::Fence { id, blob }),
+                Err(e) => events(Event::BadFence { id, error: e }),
             },
-            FromPmix::Fence { id, .. } => events(Event::Fence {
-                id,
-                blob: std::mem::take(&mut blob),
-            }),
             FromPmix::Abort {
                 rank,
                 status,
