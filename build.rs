@@ -1,10 +1,22 @@
-// Builds the BPF scheduler (bpf/scx_gang.bpf.c) into a skeleton and turns
-// bpf/intf.h, the one home of every type shared by BPF and Rust, into Rust.
+// Builds the BPF programs into skeletons: the scheduler (bpf/scx_gang.bpf.c,
+// OUT_DIR/bpf_skel.rs) and the PMIx servers' connect guard
+// (bpf/pmix_guard.bpf.c, OUT_DIR/pmix_guard_skel.rs), and turns bpf/intf.h,
+// the one home of every type shared by BPF and Rust, into Rust.
+//
+// scx_cargo's BpfBuilder makes one skeleton per builder, so the guard has a
+// builder of its own (same clang, same flags, same headers); the
+// scheduler's is built exactly as before.
 fn main() {
+    const CLANG: &str = "(is clang >= 18 installed? set BPF_CLANG=clang-19)";
     scx_cargo::BpfBuilder::new()
-        .expect("scx_cargo BpfBuilder (is clang >= 18 installed? set BPF_CLANG=clang-19)")
+        .unwrap_or_else(|e| panic!("scx_cargo BpfBuilder {CLANG}: {e:#}"))
         .enable_intf("bpf/intf.h", "bpf_intf.rs")
         .enable_skel("bpf/scx_gang.bpf.c", "bpf")
         .build()
         .expect("building the BPF scheduler failed");
+    scx_cargo::BpfBuilder::new()
+        .unwrap_or_else(|e| panic!("scx_cargo BpfBuilder {CLANG}: {e:#}"))
+        .enable_skel("bpf/pmix_guard.bpf.c", "pmix_guard")
+        .build()
+        .expect("building the PMIx guard (bpf/pmix_guard.bpf.c) failed");
 }

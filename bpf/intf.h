@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * intf.h - the one home of every type and constant shared by the BPF
- * scheduler (scx_gang.bpf.c) and the Rust daemon (src/). build.rs turns this
+ * programs (the scheduler scx_gang.bpf.c, the PMIx guard pmix_guard.bpf.c)
+ * and the Rust daemon (src/). build.rs turns this
  * file into Rust with bindgen, so keep it plain C: enums for constants,
  * fixed-size integer fields, no pointers.
  */
@@ -182,6 +183,24 @@ struct switch_args {
 /* Argument of the `rehome_gang` syscall program. */
 struct rehome_args {
 	s32 gang;
+};
+
+/*
+ * The PMIx guard (pmix_guard.bpf.c, src/pmix_guard.rs): what a guarded TCP
+ * port (the key of map `guarded`, a u16 in host order) admits. A connect
+ * to it on a local address is allowed only from the cgroup cgroup_id and
+ * the cgroups below it; `level` is that cgroup's depth below the cgroup-v2
+ * root (the root is level 0).
+ */
+struct pmix_guard_entry {
+	u64 cgroup_id;
+	u32 level;
+	u32 pad;
+};
+
+enum pmix_guard_limits {
+	/* Ports guarded at once: one per job with Open MPI ranks here. */
+	PMIX_GUARD_MAX_PORTS = 4096,
 };
 
 #endif /* __SCX_GANG_INTF_H */

@@ -8,6 +8,8 @@
 //! top: its scheduling goes through the main loop). The daemon (src/main.rs)
 //! adds the BPF plumbing (src/scheduler.rs: load, attach, maps, ring
 //! buffers, restart), which the `bpf` mode drives through a trait.
+//! `pmix_guard` loads a BPF program of its own (cgroup connect hooks, not
+//! the scheduler): who may connect to a job's PMIx server.
 
 pub mod agent;
 pub mod bpf_intf;
@@ -19,6 +21,7 @@ pub mod events;
 pub mod freezer;
 pub mod gangs;
 pub mod knobs;
+pub mod pmix_guard;
 pub mod preflight;
 pub mod slots;
 pub mod switching;
