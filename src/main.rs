@@ -117,6 +117,13 @@ struct Opts {
     #[arg(long, default_value_t = agent::user::DEFAULT_MIN_RANK_UID)]
     min_rank_uid: u32,
 
+    /// The PMIx server run for each Open MPI job (with --coordinator):
+    /// default `gang-pmix-server` next to this executable. Without it, or
+    /// without cgroup BPF for its connect guard, Open MPI ranks fail in
+    /// MPI_Init (MPICH needs none of it).
+    #[arg(long)]
+    pmix_server: Option<PathBuf>,
+
     /// The most processes and threads of one job here (its cgroup's
     /// pids.max) unless the job asks for its own (`gang run --max-pids`);
     /// 0: no limit.
@@ -309,6 +316,7 @@ fn run(opts: Opts) -> Result<()> {
                 node,
                 nr_cpus,
                 gang_root: Some(opts.gang_root.clone()),
+                pmix_server: opts.pmix_server.clone(),
                 knobs: shared.clone(),
                 holds: holds.clone(),
                 rules: agent::RankRules {

@@ -98,6 +98,9 @@ pub struct AgentConfig {
     /// Job cgroups go below it (the daemon's --gang-root). None: ranks are
     /// not placed in cgroups (for tests on hosts without cgroup2).
     pub gang_root: Option<PathBuf>,
+    /// The PMIx server program for Open MPI jobs; None: next to this
+    /// executable (pmix.rs).
+    pub pmix_server: Option<PathBuf>,
     pub knobs: Arc<SharedKnobs>,
     /// Shared with the scheduler, which never thaws a suspended job.
     pub holds: FreezeHolds,
@@ -124,7 +127,7 @@ pub fn start(
         cfg.holds.clone(),
         cfg.rules,
         match &cfg.gang_root {
-            Some(root) => PmixConfig::probe(root),
+            Some(root) => PmixConfig::probe(root, cfg.pmix_server.as_deref()),
             None => Err("ranks are not placed in cgroups here (no --gang-root)".into()),
         },
     );

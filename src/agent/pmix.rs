@@ -77,19 +77,22 @@ pub struct PmixConfig {
 }
 
 impl PmixConfig {
-    /// The server next to this executable, tmpdirs below /run/scx_gang/pmix
-    /// and the connect guard on the root of `gang_root`'s cgroup2
-    /// hierarchy; Err says what is missing.
-    pub fn probe(gang_root: &Path) -> Result<PmixConfig, String> {
+    /// The server `exe` (default: next to this executable), tmpdirs below
+    /// /run/scx_gang/pmix and the connect guard on the root of
+    /// `gang_root`'s cgroup2 hierarchy; Err says what is missing.
+    pub fn probe(gang_root: &Path, exe: Option<&Path>) -> Result<PmixConfig, String> {
         // The topmost cgroup above the gang root: every process is below.
         let cgroup_root = gang_root
             .ancestors()
             .filter(|d| d.join("cgroup.controllers").is_file())
             .last()
             .ok_or_else(|| format!("{} is not in a cgroup2 hierarchy", gang_root.display()))?;
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("finding our own executable: {e}"))?
-            .with_file_name("gang-pmix-server");
+        let exe = match exe {
+            Some(exe) => exe.to_path_buf(),
+            None => std::env::current_exe()
+                .map_err(|e| format!("finding our own executable: {e}"))?
+                .with_file_name("gang-pmix-server"),
+        };
         if !exe.is_file() {
             return Err(format!("{} is not installed", exe.display()));
         }

@@ -28,6 +28,7 @@ use crate::knobs::NodeKnobs;
 use gang_wire::time::monotonic_ns;
 
 mod pmi;
+mod pmix;
 
 // ---- a log that tests can read ----
 
@@ -310,6 +311,14 @@ const TEST_RULES: RankRules = RankRules {
     },
 };
 
+/// The workspace's gang-pmix-server (the tests run from target/*/deps).
+fn pmix_server() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    let dir = if dir.ends_with("deps") { dir.parent().unwrap() } else { dir };
+    dir.join("gang-pmix-server")
+}
+
 fn start_agent(
     node: &str,
     addr: String,
@@ -341,6 +350,7 @@ fn start_agent_with(
             node: node.into(),
             nr_cpus: 4,
             gang_root,
+            pmix_server: Some(pmix_server()),
             knobs: knobs.clone(),
             holds: holds.clone(),
             rules,
@@ -744,6 +754,7 @@ fn a_node_with_another_cas_certificate_is_refused_by_gangd() {
             node: "rogue".into(),
             nr_cpus: 4,
             gang_root: None,
+            pmix_server: None,
             knobs: SharedKnobs::new(NodeKnobs::new(), 4),
             holds: FreezeHolds::new(),
             rules: TEST_RULES,

@@ -653,6 +653,7 @@ fn every_message_type_has_a_sample_and_round_trips() {
             size: 4,
             ranks: vec![0, 1],
             preset: vec![("PMI_process_mapping".into(), "(vector,(0,2,2))".into())],
+            layout: vec![("node0".into(), vec![0, 1]), ("node1".into(), vec![2, 3])],
         },
         ToAgent::PmiBarrierOut {
             job,
