@@ -77,10 +77,11 @@ fn need_coordinator() {
     need_binaries(&bin_dir(), &COORDINATOR, BUILD);
 }
 
-/// The MPI programs (built with MPICH's mpicc by scripts/build_mpi.sh into
-/// target/mpi/) and Debian's NetPIPE for MPICH, for the MPI scenario; the
-/// image gets what MPICH and UCX load at run time with them (image.sh
-/// --mpi).
+/// The MPI programs (built with MPICH's and Open MPI's mpicc by
+/// scripts/build_mpi.sh into target/mpi/), Debian's NetPIPE for MPICH and
+/// hpcc for Open MPI, and the PMIx server, for the MPI scenario; the image
+/// gets what both MPIs load at run time with them (image.sh --mpi
+/// --openmpi).
 fn mpi_programs() -> Vec<PathBuf> {
     let status = Command::new(repo().join("scripts/build_mpi.sh"))
         .status()
@@ -89,11 +90,19 @@ fn mpi_programs() -> Vec<PathBuf> {
         status.success(),
         "scripts/build_mpi.sh failed (MPICH missing? run scripts/setup.sh)"
     );
-    let mut progs: Vec<PathBuf> = ["mpi_ring", "mpi_allreduce", "mpi_finalize_race"]
-        .iter()
-        .map(|p| repo().join("target/mpi").join(p))
-        .collect();
+    let mut progs: Vec<PathBuf> = [
+        "mpi_ring",
+        "mpi_allreduce",
+        "mpi_finalize_race",
+        "ompi_ring",
+        "ompi_allreduce",
+    ]
+    .iter()
+    .map(|p| repo().join("target/mpi").join(p))
+    .collect();
     progs.push(PathBuf::from("/usr/bin/NPmpich2"));
+    progs.push(PathBuf::from("/usr/bin/hpcc"));
+    progs.push(bin_dir().join("gang-pmix-server"));
     for p in &progs {
         assert!(
             p.exists(),
@@ -109,7 +118,7 @@ fn image() -> &'static Path {
     common::image(
         "cluster.cpio.gz",
         || binaries().into_iter().chain(mpi_programs()).collect(),
-        &["--mpi"],
+        &["--mpi", "--openmpi"],
     )
 }
 
@@ -1013,14 +1022,55 @@ fn assert_finalize_race(run: &Run, job: &str) {
 }
 
 /// MPI programs built with Debian's MPICH (ch4:ucx) run unmodified under
-/// `gang run` with no mpiexec: gangd's PMI-1 server introduces the ranks,
-/// UCX carries their messages between the nodes, alone or taking turns with
-/// another MPI job. A rank that calls MPI_Abort fails the job with its code
-/// and no rank is left.
+/// One MPI job of cluster_mpi that ran to its end: one JSON line per rank,
+/// one rank per node, every result checked.
+fn assert_mpi_job(n0: &Path, job: &str, workload: &str, iters: u64) {
+    let size = NR_COMPUTE;
+    let reports = json_lines(n0, &format!("{job}.out"));
+    assert_eq!(reports.len(), size, "{job}: one line per rank: {reports:?}");
+    let mut ranks: Vec<u64> = reports.iter().filter_map(|r| r["rank"].as_u64()).collect();
+    ranks.sort_unstable();
+    assert_eq!(
+        ranks,
+        (0..size as u64).collect::<Vec<_>>(),
+        "{job}: {reports:?}"
+    );
+    let mut nodes: Vec<&str> = reports.iter().filter_map(|r| r["node"].as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!(
+        nodes.len(),
+        size,
+        "{job}: one rank per node (1 CPU each): {reports:?}"
+    );
+    for r in &reports {
+        assert_eq!(r["workload"], workload, "{r}");
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["size"], size, "{r}");
+        assert_eq!(r["iters"], iters, "{r}");
+        assert!(num(&r["iter_us"]["p50"]).unwrap_or(0.0) > 0.0, "{r}");
+    }
+    let p50: Vec<f64> = reports
+        .iter()
+        .filter_map(|r| num(&r["iter_us"]["p50"]))
+        .collect();
+    eprintln!(
+        "{job}: {} ms from submission to the end, iteration p50 per rank {p50:?} us",
+        read(n0, &format!("{job}.ms"))
+    );
+}
+
+/// `gang run` with no mpiexec: gangd's PMI-1 server introduces MPICH's
+/// ranks, each node's PMIx servers Open MPI's; UCX (MPICH) or ob1/TCP (Open
+/// MPI) carries their messages between the nodes, alone or taking turns
+/// with another MPI job. A rank that calls MPI_Abort fails the job with its
+/// code and no rank is left. Debian's hpcc passes its own checks while
+/// another job shares the nodes, and no process outside a job's cgroup can
+/// reach the job's PMIx server.
 #[test]
 #[ignore = "boots 4 VMs: run by scripts/test.sh"]
-fn mpich_programs_run_under_gang_run_without_mpiexec() {
-    let run = run_cluster("cluster_mpi", NODES, &[], 1200);
+fn mpi_programs_run_under_gang_run_without_mpiexec() {
+    let run = run_cluster("cluster_mpi", NODES, &[], 2400);
     let n0 = run.node(0);
     let timed_out = |job: &str| n0.join(format!("{job}.timeout")).exists();
     let mut finalize_hangs = Vec::new();
@@ -1031,7 +1081,6 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
         ("pairA", "mpi_ring", 300),
         ("pairB", "mpi_allreduce", 300),
     ] {
-        let size = NR_COMPUTE;
         if timed_out(job) {
             // MPI_Finalize may deadlock (MPICH 4.0.2 + UCX 1.13 tcp, see
             // cluster_mpi.sh; time sharing makes it likely): tolerated only
@@ -1047,38 +1096,7 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
                 read(&n0, &format!("{job}.err"))
             );
         }
-        let reports = json_lines(&n0, &format!("{job}.out"));
-        assert_eq!(reports.len(), size, "{job}: one line per rank: {reports:?}");
-        let mut ranks: Vec<u64> = reports.iter().filter_map(|r| r["rank"].as_u64()).collect();
-        ranks.sort_unstable();
-        assert_eq!(
-            ranks,
-            (0..size as u64).collect::<Vec<_>>(),
-            "{job}: {reports:?}"
-        );
-        let mut nodes: Vec<&str> = reports.iter().filter_map(|r| r["node"].as_str()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        assert_eq!(
-            nodes.len(),
-            size,
-            "{job}: one rank per node (1 CPU each): {reports:?}"
-        );
-        for r in &reports {
-            assert_eq!(r["workload"], workload, "{r}");
-            assert_eq!(r["ok"], true, "{r}");
-            assert_eq!(r["size"], size, "{r}");
-            assert_eq!(r["iters"], iters, "{r}");
-            assert!(num(&r["iter_us"]["p50"]).unwrap_or(0.0) > 0.0, "{r}");
-        }
-        let p50: Vec<f64> = reports
-            .iter()
-            .filter_map(|r| num(&r["iter_us"]["p50"]))
-            .collect();
-        eprintln!(
-            "{job}: {} ms from submission to the end, iteration p50 per rank {p50:?} us",
-            read(&n0, &format!("{job}.ms"))
-        );
+        assert_mpi_job(&n0, job, workload, iters);
     }
     assert_eq!(
         read(&n0, "pair.both_running"),
@@ -1150,6 +1168,102 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
         );
     }
 
+    // Open MPI (PMIx): the same programs, no mpirun, no finalize hang.
+    for (job, workload, iters) in [
+        ("ompi_ring", "mpi_ring", 200),
+        ("ompi_allreduce", "mpi_allreduce", 200),
+        ("ompi_pairA", "mpi_ring", 300),
+        ("ompi_pairB", "mpi_allreduce", 300),
+    ] {
+        assert!(
+            !timed_out(job),
+            "{job} hung: {}",
+            read(&n0, &format!("{job}.err"))
+        );
+        assert_eq!(
+            read(&n0, &format!("{job}.rc")),
+            "0",
+            "{job}: {}",
+            read(&n0, &format!("{job}.err"))
+        );
+        assert_mpi_job(&n0, job, workload, iters);
+    }
+    assert_eq!(
+        read(&n0, "ompi_pair.both_running"),
+        "yes",
+        "the two Open MPI jobs never ran at the same time"
+    );
+    let err = read(&n0, "ompi_abort.err");
+    assert_eq!(
+        read(&n0, "ompi_abort.rc"),
+        "4",
+        "MPI_Abort's code through PMIx: {err}"
+    );
+    assert!(err.contains("PMIx_Abort(4)"), "{err}");
+
+    // hpcc: its own verification passed, beside another job.
+    assert_eq!(
+        read(&n0, "hpcc.both_running"),
+        "yes",
+        "hpcc never shared the nodes"
+    );
+    assert!(!timed_out("hpcc"), "hpcc hung: {}", read(&n0, "hpcc.err"));
+    assert_eq!(read(&n0, "hpcc.rc"), "0", "{}", read(&n0, "hpcc.err"));
+    let outf: Vec<String> = COMPUTE
+        .map(|i| read(&run.node(i), "hpccoutf.txt"))
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(outf.len(), 1, "rank 0's node has hpccoutf.txt");
+    let outf = &outf[0];
+    for want in [
+        "Success=1",
+        "CommWorldProcs=3",
+        "HPL_N=240",
+        "MPIRandomAccess_ErrorsFraction=0",
+        "End of HPC Challenge tests.",
+    ] {
+        assert!(outf.contains(want), "hpccoutf.txt lacks {want:?}");
+    }
+    assert!(
+        outf.contains("1 tests completed and passed residual checks")
+            && outf.contains("0 tests completed and failed residual checks"),
+        "HPL's residual check"
+    );
+    let ptrans = outf
+        .lines()
+        .filter(|l| l.starts_with("WALL") && l.contains("PASSED"))
+        .count();
+    assert!(
+        ptrans >= 1 && !outf.contains("FAILED"),
+        "PTRANS: {ptrans} PASSED rows"
+    );
+    let fft_err = outf
+        .lines()
+        .find_map(|l| l.strip_prefix("MPIFFT_maxErr="))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("MPIFFT_maxErr");
+    assert!(fft_err < 1e-10, "MPI FFT error {fft_err}");
+    eprintln!(
+        "hpcc: passed its checks in {} ms, sharing the nodes",
+        read(&n0, "hpcc.ms")
+    );
+
+    // The PMIx servers' ports: nobody outside the jobs' cgroups got in.
+    for i in COMPUTE {
+        let probes = read(&run.node(i), "pmix_guard.txt");
+        let lines: Vec<&str> = probes.lines().collect();
+        assert!(
+            lines.len() >= 6,
+            "node{i}: both jobs' servers probed as bob, alice and root: {probes}"
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains(" refused ") && l.contains("not permitted")),
+            "node{i}: a process outside a job's cgroup reached its PMIx server: {probes}"
+        );
+    }
+
     // Nothing left on any node after any phase.
     for i in COMPUTE {
         let n = run.node(i);
@@ -1161,6 +1275,11 @@ fn mpich_programs_run_under_gang_run_without_mpiexec() {
             "abort",
             "abort1",
             "race",
+            "ompi_ring",
+            "ompi_allreduce",
+            "ompi_pair",
+            "ompi_abort",
+            "hpcc",
         ] {
             assert_eq!(
                 read(&n, &format!("{phase}.procs")),

@@ -120,7 +120,10 @@ fn run_two(pair: &Pair, job: JobId, argv: &[&str]) -> Run {
             FromAgent::PmiPuts { puts, .. } => route(pmi.on_puts(NodeId(node), puts).unwrap()),
             FromAgent::PmiBarrierIn {
                 epoch, ranks, puts, ..
-            } => route(pmi.on_barrier_in(NodeId(node), epoch, &ranks, puts).unwrap()),
+            } => route(
+                pmi.on_barrier_in(NodeId(node), epoch, &ranks, puts)
+                    .unwrap(),
+            ),
             FromAgent::PmiFailed {
                 rank,
                 exitcode,
@@ -170,7 +173,9 @@ fn pmix_listen_ports() -> Vec<u16> {
         if comm.trim() != "gang-pmix-serve" {
             continue;
         }
-        let Ok(fds) = fs::read_dir(p.path().join("fd")) else { continue };
+        let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
         for fd in fds.flatten() {
             if let Ok(t) = fs::read_link(fd.path()) {
                 let t = t.to_string_lossy().to_string();
@@ -209,9 +214,21 @@ fn an_open_mpi_job_on_two_agents_bootstraps_through_their_pmix_servers() {
     let ca = TestCa::new("agent-pmix");
     let gangd = Gangd::new(&ca);
     let roots = [root.join("a"), root.join("b")];
-    let _a = start_agent("pmix-n1", gangd.addr(), &ca, Some(roots[0].clone()), accept_all());
+    let _a = start_agent(
+        "pmix-n1",
+        gangd.addr(),
+        &ca,
+        Some(roots[0].clone()),
+        accept_all(),
+    );
     let c1 = gangd.accept(1).unwrap();
-    let _b = start_agent("pmix-n2", gangd.addr(), &ca, Some(roots[1].clone()), accept_all());
+    let _b = start_agent(
+        "pmix-n2",
+        gangd.addr(),
+        &ca,
+        Some(roots[1].clone()),
+        accept_all(),
+    );
     let c2 = gangd.accept(2).unwrap();
 
     let pair = Pair::new(vec![c1, c2]);

@@ -21,6 +21,21 @@
 #   race      gang run -n 2 -- mpi_finalize_race: provokes the MPI_Finalize
 #             deadlock described below (expected to hang, FINALIZE_GRACE 20
 #             s, then dumped and Ctrl-Ced like any hung job).
+# Then the same programs built with Open MPI (ompi_*: PMIx, each node's
+# agent runs a PMIx server per job, docs/pmix.md), with no mpirun:
+#   ompi_ring, ompi_allreduce   as ring and allreduce
+#   ompi_pair   ompi_ring and ompi_allreduce (3 ranks each) at once, taking
+#             turns cluster-wide
+#   ompi_abort  ompi_allreduce --abort-rank 1: MPI_Abort(.., 4) through PMIx
+#   hpcc      Debian's hpcc (unmodified) on 3 ranks with a small
+#             hpccinf.txt (every compute node writes one to /tmp, the
+#             ranks' cwd; rank 0 writes hpccoutf.txt there, copied to its
+#             node's results), while `share` (ompi_ring --rounds 100000)
+#             shares the nodes by gang scheduling; once both run, each
+#             compute node tries to reach the PMIx servers' ports from
+#             outside the jobs' cgroups (as bob, as alice, as root: every
+#             one must be refused) and writes pmix_guard.txt ("who port
+#             refused|connected" lines); share is Ctrl-Ced after hpcc.
 # Outputs on the head: NAME.out / NAME.err / NAME.rc / NAME.ms;
 # pair.both_running ("yes" once `gang ps` showed both pair jobs running at
 # once). After every phase each compute node writes PHASE.procs (MPI
@@ -57,12 +72,13 @@
 # those phases.
 . /scenarios/cluster_lib.sh
 
-MPI_PROGS="mpi_ring mpi_allreduce NPmpich2 mpi_finalize_race"
+MPI_PROGS="mpi_ring mpi_allreduce NPmpich2 mpi_finalize_race ompi_ring ompi_allreduce hpcc gang-pmix-server"
 # A job runs at most this long (s) before the head Ctrl-Cs it (emulated
 # nodes: MPI_Init alone takes seconds).
 JOB_LIMIT=${JOB_LIMIT:-240}
+JOB_LIMIT_DEFAULT=$JOB_LIMIT
 FINALIZE_GRACE=${FINALIZE_GRACE:-60}
-ALL_PHASES="ring allreduce netpipe pair abort abort1 race"
+ALL_PHASES="ring allreduce netpipe pair abort abort1 race ompi_ring ompi_allreduce ompi_pair ompi_abort hpcc"
 PHASES=${PHASES:-$ALL_PHASES}
 want() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -173,10 +189,33 @@ dump() {
 	board_put "dumped_$name.node$NODE_ID" yes
 }
 
+# probe_pmix: on a compute node, every port a PMIx server listens on,
+# connected to from outside the jobs' cgroups as bob, alice and root.
+probe_pmix() {
+	local port who
+	: > "$RESULTS/pmix_guard.txt"
+	for port in $(netstat -ltnp 2>/dev/null | awk '/gang-pmix/ {n = split($4, a, ":"); print a[n]}'); do
+		for who in bob alice root; do
+			case $who in
+			bob) set -- runas $BOB_UID $BOB_UID -- ;;
+			alice) set -- runas $ALICE_UID $ALICE_UID -- ;;
+			root) set -- ;;
+			esac
+			if "$@" timeout 5 nc 127.0.0.1 "$port" < /dev/null > /dev/null 2> "$RESULTS/pmix_guard.err"; then
+				echo "$who $port connected"
+			else
+				echo "$who $port refused $(tr '\n' ' ' < "$RESULTS/pmix_guard.err")"
+			fi >> "$RESULTS/pmix_guard.txt"
+		done
+	done
+	log "PMIx guard probe: $(tr '\n' ';' < "$RESULTS/pmix_guard.txt")"
+	board_put "probed.node$NODE_ID" yes
+}
+
 # wait_phase PHASE: on a compute node, until the head starts PHASE's checks;
 # meanwhile it dumps its ranks' state when the head asks (once per request:
 # the board keeps the last one).
-DONE_DUMP=
+DONE_DUMP= PROBED=
 wait_phase() {
 	local until_ms=$(( $(now_ms) + 900 * 1000 )) d
 	while :; do
@@ -186,6 +225,10 @@ wait_phase() {
 		if [ -n "$d" ] && [ "$d" != "$DONE_DUMP" ]; then
 			dump "$d"
 			DONE_DUMP=$d
+		fi
+		if [ -n "$(board_get probe_pmix)" ] && [ -z "$PROBED" ]; then
+			probe_pmix
+			PROBED=yes
 		fi
 		[ "$(now_ms)" -ge "$until_ms" ] && return 1
 		sleep 1
@@ -234,16 +277,93 @@ if [ "$NODE_ID" = 0 ]; then
 		job_phase race 2 err 'entering MPI_Finalize' 2 mpi_finalize_race --skew-ms 1000
 		GRACE=
 	fi
+	want ompi_ring && job_phase ompi_ring 3 out "$OK_LINE" 3 ompi_ring --rounds 200
+	want ompi_allreduce && job_phase ompi_allreduce 3 out "$OK_LINE" 3 ompi_allreduce --iters 200
+	if want ompi_pair; then
+		t0=$(now_ms)
+		submit ompi_pairA 3 -- ompi_ring --rounds 300; PA=$JOB_PID
+		submit ompi_pairB 3 -- ompi_allreduce --iters 300 --grain-us 2000; PB=$JOB_PID
+		if poll_for 90 jobs_at_least running 2; then
+			echo yes > "$RESULTS/ompi_pair.both_running"
+		else
+			echo no > "$RESULTS/ompi_pair.both_running"
+		fi
+		watch_job ompi_pairA "$PA" "$t0" out "$OK_LINE" 3
+		watch_job ompi_pairB "$PB" "$t0" out "$OK_LINE" 3
+		end_phase ompi_pair
+	fi
+	want ompi_abort && job_phase ompi_abort 3 out "$OK_LINE" 1 ompi_allreduce --iters 200 --abort-rank 1
+	if want hpcc; then
+		t0=$(now_ms)
+		submit share 3 -- ompi_ring --rounds 100000; PS=$JOB_PID
+		submit hpcc 3 -- hpcc; PH=$JOB_PID
+		if poll_for 120 jobs_at_least running 2; then
+			echo yes > "$RESULTS/hpcc.both_running"
+			board_put probe_pmix yes
+			all_nodes probed yes
+		else
+			echo no > "$RESULTS/hpcc.both_running"
+		fi
+		# (hpcc writes its results to hpccoutf.txt only: no line to wait for.)
+		JOB_LIMIT=600
+		watch_job hpcc "$PH" "$t0" out 'no line matches this' 1
+		JOB_LIMIT=${JOB_LIMIT_DEFAULT}
+		kill -INT "$PS"
+		finish_job share "$PS"
+		end_phase hpcc
+	fi
 	as_alice gang ps > "$RESULTS/ps_after.txt" 2>&1
 	cluster_done
 else
+	# hpcc's input, in the ranks' cwd: HPL of N=240 on a 1x3 grid, the
+	# other tests sized from it (~3 s on the host, natively).
+	cat > /tmp/hpccinf.txt <<-'EOF'
+	HPLinpack benchmark input file
+	Innovative Computing Laboratory, University of Tennessee
+	HPL.out      output file name (if any)
+	8            device out (6=stdout,7=stderr,file)
+	1            # of problems sizes (N)
+	240          Ns
+	1            # of NBs
+	40           NBs
+	0            PMAP process mapping (0=Row-,1=Column-major)
+	1            # of process grids (P x Q)
+	1            Ps
+	3            Qs
+	16.0         threshold
+	1            # of panel fact
+	2            PFACTs (0=left, 1=Crout, 2=Right)
+	1            # of recursive stopping criterium
+	4            NBMINs (>= 1)
+	1            # of panels in recursion
+	2            NDIVs
+	1            # of recursive panel fact.
+	1            RFACTs (0=left, 1=Crout, 2=Right)
+	1            # of broadcast
+	1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
+	1            # of lookahead depth
+	1            DEPTHs (>=0)
+	2            SWAP (0=bin-exch,1=long,2=mix)
+	64           swapping threshold
+	0            L1 in (0=transposed,1=no-transposed) form
+	0            U  in (0=transposed,1=no-transposed) form
+	1            Equilibration (0=no,1=yes)
+	8            memory alignment in double (> 0)
+	##### This line (no. 32) is ignored (it serves as a separator). ######
+	0                               Number of additional problem sizes for PTRANS
+	1200 10000 30000                values of N
+	0                               number of additional blocking sizes for PTRANS
+	40 9 8 13 13 20 16 32 64        values of NB
+	EOF
+	chmod 0644 /tmp/hpccinf.txt
 	# (PHASES comes from the kernel command line: the same on every node.)
 	for phase in $PHASES; do
 		wait_phase "$phase" || fail "no $phase phase"
 		check_left "$phase"
 	done
-	# NetPIPE's rank 0 writes its table file where it ran.
+	# NetPIPE's rank 0 writes its table file where it ran; so does hpcc.
 	[ -f /tmp/np.out ] && cp /tmp/np.out "$RESULTS/np.out"
+	[ -f /tmp/hpccoutf.txt ] && cp /tmp/hpccoutf.txt "$RESULTS/hpccoutf.txt"
 	wait_done
 fi
 exit 0
