@@ -95,7 +95,7 @@ struct ReportArgs {
     #[arg(long)]
     policies: Option<String>,
     /// Fine-grained workloads of the slowdown targets.
-    #[arg(long, default_value = "allreduce rt mpi_allreduce")]
+    #[arg(long, default_value = "allreduce rt mpi_allreduce ompi_allreduce")]
     fine_workloads: String,
     /// Gang policies (targets: slowdown ≤ 1.1, ep within 2 %, switch cost).
     #[arg(long, default_value = "gang-strict gang-yield")]

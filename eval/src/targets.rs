@@ -60,7 +60,7 @@ impl Default for TargetConfig {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
         TargetConfig {
             metric: TargetMetric::Slowdown,
-            fine_workloads: v(&["allreduce", "rt", "mpi_allreduce"]),
+            fine_workloads: v(&["allreduce", "rt", "mpi_allreduce", "ompi_allreduce"]),
             gang_policies: v(&["gang-strict", "gang-yield"]),
             local_policies: v(&["eevdf", "bpfland"]),
             gang_max_slowdown: 1.1,

@@ -32,7 +32,7 @@
 #
 # Settings (env.NAME=a,b on the kernel command line):
 #   EVAL_POLICIES   "dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"
-#   EVAL_WORKLOADS  "rt allreduce alltoall ep mpi_allreduce"
+#   EVAL_WORKLOADS  "rt allreduce alltoall ep mpi_allreduce ompi_allreduce"
 #   EVAL_MPLS "1 2 3"  EVAL_REPS 1  EVAL_SCALE 1 (multiplies every job's work)
 #   EVAL_SLOT_MS 100  EVAL_SPIN_US 1000  EVAL_SHORT 1  EVAL_SHORT_BEHIND 2
 #   EVAL_SHORT_AFTER_S 2  EVAL_CAP_S 300 (a job running longer is killed and
@@ -44,7 +44,7 @@
 . /scenarios/cluster_lib.sh
 
 POLICIES=${EVAL_POLICIES:-"dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"}
-WORKLOADS=${EVAL_WORKLOADS:-"rt allreduce alltoall ep mpi_allreduce"}
+WORKLOADS=${EVAL_WORKLOADS:-"rt allreduce alltoall ep mpi_allreduce ompi_allreduce"}
 MPLS=${EVAL_MPLS:-"1 2 3"}
 REPS=${EVAL_REPS:-1}
 SCALE=${EVAL_SCALE:-1}
@@ -80,6 +80,8 @@ wl_cmd() {
 	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
 	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
 	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((400 * SCALE))" ;;
+	# The same allreduce built with Open MPI (PMIx bootstrap, ob1/TCP).
+	ompi_allreduce) echo "/usr/bin/ompi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
 	# NetPIPE (MPICH, polling): 1 byte to 1 KiB ping-pong; it prints no
 	# result line, so rankprobe --ok-on-exit gives its own.
 	netpipe) echo "/usr/bin/rankprobe --ok-on-exit -- /usr/bin/NPmpich2 -u 1024 -n $((20 * SCALE)) -p 0 -o /tmp/np.out" ;;
