@@ -129,7 +129,7 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
         match msg {
             ToPmix::Job { .. } => break Err("a second Job".to_string()),
             ToPmix::ForkEnv { rank } => {
-                let _ = out.send(env(&server, &job.nspace, rank));
+                let _ = out.send(env(&server, &job, rank));
             }
             ToPmix::FenceChunk { id, data } => {
                 if let Err(e) = host.relay().chunk(id, &data) {
@@ -180,8 +180,14 @@ fn start(job: &PmixJob, args: &Args, host: Arc<ChildHost>) -> Result<(Server, St
     Ok((server, uri.ok_or("no PMIX_SERVER_URI41 in the fork environment")?))
 }
 
-fn env(server: &Server, nspace: &str, rank: u32) -> FromPmix {
-    match server.fork_env(nspace, rank) {
+/// `rank`'s environment, if it is one of this node's ranks (libpmix would
+/// give one to any rank, whose client it would then refuse).
+fn env(server: &Server, job: &PmixJob, rank: u32) -> FromPmix {
+    if !job.local_ranks().contains(&rank) {
+        let error = Some(format!("rank {rank} of {} is not on this node", job.nspace));
+        return FromPmix::Env { rank, env: Vec::new(), error };
+    }
+    match server.fork_env(&job.nspace, rank) {
         Ok(mut env) => {
             env.extend(OMPI_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())));
             FromPmix::Env { rank, env, error: None }
