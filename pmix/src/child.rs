@@ -331,7 +331,7 @@ mod tests {
         assert!(r.chunk(0, &encode(b"x")).is_err());
         assert!(r.done(0, None).is_err());
         r.start(b"", true, 'a');
-        r.done(0, None).unwrap();
+        assert_eq!(r.done(0, None).unwrap(), ('a', Ok(vec![])));
         assert!(r.done(0, None).is_err(), "completed once");
         assert!(r.chunk(0, &encode(b"x")).is_err());
         r.start(b"", true, 'b');
@@ -343,7 +343,7 @@ mod tests {
         let mut r = FenceRelay::new(100);
         r.start(b"", true, 'a');
         r.start(b"", true, 'b');
-        r.done(0, None).unwrap();
+        assert_eq!(r.done(0, None).unwrap(), ('a', Ok(vec![])));
         assert_eq!(r.take_all(), vec!['b']);
     }
 
