@@ -158,7 +158,7 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
     end
 }
 
-/// Logs `error`, tells the agent, returns it.
+/// Tells the agent `error` (Failed), returns it (main logs it).
 fn failed(out: &Sender<FromPmix>, error: String) -> String {
     let _ = out.send(FromPmix::Failed { error: error.clone() });
     error
