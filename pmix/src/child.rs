@@ -105,7 +105,10 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
     let job = match read_frame::<ToPmix>(link) {
         Ok(None) => return Ok(()),
         Ok(Some(ToPmix::Job { job })) => job,
-        Ok(Some(other)) => return Err(failed(&out, format!("first message {other:?}, not Job"))),
+        Ok(Some(other)) => {
+            let what: String = format!("{other:?}").chars().take(80).collect();
+            return Err(failed(&out, format!("first message {what}, not Job")));
+        }
         Err(e) => return Err(failed(&out, format!("from the agent: {e}"))),
     };
     let host = Arc::new(ChildHost {

@@ -117,6 +117,10 @@ fn a_frame_of_the_other_direction_or_another_link_is_refused() {
             expected: 5
         })
     ));
+    assert_eq!(
+        read_frame::<ToPmix>(&mut &f[..]).unwrap_err().to_string(),
+        "frame of channel 6 (PMIx server to agent) where channel 5 (agent to PMIx server) was expected"
+    );
     let mut f = frame(&ToPmix::ForkEnv { rank: 0 }).unwrap();
     f[6] = 2; // gangd to agent
     assert!(matches!(
