@@ -16,7 +16,9 @@
 //!
 //! On EOF of fd 3 (the agent ended the job, or died) or a malformed frame,
 //! every fence still held fails, libpmix is finalized and the process
-//! exits (0 on EOF, 1 on an error). Nothing here needs root.
+//! exits (0 on EOF, 1 on an error). A libpmix stuck after refusing a
+//! client of the wrong user never finalizes: after [`FINALIZE_LIMIT`] the
+//! process exits anyway ([`STUCK_EXIT`]). Nothing here needs root.
 //!
 //! Known faults: the queue to the agent is unbounded (its size is bounded
 //! by what libpmix lets clients do: one blob per fence, one abort or
@@ -28,6 +30,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use gang_wire::pmix::{fence_chunks, max_fence_bytes, Assembly, FromPmix, PmixJob, ToPmix};
 use gang_wire::proto::{read_frame, write_frame};
@@ -44,6 +47,12 @@ pub const LINK_FD: i32 = 3;
 /// no IPv6 listener (PMIX_SERVER_REMOTE_CONNECTIONS stays false: the IPv4
 /// listener is on 127.0.0.1 only).
 pub const MCA_ENV: &[(&str, &str)] = &[("PMIX_MCA_gds", "hash"), ("PMIX_MCA_ptl_tcp_disable_ipv6_family", "1")];
+
+/// How long libpmix may take to finalize at the end. After refusing a
+/// client of the wrong user libpmix 4.2.2 never does (tests/child.rs).
+pub const FINALIZE_LIMIT: Duration = Duration::from_secs(5);
+/// The exit status when it did not.
+pub const STUCK_EXIT: i32 = 3;
 
 /// Command line: `--tmpdir DIR [--hostname NAME]`.
 #[derive(Debug, PartialEq, Eq)]
@@ -154,7 +163,14 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
         }
     };
     // Fences still held fail (their clients get an error) while libpmix
-    // still runs; then it is finalized.
+    // still runs; then it is finalized, unless it is stuck.
+    std::thread::spawn(|| {
+        std::thread::sleep(FINALIZE_LIMIT);
+        error!("libpmix did not finalize within {FINALIZE_LIMIT:?} (stuck, docs/pmix.md): exiting anyway");
+        // SAFETY: ends the process without running exit handlers, which
+        // could wait for libpmix's stuck thread too.
+        unsafe { libc::_exit(STUCK_EXIT) };
+    });
     let held = host.relay().take_all();
     drop(held);
     drop(server);
