@@ -427,6 +427,9 @@ fn a_client_refused_for_its_user_stalls_only_its_own_jobs_server() {
     let outs = wait_ranks(ranks, LIMIT);
     assert_all_ok(&outs);
     assert!(b.pop().unwrap().end().0.success());
+    // A still reads its link (setup_fork does not need libpmix's thread).
+    a[0].send(&ToPmix::ForkEnv { rank: 0 });
+    assert!(matches!(next(&said_a), (_, FromPmix::Env { rank: 0, error: None, .. })));
     // libpmix 4.2.2 in A's server never finalizes: it exits anyway, and
     // says so. (The day libpmix is fixed, A exits 0: update docs/pmix.md.)
     let t = Instant::now();
