@@ -16,7 +16,9 @@
 //!
 //! On EOF of fd 3 (the agent ended the job, or died) or a malformed frame,
 //! every fence still held fails, libpmix is finalized and the process
-//! exits (0 on EOF, 1 on an error). Nothing here needs root.
+//! exits (0 on EOF, 1 on an error). A libpmix stuck after refusing a
+//! client of the wrong user never finalizes: after [`FINALIZE_LIMIT`] the
+//! process exits anyway ([`STUCK_EXIT`]). Nothing here needs root.
 //!
 //! Known faults: the queue to the agent is unbounded (its size is bounded
 //! by what libpmix lets clients do: one blob per fence, one abort or
@@ -28,6 +30,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use gang_wire::pmix::{fence_chunks, max_fence_bytes, Assembly, FromPmix, PmixJob, ToPmix};
 use gang_wire::proto::{read_frame, write_frame};
@@ -44,6 +47,12 @@ pub const LINK_FD: i32 = 3;
 /// no IPv6 listener (PMIX_SERVER_REMOTE_CONNECTIONS stays false: the IPv4
 /// listener is on 127.0.0.1 only).
 pub const MCA_ENV: &[(&str, &str)] = &[("PMIX_MCA_gds", "hash"), ("PMIX_MCA_ptl_tcp_disable_ipv6_family", "1")];
+
+/// How long libpmix may take to finalize at the end. After refusing a
+/// client of the wrong user libpmix 4.2.2 never does (tests/child.rs).
+pub const FINALIZE_LIMIT: Duration = Duration::from_secs(5);
+/// The exit status when it did not.
+pub const STUCK_EXIT: i32 = 3;
 
 /// Command line: `--tmpdir DIR [--hostname NAME]`.
 #[derive(Debug, PartialEq, Eq)]
@@ -105,7 +114,10 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
     let job = match read_frame::<ToPmix>(link) {
         Ok(None) => return Ok(()),
         Ok(Some(ToPmix::Job { job })) => job,
-        Ok(Some(other)) => return Err(failed(&out, format!("first message {other:?}, not Job"))),
+        Ok(Some(other)) => {
+            let what: String = format!("{other:?}").chars().take(80).collect();
+            return Err(failed(&out, format!("first message {what}, not Job")));
+        }
         Err(e) => return Err(failed(&out, format!("from the agent: {e}"))),
     };
     let host = Arc::new(ChildHost {
@@ -129,7 +141,7 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
         match msg {
             ToPmix::Job { .. } => break Err("a second Job".to_string()),
             ToPmix::ForkEnv { rank } => {
-                let _ = out.send(env(&server, &job.nspace, rank));
+                let _ = out.send(env(&server, &job, rank));
             }
             ToPmix::FenceChunk { id, data } => {
                 if let Err(e) = host.relay().chunk(id, &data) {
@@ -151,14 +163,21 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
         }
     };
     // Fences still held fail (their clients get an error) while libpmix
-    // still runs; then it is finalized.
+    // still runs; then it is finalized, unless it is stuck.
+    std::thread::spawn(|| {
+        std::thread::sleep(FINALIZE_LIMIT);
+        error!("libpmix did not finalize within {FINALIZE_LIMIT:?} (stuck, docs/pmix.md): exiting anyway");
+        // SAFETY: ends the process without running exit handlers, which
+        // could wait for libpmix's stuck thread too.
+        unsafe { libc::_exit(STUCK_EXIT) };
+    });
     let held = host.relay().take_all();
     drop(held);
     drop(server);
     end
 }
 
-/// Logs `error`, tells the agent, returns it.
+/// Tells the agent `error` (Failed), returns it (main logs it).
 fn failed(out: &Sender<FromPmix>, error: String) -> String {
     let _ = out.send(FromPmix::Failed { error: error.clone() });
     error
@@ -180,8 +199,14 @@ fn start(job: &PmixJob, args: &Args, host: Arc<ChildHost>) -> Result<(Server, St
     Ok((server, uri.ok_or("no PMIX_SERVER_URI41 in the fork environment")?))
 }
 
-fn env(server: &Server, nspace: &str, rank: u32) -> FromPmix {
-    match server.fork_env(nspace, rank) {
+/// `rank`'s environment, if it is one of this node's ranks (libpmix would
+/// give one to any rank, whose client it would then refuse).
+fn env(server: &Server, job: &PmixJob, rank: u32) -> FromPmix {
+    if !job.local_ranks().contains(&rank) {
+        let error = Some(format!("rank {rank} of {} is not on this node", job.nspace));
+        return FromPmix::Env { rank, env: Vec::new(), error };
+    }
+    match server.fork_env(&job.nspace, rank) {
         Ok(mut env) => {
             env.extend(OMPI_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())));
             FromPmix::Env { rank, env, error: None }
@@ -325,7 +350,7 @@ mod tests {
         assert!(r.chunk(0, &encode(b"x")).is_err());
         assert!(r.done(0, None).is_err());
         r.start(b"", true, 'a');
-        r.done(0, None).unwrap();
+        assert_eq!(r.done(0, None).unwrap(), ('a', Ok(vec![])));
         assert!(r.done(0, None).is_err(), "completed once");
         assert!(r.chunk(0, &encode(b"x")).is_err());
         r.start(b"", true, 'b');
@@ -337,7 +362,7 @@ mod tests {
         let mut r = FenceRelay::new(100);
         r.start(b"", true, 'a');
         r.start(b"", true, 'b');
-        r.done(0, None).unwrap();
+        assert_eq!(r.done(0, None).unwrap(), ('a', Ok(vec![])));
         assert_eq!(r.take_all(), vec!['b']);
     }
 

@@ -83,16 +83,34 @@ impl PmixJob {
     /// Checks the job: namespace, hostnames without `,;`, every rank on
     /// exactly one node.
     pub fn layout(&self) -> Result<Layout, String> {
-        if self.nspace.is_empty() || self.nspace.len() > MAX_NSPACE_BYTES || self.nspace.contains('\0') {
-            return Err(format!("namespace {:.64?}: 1 to {MAX_NSPACE_BYTES} bytes, no NUL", self.nspace));
+        if self.nspace.is_empty()
+            || self.nspace.len() > MAX_NSPACE_BYTES
+            || self.nspace.contains('\0')
+        {
+            return Err(format!(
+                "namespace {:.64?}: 1 to {MAX_NSPACE_BYTES} bytes, no NUL",
+                self.nspace
+            ));
         }
         if self.nodes.len() != self.ranks_by_node.len() || self.nodes.is_empty() {
-            return Err(format!("{} nodes but {} rank lists", self.nodes.len(), self.ranks_by_node.len()));
+            return Err(format!(
+                "{} nodes but {} rank lists",
+                self.nodes.len(),
+                self.ranks_by_node.len()
+            ));
         }
         if self.this_node >= self.nodes.len() {
-            return Err(format!("this node is {} of {}", self.this_node, self.nodes.len()));
+            return Err(format!(
+                "this node is {} of {}",
+                self.this_node,
+                self.nodes.len()
+            ));
         }
-        if let Some(h) = self.nodes.iter().find(|h| h.is_empty() || h.contains([',', ';', '\0'])) {
+        if let Some(h) = self
+            .nodes
+            .iter()
+            .find(|h| h.is_empty() || h.contains([',', ';', '\0']))
+        {
             return Err(format!("hostname {h:.64?}"));
         }
         // Before allocating anything of the claimed size.
@@ -117,12 +135,17 @@ impl PmixJob {
                 local_rank[r as usize] = l as u16;
             }
         }
-        Ok(Layout { node_of, local_rank })
+        Ok(Layout {
+            node_of,
+            local_rank,
+        })
     }
 
     /// The ranks on this node (none if `this_node` is out of range).
     pub fn local_ranks(&self) -> &[u32] {
-        self.ranks_by_node.get(self.this_node).map_or(&[], Vec::as_slice)
+        self.ranks_by_node
+            .get(self.this_node)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// "h0,h1,..." for PMIx_generate_regex.
@@ -160,18 +183,38 @@ pub enum ToPmix {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromPmix {
     /// The job is registered; `uri` is PMIX_SERVER_URI41's value.
-    Ready { uri: String },
+    Ready {
+        uri: String,
+    },
     /// `rank`'s environment: the server's fork environment and
     /// gang_pmix::OMPI_ENV (empty with an error).
-    Env { rank: u32, env: Vec<(String, String)>, error: Option<String> },
+    Env {
+        rank: u32,
+        env: Vec<(String, String)>,
+        error: Option<String>,
+    },
     /// Part of this node's blob for fence `id` ([`encode`]d).
-    FenceChunk { id: u64, data: String },
+    FenceChunk {
+        id: u64,
+        data: String,
+    },
     /// This node's fence `id` (0, 1, 2... in order) is complete here.
-    Fence { id: u64, collect: bool },
-    Abort { rank: u32, status: i32, message: String },
-    Finalized { rank: u32 },
+    Fence {
+        id: u64,
+        collect: bool,
+    },
+    Abort {
+        rank: u32,
+        status: i32,
+        message: String,
+    },
+    Finalized {
+        rank: u32,
+    },
     /// Could not start or register: the server exits after this.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }
 
 impl Message for ToPmix {
@@ -181,8 +224,15 @@ impl Message for ToPmix {
 
 impl Message for FromPmix {
     const CHANNEL: Channel = Channel::FromPmix;
-    const TYPES: &'static [&'static str] =
-        &["ready", "env", "fence_chunk", "fence", "abort", "finalized", "failed"];
+    const TYPES: &'static [&'static str] = &[
+        "ready",
+        "env",
+        "fence_chunk",
+        "fence",
+        "abort",
+        "finalized",
+        "failed",
+    ];
 }
 
 /// URL-safe base64 without padding: `A-Za-z0-9-_` only.
@@ -193,7 +243,9 @@ pub fn encode(bytes: &[u8]) -> String {
 /// The inverse of [`encode`]; anything it would not have made (padding,
 /// other characters, stray trailing bits) is an error.
 pub fn decode(s: &str) -> Result<Vec<u8>, String> {
-    URL_SAFE_NO_PAD.decode(s).map_err(|e| format!("fence chunk: {e}"))
+    URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|e| format!("fence chunk: {e}"))
 }
 
 /// `data` as the `data` of successive FenceChunks (none for no data).
@@ -205,7 +257,9 @@ pub fn fence_chunks(data: &[u8]) -> impl Iterator<Item = String> + '_ {
 /// `"pmix-server.123;tcp4://127.0.0.1:4567"` → 4567 (also `tcp6://[::1]:p`).
 pub fn port_of_uri(uri: &str) -> Option<u16> {
     let (_, addr) = uri.split_once(';')?;
-    let addr = addr.strip_prefix("tcp4://").or_else(|| addr.strip_prefix("tcp6://"))?;
+    let addr = addr
+        .strip_prefix("tcp4://")
+        .or_else(|| addr.strip_prefix("tcp6://"))?;
     let (host, port) = addr.rsplit_once(':')?;
     if host.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -226,7 +280,10 @@ pub struct Assembly {
 impl Assembly {
     /// Fences of at most `limit` bytes each.
     pub fn new(limit: usize) -> Assembly {
-        Assembly { limit, open: BTreeMap::new() }
+        Assembly {
+            limit,
+            open: BTreeMap::new(),
+        }
     }
 
     /// Adds one chunk of fence `id`.

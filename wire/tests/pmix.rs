@@ -23,7 +23,10 @@ fn round_trip<M: gang_wire::proto::Message + PartialEq + std::fmt::Debug>(msg: &
     assert!(f.len() <= MAX_PAYLOAD);
     assert_eq!(read_frame::<M>(&mut &f[..]).unwrap().as_ref(), Some(msg));
     let mut d = FrameDecoder::<M>::new();
-    assert_eq!(d.feed(&f).unwrap(), vec![serde_json::from_slice::<M>(&f[11..]).unwrap()]);
+    assert_eq!(
+        d.feed(&f).unwrap(),
+        vec![serde_json::from_slice::<M>(&f[11..]).unwrap()]
+    );
 }
 
 // --- messages ---
@@ -31,11 +34,19 @@ fn round_trip<M: gang_wire::proto::Message + PartialEq + std::fmt::Debug>(msg: &
 #[test]
 fn every_message_to_the_server_round_trips() {
     for m in [
-        ToPmix::Job { job: job(vec![vec![0, 2], vec![1]], 3) },
+        ToPmix::Job {
+            job: job(vec![vec![0, 2], vec![1]], 3),
+        },
         ToPmix::ForkEnv { rank: 2 },
-        ToPmix::FenceChunk { id: 4, data: encode(b"blob") },
+        ToPmix::FenceChunk {
+            id: 4,
+            data: encode(b"blob"),
+        },
         ToPmix::FenceDone { id: 4, error: None },
-        ToPmix::FenceDone { id: 5, error: Some("node n1 lost".into()) },
+        ToPmix::FenceDone {
+            id: 5,
+            error: Some("node n1 lost".into()),
+        },
     ] {
         round_trip(&m);
     }
@@ -44,14 +55,36 @@ fn every_message_to_the_server_round_trips() {
 #[test]
 fn every_message_from_the_server_round_trips() {
     for m in [
-        FromPmix::Ready { uri: "pmix-server.12;tcp4://127.0.0.1:4567".into() },
-        FromPmix::Env { rank: 1, env: vec![("PMIX_RANK".into(), "1".into())], error: None },
-        FromPmix::Env { rank: 9, env: vec![], error: Some("not a local rank".into()) },
-        FromPmix::FenceChunk { id: 0, data: encode(&[0, 255, 7]) },
-        FromPmix::Fence { id: 0, collect: true },
-        FromPmix::Abort { rank: 0, status: 3, message: "MPI_Abort".into() },
+        FromPmix::Ready {
+            uri: "pmix-server.12;tcp4://127.0.0.1:4567".into(),
+        },
+        FromPmix::Env {
+            rank: 1,
+            env: vec![("PMIX_RANK".into(), "1".into())],
+            error: None,
+        },
+        FromPmix::Env {
+            rank: 9,
+            env: vec![],
+            error: Some("not a local rank".into()),
+        },
+        FromPmix::FenceChunk {
+            id: 0,
+            data: encode(&[0, 255, 7]),
+        },
+        FromPmix::Fence {
+            id: 0,
+            collect: true,
+        },
+        FromPmix::Abort {
+            rank: 0,
+            status: 3,
+            message: "MPI_Abort".into(),
+        },
         FromPmix::Finalized { rank: 1 },
-        FromPmix::Failed { error: "PMIx_server_init: PMIX_ERROR".into() },
+        FromPmix::Failed {
+            error: "PMIx_server_init: PMIX_ERROR".into(),
+        },
     ] {
         round_trip(&m);
     }
@@ -60,18 +93,43 @@ fn every_message_from_the_server_round_trips() {
 #[test]
 fn the_wire_names_are_the_documented_ones() {
     let text = |m: &FromPmix| String::from_utf8(frame(m).unwrap()[11..].to_vec()).unwrap();
-    assert_eq!(text(&FromPmix::Fence { id: 2, collect: false }), r#"{"type":"fence","id":2,"collect":false}"#);
+    assert_eq!(
+        text(&FromPmix::Fence {
+            id: 2,
+            collect: false
+        }),
+        r#"{"type":"fence","id":2,"collect":false}"#
+    );
     let text = |m: &ToPmix| String::from_utf8(frame(m).unwrap()[11..].to_vec()).unwrap();
-    assert_eq!(text(&ToPmix::ForkEnv { rank: 3 }), r#"{"type":"fork_env","rank":3}"#);
+    assert_eq!(
+        text(&ToPmix::ForkEnv { rank: 3 }),
+        r#"{"type":"fork_env","rank":3}"#
+    );
 }
 
 #[test]
 fn a_frame_of_the_other_direction_or_another_link_is_refused() {
     let f = frame(&FromPmix::Finalized { rank: 0 }).unwrap();
-    assert!(matches!(read_frame::<ToPmix>(&mut &f[..]), Err(FrameError::WrongChannel { got: 6, expected: 5 })));
+    assert!(matches!(
+        read_frame::<ToPmix>(&mut &f[..]),
+        Err(FrameError::WrongChannel {
+            got: 6,
+            expected: 5
+        })
+    ));
+    assert_eq!(
+        read_frame::<ToPmix>(&mut &f[..]).unwrap_err().to_string(),
+        "frame of channel 6 (PMIx server to agent) where channel 5 (agent to PMIx server) was expected"
+    );
     let mut f = frame(&ToPmix::ForkEnv { rank: 0 }).unwrap();
     f[6] = 2; // gangd to agent
-    assert!(matches!(read_frame::<ToPmix>(&mut &f[..]), Err(FrameError::WrongChannel { got: 2, expected: 5 })));
+    assert!(matches!(
+        read_frame::<ToPmix>(&mut &f[..]),
+        Err(FrameError::WrongChannel {
+            got: 2,
+            expected: 5
+        })
+    ));
 }
 
 /// A frame of channel ToPmix around `payload`.
@@ -86,19 +144,37 @@ fn to_pmix_frame(payload: &[u8]) -> Vec<u8> {
 #[test]
 fn malformed_frames_are_errors() {
     let bad = |p: &[u8]| read_frame::<ToPmix>(&mut &to_pmix_frame(p)[..]).unwrap_err();
-    assert!(matches!(bad(br#"{"type":"fork_env","rank":-1}"#), FrameError::Malformed(_)));
-    assert!(matches!(bad(br#"{"type":"fork_env"}"#), FrameError::Malformed(_)));
-    assert!(matches!(bad(br#"{"type":"job","job":{"nspace":"x"}}"#), FrameError::Malformed(_)));
+    assert!(matches!(
+        bad(br#"{"type":"fork_env","rank":-1}"#),
+        FrameError::Malformed(_)
+    ));
+    assert!(matches!(
+        bad(br#"{"type":"fork_env"}"#),
+        FrameError::Malformed(_)
+    ));
+    assert!(matches!(
+        bad(br#"{"type":"job","job":{"nspace":"x"}}"#),
+        FrameError::Malformed(_)
+    ));
     assert!(matches!(bad(b"\xff\xfe"), FrameError::Malformed(_)));
-    assert_eq!(bad(br#"{"type":"spawn","rank":0}"#), FrameError::UnknownMessageType("spawn".into()));
+    assert_eq!(
+        bad(br#"{"type":"spawn","rank":0}"#),
+        FrameError::UnknownMessageType("spawn".into())
+    );
     // Cut short: the header announces more than arrives.
     let mut f = to_pmix_frame(br#"{"type":"fork_env","rank":1}"#);
     f.truncate(f.len() - 3);
-    assert!(matches!(read_frame::<ToPmix>(&mut &f[..]), Err(FrameError::Truncated { .. })));
+    assert!(matches!(
+        read_frame::<ToPmix>(&mut &f[..]),
+        Err(FrameError::Truncated { .. })
+    ));
     // A length over the bound is refused from the header alone.
     let mut f = to_pmix_frame(b"");
     f[7..11].copy_from_slice(&u32::MAX.to_be_bytes());
-    assert!(matches!(read_frame::<ToPmix>(&mut &f[..]), Err(FrameError::Oversized { .. })));
+    assert!(matches!(
+        read_frame::<ToPmix>(&mut &f[..]),
+        Err(FrameError::Oversized { .. })
+    ));
 }
 
 // --- fence chunks ---
@@ -109,7 +185,11 @@ fn a_full_chunk_fits_a_frame_with_room_to_spare() {
     let chunks: Vec<String> = fence_chunks(&data).collect();
     assert_eq!(chunks.len(), 1);
     let id = u64::MAX;
-    let f = frame(&FromPmix::FenceChunk { id, data: chunks[0].clone() }).unwrap();
+    let f = frame(&FromPmix::FenceChunk {
+        id,
+        data: chunks[0].clone(),
+    })
+    .unwrap();
     assert!(f.len() < MAX_PAYLOAD * 3 / 4, "{} bytes", f.len());
 }
 
@@ -126,7 +206,11 @@ fn data_is_cut_into_chunks_and_joined_back() {
     assert_eq!(a.finish(1).unwrap(), data);
     assert_eq!(a.open(), 0);
     assert_eq!(fence_chunks(&[]).count(), 0, "no data, no chunk");
-    assert_eq!(a.finish(2).unwrap(), Vec::<u8>::new(), "a fence without chunks is empty");
+    assert_eq!(
+        a.finish(2).unwrap(),
+        Vec::<u8>::new(),
+        "a fence without chunks is empty"
+    );
 }
 
 #[test]
@@ -143,13 +227,18 @@ fn fences_are_kept_apart_by_id() {
 fn a_fence_over_its_bound_fails_and_holds_nothing_more() {
     let mut a = Assembly::new(10);
     a.chunk(3, &encode(b"12345678")).unwrap();
-    assert!(a.chunk(3, &encode(b"abc")).unwrap_err().contains("over 10 bytes"));
+    assert!(a
+        .chunk(3, &encode(b"abc"))
+        .unwrap_err()
+        .contains("over 10 bytes"));
     // Later chunks are dropped: the fence failed at its bound.
     a.chunk(3, &encode(b"x")).unwrap();
     assert!(a.finish(3).unwrap_err().contains("over 10 bytes"));
     // The bound is checked before decoding: a huge chunk costs nothing.
     let mut a = Assembly::new(max_fence_bytes(1));
-    assert!(a.chunk(0, &"A".repeat(max_fence_bytes(1) / 3 * 4 + 8)).is_err());
+    assert!(a
+        .chunk(0, &"A".repeat(max_fence_bytes(1) / 3 * 4 + 8))
+        .is_err());
 }
 
 #[test]
@@ -208,7 +297,10 @@ fn every_short_byte_string_round_trips() {
 
 #[test]
 fn the_port_is_read_from_the_server_uri() {
-    assert_eq!(port_of_uri("pmix-server.123;tcp4://127.0.0.1:4567"), Some(4567));
+    assert_eq!(
+        port_of_uri("pmix-server.123;tcp4://127.0.0.1:4567"),
+        Some(4567)
+    );
     assert_eq!(port_of_uri("pmix-server.9;tcp6://[::1]:80"), Some(80));
     for bad in [
         "",

@@ -7,7 +7,7 @@
 //! exits); this file only logs to stderr and gives the exit status: 0
 //! when the agent closed fd 3, 1 after an error (said on stderr, and to
 //! the agent as `Failed` if the job could not be served), 2 for bad
-//! arguments.
+//! arguments, 3 when libpmix was stuck and could not be finalized.
 use std::process::ExitCode;
 
 use gang_pmix::child;
