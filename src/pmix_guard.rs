@@ -129,10 +129,16 @@ impl PmixGuard {
 
     /// Connects refused since `attach`.
     pub fn refused(&self) -> u64 {
-        match self.refusals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+        match self
+            .refusals
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
             Ok(Some(per_cpu)) => per_cpu
                 .iter()
-                .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())))
+                .filter_map(|v| {
+                    v.get(..8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                })
                 .sum(),
             _ => 0,
         }
@@ -182,8 +188,8 @@ impl Admitted {
     /// would admit everyone), and so is anything not a directory below
     /// the root on the same file system.
     pub fn of(root: &Path, dir: &Path) -> Result<Admitted> {
-        let canon = fs::canonicalize(dir)
-            .with_context(|| format!("no job cgroup at {}", dir.display()))?;
+        let canon =
+            fs::canonicalize(dir).with_context(|| format!("no job cgroup at {}", dir.display()))?;
         let meta = fs::metadata(&canon).with_context(|| format!("stat {}", canon.display()))?;
         let root_dev = fs::metadata(root)
             .with_context(|| format!("stat {}", root.display()))?
@@ -256,13 +262,21 @@ mod tests {
         let root = tree("refused");
         let e = Admitted::of(&root, &root).unwrap_err().to_string();
         assert!(e.contains("would admit every process"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/..")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/.."))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("would admit every process"), "{e}");
-        let e = Admitted::of(&root, &root.join("..")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join(".."))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a cgroup below"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/file")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/file"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a cgroup directory"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/missing")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/missing"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no job cgroup at"), "{e}");
         fs::remove_dir_all(root).unwrap();
     }
@@ -289,7 +303,9 @@ mod tests {
     fn a_directory_that_is_no_cgroup2_mount_is_refused_as_root() {
         let e = hierarchy_root(Path::new("/proc")).unwrap_err().to_string();
         assert!(e.contains("cgroup v2 is not mounted at /proc"), "{e}");
-        let e = hierarchy_root(Path::new("/nonexistent-cgroup")).unwrap_err().to_string();
+        let e = hierarchy_root(Path::new("/nonexistent-cgroup"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no cgroup-v2 root at"), "{e}");
     }
 }
