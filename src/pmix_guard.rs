@@ -25,8 +25,10 @@
 //! borrowed skeleton and is `Send + Sync`.
 //!
 //! Known faults: the guard lives as long as this process (the links are not
-//! pinned: if the agent dies the guard goes, fail open); `allow` on a
-//! guarded port replaces its cgroup (ports are reused once a server exits).
+//! pinned: if the agent dies the guard goes, fail open); a connect is
+//! judged when it is made (a connection made before `allow` stays);
+//! `allow` on a guarded port replaces its cgroup (ports are reused once a
+//! server exits).
 
 use std::fs::{self, File};
 use std::mem::MaybeUninit;
@@ -297,6 +299,12 @@ mod tests {
         // SAFETY: pmix_guard_entry is plain integers, 16 bytes, no padding.
         let raw: [u8; 16] = unsafe { std::mem::transmute(e) };
         assert_eq!(b, raw);
+    }
+
+    #[test]
+    fn the_agent_can_share_a_guard_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<PmixGuard>();
     }
 
     #[test]
