@@ -28,7 +28,9 @@
 //! pinned: if the agent dies the guard goes, fail open); a connect is
 //! judged when it is made (a connection made before `allow` stays);
 //! `allow` on a guarded port replaces its cgroup (ports are reused once a
-//! server exits).
+//! server exits); a child forked by this process holds the links (and
+//! maps) until it execs (the fds are close-on-exec) or exits, so a dropped
+//! guard is detached only then.
 
 use std::fs::{self, File};
 use std::mem::MaybeUninit;
@@ -74,14 +76,7 @@ impl PmixGuard {
         let open = skel::PmixGuardSkelBuilder::default()
             .open(&mut object)
             .context("opening the PMIx guard's BPF object")?;
-        let skel = open.load().map_err(|e| {
-            anyhow::anyhow!(
-                "loading the PMIx guard's BPF programs failed: {e} (it needs root (CAP_BPF and \
-                 CAP_NET_ADMIN), a kernel with BPF and cgroup BPF (CONFIG_BPF_SYSCALL, \
-                 CONFIG_CGROUP_BPF), and bpf_get_current_ancestor_cgroup_id in cgroup \
-                 sock_addr programs (Linux 5.7 and later))"
-            )
-        })?;
+        let skel = open.load().map_err(load_error)?;
         let attach = |prog: &libbpf_rs::ProgramMut, hook: &str| {
             prog.attach_cgroup(root_dir.as_raw_fd()).map_err(|e| {
                 anyhow::anyhow!(
@@ -145,6 +140,21 @@ impl PmixGuard {
             _ => 0,
         }
     }
+}
+
+/// Why the programs did not load, in words an operator can act on
+/// (libbpf has printed the verifier's log, if any, above).
+fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
+    use libbpf_rs::ErrorKind::*;
+    let why = match e.kind() {
+        PermissionDenied => "loading BPF needs root (CAP_BPF and CAP_NET_ADMIN)",
+        Unsupported | NotFound => "this kernel has no BPF (CONFIG_BPF_SYSCALL, CONFIG_CGROUP_BPF)",
+        _ => {
+            "the kernel refused the programs: one older than Linux 6.6 (BPF ISA v4), or \
+             without bpf_get_current_ancestor_cgroup_id in cgroup sock_addr programs (5.7)"
+        }
+    };
+    anyhow::anyhow!("loading the PMIx guard's BPF programs failed: {e}: {why}")
 }
 
 /// `cgroup_root`, canonical, if it is a cgroup-v2 mount that shows the

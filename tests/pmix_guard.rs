@@ -7,7 +7,10 @@
 //! forked children moved into a cgroup first (the child only makes raw
 //! system calls: it writes "0" to the cgroup's cgroup.procs, then socket()
 //! and connect(), and exits with the errno) and from the test process
-//! itself (in a cgroup outside the scratch tree).
+//! itself (in a cgroup outside the scratch tree). The tests run one at a
+//! time (`Scratch` holds a lock): a child forked by one test would hold
+//! another test's BPF links (fork copies every fd) and keep a dropped guard
+//! attached until it exits.
 //!
 //! Needs: root and a cgroup-v2 hierarchy mounted at /sys/fs/cgroup or
 //! /sys/fs/cgroup/unified (its root, not a cgroup namespace's view). Without
@@ -21,6 +24,7 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -52,7 +56,10 @@ fn local_addrs(port: u16) -> Vec<SocketAddr> {
 struct Scratch {
     mount: PathBuf,
     top: PathBuf,
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Scratch {
     /// None (and a line on stderr) when this host cannot run the test.
@@ -69,11 +76,16 @@ impl Scratch {
             eprintln!("SKIPPED {test}: no cgroup v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified");
             return None;
         };
+        let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let top = mount.join(format!("pmix-guard-{}-{test}", std::process::id()));
         for dir in ["job/sub", "other"] {
             fs::create_dir_all(top.join(dir)).expect("making the scratch cgroups");
         }
-        Some(Scratch { mount, top })
+        Some(Scratch {
+            mount,
+            top,
+            _one_at_a_time: lock,
+        })
     }
 
     fn cg(&self, name: &str) -> PathBuf {
