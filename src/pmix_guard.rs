@@ -25,8 +25,12 @@
 //! borrowed skeleton and is `Send + Sync`.
 //!
 //! Known faults: the guard lives as long as this process (the links are not
-//! pinned: if the agent dies the guard goes, fail open); `allow` on a
-//! guarded port replaces its cgroup (ports are reused once a server exits).
+//! pinned: if the agent dies the guard goes, fail open); a connect is
+//! judged when it is made (a connection made before `allow` stays);
+//! `allow` on a guarded port replaces its cgroup (ports are reused once a
+//! server exits); a child forked by this process holds the links (and
+//! maps) until it execs (the fds are close-on-exec) or exits, so a dropped
+//! guard is detached only then.
 
 use std::fs::{self, File};
 use std::mem::MaybeUninit;
@@ -72,14 +76,7 @@ impl PmixGuard {
         let open = skel::PmixGuardSkelBuilder::default()
             .open(&mut object)
             .context("opening the PMIx guard's BPF object")?;
-        let skel = open.load().map_err(|e| {
-            anyhow::anyhow!(
-                "loading the PMIx guard's BPF programs failed: {e} (it needs root (CAP_BPF and \
-                 CAP_NET_ADMIN), a kernel with BPF and cgroup BPF (CONFIG_BPF_SYSCALL, \
-                 CONFIG_CGROUP_BPF), and bpf_get_current_ancestor_cgroup_id in cgroup \
-                 sock_addr programs (Linux 5.7 and later))"
-            )
-        })?;
+        let skel = open.load().map_err(load_error)?;
         let attach = |prog: &libbpf_rs::ProgramMut, hook: &str| {
             prog.attach_cgroup(root_dir.as_raw_fd()).map_err(|e| {
                 anyhow::anyhow!(
@@ -129,14 +126,35 @@ impl PmixGuard {
 
     /// Connects refused since `attach`.
     pub fn refused(&self) -> u64 {
-        match self.refusals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+        match self
+            .refusals
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
             Ok(Some(per_cpu)) => per_cpu
                 .iter()
-                .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())))
+                .filter_map(|v| {
+                    v.get(..8)
+                        .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                })
                 .sum(),
             _ => 0,
         }
     }
+}
+
+/// Why the programs did not load, in words an operator can act on
+/// (libbpf has printed the verifier's log, if any, above).
+fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
+    use libbpf_rs::ErrorKind::*;
+    let why = match e.kind() {
+        PermissionDenied => "loading BPF needs root (CAP_BPF and CAP_NET_ADMIN)",
+        Unsupported | NotFound => "this kernel has no BPF (CONFIG_BPF_SYSCALL, CONFIG_CGROUP_BPF)",
+        _ => {
+            "the kernel refused the programs: one older than Linux 6.6 (BPF ISA v4), or \
+             without bpf_get_current_ancestor_cgroup_id in cgroup sock_addr programs (5.7)"
+        }
+    };
+    anyhow::anyhow!("loading the PMIx guard's BPF programs failed: {e}: {why}")
 }
 
 /// `cgroup_root`, canonical, if it is a cgroup-v2 mount that shows the
@@ -182,8 +200,8 @@ impl Admitted {
     /// would admit everyone), and so is anything not a directory below
     /// the root on the same file system.
     pub fn of(root: &Path, dir: &Path) -> Result<Admitted> {
-        let canon = fs::canonicalize(dir)
-            .with_context(|| format!("no job cgroup at {}", dir.display()))?;
+        let canon =
+            fs::canonicalize(dir).with_context(|| format!("no job cgroup at {}", dir.display()))?;
         let meta = fs::metadata(&canon).with_context(|| format!("stat {}", canon.display()))?;
         let root_dev = fs::metadata(root)
             .with_context(|| format!("stat {}", root.display()))?
@@ -256,13 +274,21 @@ mod tests {
         let root = tree("refused");
         let e = Admitted::of(&root, &root).unwrap_err().to_string();
         assert!(e.contains("would admit every process"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/..")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/.."))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("would admit every process"), "{e}");
-        let e = Admitted::of(&root, &root.join("..")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join(".."))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a cgroup below"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/file")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/file"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a cgroup directory"), "{e}");
-        let e = Admitted::of(&root, &root.join("a/missing")).unwrap_err().to_string();
+        let e = Admitted::of(&root, &root.join("a/missing"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no job cgroup at"), "{e}");
         fs::remove_dir_all(root).unwrap();
     }
@@ -286,10 +312,18 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_can_share_a_guard_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<PmixGuard>();
+    }
+
+    #[test]
     fn a_directory_that_is_no_cgroup2_mount_is_refused_as_root() {
         let e = hierarchy_root(Path::new("/proc")).unwrap_err().to_string();
         assert!(e.contains("cgroup v2 is not mounted at /proc"), "{e}");
-        let e = hierarchy_root(Path::new("/nonexistent-cgroup")).unwrap_err().to_string();
+        let e = hierarchy_root(Path::new("/nonexistent-cgroup"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no cgroup-v2 root at"), "{e}");
     }
 }

@@ -7,7 +7,10 @@
 //! forked children moved into a cgroup first (the child only makes raw
 //! system calls: it writes "0" to the cgroup's cgroup.procs, then socket()
 //! and connect(), and exits with the errno) and from the test process
-//! itself (in a cgroup outside the scratch tree).
+//! itself (in a cgroup outside the scratch tree). The tests run one at a
+//! time (`Scratch` holds a lock): a child forked by one test would hold
+//! another test's BPF links (fork copies every fd) and keep a dropped guard
+//! attached until it exits.
 //!
 //! Needs: root and a cgroup-v2 hierarchy mounted at /sys/fs/cgroup or
 //! /sys/fs/cgroup/unified (its root, not a cgroup namespace's view). Without
@@ -21,6 +24,7 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -52,7 +56,10 @@ fn local_addrs(port: u16) -> Vec<SocketAddr> {
 struct Scratch {
     mount: PathBuf,
     top: PathBuf,
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Scratch {
     /// None (and a line on stderr) when this host cannot run the test.
@@ -69,11 +76,16 @@ impl Scratch {
             eprintln!("SKIPPED {test}: no cgroup v2 at /sys/fs/cgroup or /sys/fs/cgroup/unified");
             return None;
         };
+        let lock = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let top = mount.join(format!("pmix-guard-{}-{test}", std::process::id()));
         for dir in ["job/sub", "other"] {
             fs::create_dir_all(top.join(dir)).expect("making the scratch cgroups");
         }
-        Some(Scratch { mount, top })
+        Some(Scratch {
+            mount,
+            top,
+            _one_at_a_time: lock,
+        })
     }
 
     fn cg(&self, name: &str) -> PathBuf {
@@ -114,17 +126,41 @@ fn listener() -> (TcpListener, u16) {
         assert_eq!(r, 0, "IPV6_V6ONLY off: {}", io::Error::last_os_error());
         let r = libc::bind(fd, (&any as *const libc::sockaddr_storage).cast(), len);
         assert_eq!(r, 0, "bind [::]:0: {}", io::Error::last_os_error());
-        assert_eq!(libc::listen(fd, 128), 0, "listen: {}", io::Error::last_os_error());
+        assert_eq!(
+            libc::listen(fd, 128),
+            0,
+            "listen: {}",
+            io::Error::last_os_error()
+        );
         l
     };
     let port = l.local_addr().unwrap().port();
     (l, port)
 }
 
+/// How a child reaches a port.
+#[derive(Clone, Copy, Debug)]
+enum How {
+    Connect,
+    /// sendto(MSG_FASTOPEN): TCP Fast Open connects without connect()
+    /// (needs the client bit of net.ipv4.tcp_fastopen, Linux's default).
+    FastOpen,
+}
+
 /// Connects to `addr` from a child moved into `cgroup` first.
 fn connect_from(cgroup: &Path, addr: SocketAddr) -> Outcome {
-    let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").into_os_string().into_encoded_bytes())
-        .unwrap();
+    reach_from(cgroup, addr, How::Connect)
+}
+
+/// Reaches `addr` (`how`) from a child moved into `cgroup` first.
+fn reach_from(cgroup: &Path, addr: SocketAddr, how: How) -> Outcome {
+    let procs = std::ffi::CString::new(
+        cgroup
+            .join("cgroup.procs")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
     let (sa, sa_len) = raw_sockaddr(addr);
     let family = sa.ss_family as libc::c_int;
     // SAFETY: the child makes only raw system calls on memory made before
@@ -140,7 +176,14 @@ fn connect_from(cgroup: &Path, addr: SocketAddr) -> Outcome {
             if s < 0 {
                 libc::_exit(251);
             }
-            if libc::connect(s, (&sa as *const libc::sockaddr_storage).cast(), sa_len) == 0 {
+            let sa = (&sa as *const libc::sockaddr_storage).cast();
+            let done = match how {
+                How::Connect => libc::connect(s, sa, sa_len) == 0,
+                How::FastOpen => {
+                    libc::sendto(s, b"x".as_ptr().cast(), 1, libc::MSG_FASTOPEN, sa, sa_len) == 1
+                }
+            };
+            if done {
                 libc::_exit(0);
             }
             libc::_exit(*libc::__errno_location());
@@ -209,24 +252,56 @@ fn attach(s: &Scratch) -> PmixGuard {
 
 #[test]
 fn only_the_jobs_cgroup_and_below_reach_a_guarded_port_on_any_local_address() {
-    let Some(s) = Scratch::new("reach") else { return };
+    let Some(s) = Scratch::new("reach") else {
+        return;
+    };
     let (_l, port) = listener();
     let guard = attach(&s);
     guard.allow(port, &s.cg("job")).unwrap();
 
     for addr in local_addrs(port) {
         assert_eq!(connect_from(&s.cg("job"), addr), Ok(()), "job → {addr}");
-        assert_eq!(connect_from(&s.cg("job/sub"), addr), Ok(()), "job/sub → {addr}");
+        assert_eq!(
+            connect_from(&s.cg("job/sub"), addr),
+            Ok(()),
+            "job/sub → {addr}"
+        );
         assert_eq!(connect_from(&s.cg("other"), addr), EPERM, "other → {addr}");
-        assert_eq!(connect_from(&s.top, addr), EPERM, "the job's parent → {addr}");
+        assert_eq!(
+            connect_from(&s.top, addr),
+            EPERM,
+            "the job's parent → {addr}"
+        );
         assert_eq!(connect_here(addr), EPERM, "the test process → {addr}");
     }
     assert_eq!(guard.refused(), 3 * local_addrs(port).len() as u64);
 }
 
 #[test]
+fn tcp_fast_open_is_refused_as_connect_is() {
+    let Some(s) = Scratch::new("fastopen") else {
+        return;
+    };
+    let (_l, port) = listener();
+    let guard = attach(&s);
+    guard.allow(port, &s.cg("job")).unwrap();
+    for addr in [
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        SocketAddr::from((Ipv6Addr::LOCALHOST, port)),
+        SocketAddr::from((Ipv4Addr::LOCALHOST.to_ipv6_mapped(), port)),
+    ] {
+        let job = reach_from(&s.cg("job"), addr, How::FastOpen);
+        assert_eq!(job, Ok(()), "job → {addr}");
+        let other = reach_from(&s.cg("other"), addr, How::FastOpen);
+        assert_eq!(other, EPERM, "other → {addr}");
+    }
+}
+
+#[test]
 fn another_port_is_not_guarded() {
-    let Some(s) = Scratch::new("other-port") else { return };
+    let Some(s) = Scratch::new("other-port") else {
+        return;
+    };
     let (_l, port) = listener();
     let (_l2, free) = listener();
     let guard = attach(&s);
@@ -241,7 +316,9 @@ fn another_port_is_not_guarded() {
 
 #[test]
 fn forget_lifts_the_guard_and_allow_gives_the_port_to_another_job() {
-    let Some(s) = Scratch::new("forget") else { return };
+    let Some(s) = Scratch::new("forget") else {
+        return;
+    };
     let (_l, port) = listener();
     let guard = attach(&s);
     let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -261,7 +338,9 @@ fn forget_lifts_the_guard_and_allow_gives_the_port_to_another_job() {
 
 #[test]
 fn dropping_the_guard_detaches_it_and_two_guards_do_not_replace_each_other() {
-    let Some(s) = Scratch::new("drop") else { return };
+    let Some(s) = Scratch::new("drop") else {
+        return;
+    };
     let (_l, port) = listener();
     let (_l2, port2) = listener();
     let at = |p| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
@@ -270,13 +349,29 @@ fn dropping_the_guard_detaches_it_and_two_guards_do_not_replace_each_other() {
     first.allow(port, &s.cg("job")).unwrap();
     let second = attach(&s);
     second.allow(port2, &s.cg("job")).unwrap();
-    assert_eq!(connect_from(&s.cg("other"), at(port)), EPERM, "the first still guards");
-    assert_eq!(connect_from(&s.cg("other"), at(port2)), EPERM, "the second guards");
+    assert_eq!(
+        connect_from(&s.cg("other"), at(port)),
+        EPERM,
+        "the first still guards"
+    );
+    assert_eq!(
+        connect_from(&s.cg("other"), at(port2)),
+        EPERM,
+        "the second guards"
+    );
     assert_eq!((first.refused(), second.refused()), (1, 1));
 
     drop(first);
-    assert_eq!(connect_from(&s.cg("other"), at(port)), Ok(()), "the first is gone");
-    assert_eq!(connect_from(&s.cg("other"), at(port2)), EPERM, "the second stays");
+    assert_eq!(
+        connect_from(&s.cg("other"), at(port)),
+        Ok(()),
+        "the first is gone"
+    );
+    assert_eq!(
+        connect_from(&s.cg("other"), at(port2)),
+        EPERM,
+        "the second stays"
+    );
     drop(second);
     assert_eq!(connect_from(&s.cg("other"), at(port2)), Ok(()));
     assert_eq!(connect_here(at(port2)), Ok(()));
@@ -284,11 +379,16 @@ fn dropping_the_guard_detaches_it_and_two_guards_do_not_replace_each_other() {
 
 #[test]
 fn only_a_cgroup_below_the_root_can_be_admitted() {
-    let Some(s) = Scratch::new("admit") else { return };
+    let Some(s) = Scratch::new("admit") else {
+        return;
+    };
     let guard = attach(&s);
     let e = guard.allow(4242, &s.mount).unwrap_err().to_string();
     assert!(e.contains("would admit every process"), "{e}");
-    let e = guard.allow(4242, Path::new("/tmp")).unwrap_err().to_string();
+    let e = guard
+        .allow(4242, Path::new("/tmp"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("is not a cgroup below"), "{e}");
     let e = guard.allow(0, &s.cg("job")).unwrap_err().to_string();
     assert!(e.contains("port 0"), "{e}");
@@ -298,7 +398,15 @@ fn only_a_cgroup_below_the_root_can_be_admitted() {
 
 #[test]
 fn a_cgroup_below_the_root_is_not_a_root_to_attach_to() {
-    let Some(s) = Scratch::new("not-root") else { return };
-    let e = PmixGuard::attach(&s.top).err().expect("attached below the root").to_string();
-    assert!(e.contains("is not the root of the cgroup-v2 hierarchy"), "{e}");
+    let Some(s) = Scratch::new("not-root") else {
+        return;
+    };
+    let e = PmixGuard::attach(&s.top)
+        .err()
+        .expect("attached below the root")
+        .to_string();
+    assert!(
+        e.contains("is not the root of the cgroup-v2 hierarchy"),
+        "{e}"
+    );
 }
