@@ -21,7 +21,8 @@
 #                run time besides their ldd libraries: Open MPI's MCA plugins
 #                (openmpi3/), libpmix's plugins, hwloc's plugins, and the
 #                two configuration files (Open MPI's MCA defaults, which
-#                leave UCX, openib and ofi alone, and libpmix's). The PMIx
+#                leave UCX, openib and ofi alone, and libpmix's) and their
+#                help texts (what their error messages print). The PMIx
 #                server (gang-pmix-server) comes with --bin (docs/pmix.md).
 #
 # Every node of a cluster boots the same image. When gangd is among the
@@ -82,8 +83,9 @@ if ((OMPI)); then
         [[ -d $d ]] || die "--openmpi: $d missing (install openmpi-bin libpmix-dev: run scripts/setup.sh)"
         [[ " ${LIBDIRS[*]} " == *" $d "* ]] || LIBDIRS+=("$d")
     done
-    OMPI_FILES=(/etc/openmpi/openmpi-mca-params.conf "$MULTIARCH/pmix2/share/pmix-mca-params.conf")
-    for f in "${OMPI_FILES[@]}"; do [[ -f $f ]] || die "--openmpi: $f missing (run scripts/setup.sh)"; done
+    # (and the help texts both print their errors from)
+    OMPI_FILES=(/etc/openmpi/openmpi-mca-params.conf "$MULTIARCH/pmix2/share" /usr/share/openmpi)
+    for f in "${OMPI_FILES[@]}"; do [[ -e $f ]] || die "--openmpi: $f missing (run scripts/setup.sh)"; done
 fi
 for d in "${LIBDIRS[@]}"; do [[ -d $d && $d == /* ]] || die "--lib-dir $d is not an absolute path to a directory"; done
 BUSYBOX=$(command -v busybox)
@@ -161,7 +163,7 @@ done
 
 for f in "${OMPI_FILES[@]}"; do
     mkdir -p "$ST$(dirname "$f")"
-    cp -L "$f" "$ST$f"
+    cp -rL "$f" "$ST$f"
 done
 
 # kernel modules (decompressed by setup.sh) and the config libbpf reads

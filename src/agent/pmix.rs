@@ -78,7 +78,8 @@ pub struct PmixConfig {
 
 impl PmixConfig {
     /// The server `exe` (default: next to this executable), tmpdirs below
-    /// /run/scx_gang/pmix and the connect guard on the root of
+    /// /run/scx_gang-pmix (not below /run/scx_gang: the knobs are mounted
+    /// there) and the connect guard on the root of
     /// `gang_root`'s cgroup2 hierarchy; Err says what is missing.
     pub fn probe(gang_root: &Path, exe: Option<&Path>) -> Result<PmixConfig, String> {
         // The topmost cgroup above the gang root: every process is below.
@@ -100,7 +101,7 @@ impl PmixConfig {
             PmixGuard::attach(cgroup_root).map_err(|e| format!("the PMIx connect guard: {e:#}"))?;
         Ok(PmixConfig {
             exe,
-            tmp_root: PathBuf::from("/run/scx_gang/pmix"),
+            tmp_root: PathBuf::from("/run/scx_gang-pmix"),
             guard: Arc::new(guard),
         })
     }

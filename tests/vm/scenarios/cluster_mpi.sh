@@ -189,12 +189,30 @@ dump() {
 	board_put "dumped_$name.node$NODE_ID" yes
 }
 
+# pmix_ports: the TCP ports the PMIx servers here listen on (busybox's
+# netstat has no -p: the servers' socket inodes, found in /proc/net/tcp
+# among the listeners, state 0A).
+pmix_ports() {
+	local pid fd l inodes= hex
+	for pid in $(pidof gang-pmix-server); do
+		for fd in /proc/$pid/fd/*; do
+			l=$(readlink "$fd" 2>/dev/null) || continue
+			case $l in "socket:["*"]") l=${l#socket:\[}; inodes="$inodes ${l%\]}" ;; esac
+		done
+	done
+	for hex in $(awk -v inodes="$inodes" '
+		BEGIN { n = split(inodes, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+		NR > 1 && $4 == "0A" && ($10 in want) { split($2, p, ":"); print p[2] }' /proc/net/tcp); do
+		printf '%d\n' "0x$hex"
+	done
+}
+
 # probe_pmix: on a compute node, every port a PMIx server listens on,
 # connected to from outside the jobs' cgroups as bob, alice and root.
 probe_pmix() {
 	local port who
 	: > "$RESULTS/pmix_guard.txt"
-	for port in $(netstat -ltnp 2>/dev/null | awk '/gang-pmix/ {n = split($4, a, ":"); print a[n]}'); do
+	for port in $(pmix_ports); do
 		for who in bob alice root; do
 			case $who in
 			bob) set -- runas $BOB_UID $BOB_UID -- ;;
