@@ -34,6 +34,7 @@ pub mod mainloop;
 pub mod plans;
 pub mod pmi;
 pub mod pmix;
+mod pmix_relay;
 pub mod prepare;
 pub mod ranks;
 #[cfg(test)]

@@ -28,7 +28,6 @@ use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -36,12 +35,10 @@ use std::time::Duration;
 
 use gang_wire::pmi::node::Action;
 use gang_wire::pmi::{Input, JobConfig, LineSplitter, NodePmi};
-use gang_wire::pmix::PmixJob;
 use gang_wire::proto::{FromAgent, JobId};
 use log::{debug, info, warn};
 
-use super::pmix::{self, Event, PmixConfig, PmixServer};
-use super::user::RankUser;
+use super::pmix::{self, PmixConfig, PmixServer};
 
 /// How long a write to a rank may block (a rank that does not read its
 /// answers) before its socket is closed.
@@ -50,39 +47,39 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the relays' messages to gangd go (the link, or a test's fake).
 pub type ToGangd = Arc<dyn Fn(FromAgent) + Send + Sync>;
 
-struct Relay {
-    job: JobId,
+pub(super) struct Relay {
+    pub(super) job: JobId,
     state: Mutex<RelayState>,
     /// Every node of the job and its ranks (PmiStart; empty from a gangd
     /// that does not send it: no PMIx then).
-    layout: Vec<(String, Vec<u32>)>,
+    pub(super) layout: Vec<(String, Vec<u32>)>,
     /// This node's index in `layout`.
-    node_index: usize,
+    pub(super) node_index: usize,
     /// The job's PMIx server (pmix.rs), started with its first rank.
-    pmix: Mutex<PmixSlot>,
+    pub(super) pmix: Mutex<PmixSlot>,
     /// PMIx fences relayed as barriers: epoch → the server's fence id.
     fences: Mutex<BTreeMap<u64, u64>>,
 }
 
-enum PmixSlot {
+pub(super) enum PmixSlot {
     NotStarted,
     Running(Arc<PmixServer>),
     /// Why it could not start (said once, to gangd).
     Failed,
 }
 
-struct RelayState {
-    pmi: NodePmi,
+pub(super) struct RelayState {
+    pub(super) pmi: NodePmi,
     /// The agent's end of each rank's socket, for writing.
     socks: BTreeMap<u32, UnixStream>,
 }
 
 /// Every job's relay on this node.
 pub struct PmiRelays {
-    to_gangd: ToGangd,
+    pub(super) to_gangd: ToGangd,
     jobs: Mutex<BTreeMap<JobId, Arc<Relay>>>,
     /// What PMIx servers need; Err: why this node has none.
-    pmix: Result<PmixConfig, String>,
+    pub(super) pmix: Result<PmixConfig, String>,
 }
 
 impl PmiRelays {
@@ -97,7 +94,7 @@ impl PmiRelays {
         })
     }
 
-    fn jobs(&self) -> MutexGuard<'_, BTreeMap<JobId, Arc<Relay>>> {
+    pub(super) fn jobs(&self) -> MutexGuard<'_, BTreeMap<JobId, Arc<Relay>>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -171,119 +168,6 @@ impl PmiRelays {
         }
     }
 
-    /// Whether `job` bootstraps here through PMI and gangd gave its
-    /// layout (so its ranks get a PMIx server).
-    pub fn wants_pmix(&self, job: JobId) -> bool {
-        self.jobs().get(&job).is_some_and(|r| !r.layout.is_empty())
-    }
-
-    /// What `rank` of `job` needs to reach the job's PMIx server, which is
-    /// started (as `user`, guarded for the job's `cgroup`) with the job's
-    /// first rank here. Empty when the job has no PMIx here (said to gangd
-    /// once).
-    pub fn pmix_env(
-        self: &Arc<Self>,
-        job: JobId,
-        rank: u32,
-        user: &RankUser,
-        cgroup: Option<&Path>,
-    ) -> Vec<(String, String)> {
-        let Some(relay) = self.jobs().get(&job).cloned() else {
-            return Vec::new();
-        };
-        if relay.layout.is_empty() {
-            return Vec::new();
-        }
-        let mut slot = relay.pmix.lock().unwrap_or_else(|e| e.into_inner());
-        if let PmixSlot::NotStarted = *slot {
-            *slot = match self.start_pmix(&relay, user, cgroup) {
-                Ok(server) => PmixSlot::Running(server),
-                Err(why) => {
-                    let message = format!(
-                        "job {job}: no PMIx server (Open MPI ranks will fail in MPI_Init): {why}"
-                    );
-                    warn!("{message}");
-                    (self.to_gangd)(FromAgent::Error { message });
-                    PmixSlot::Failed
-                }
-            };
-        }
-        let PmixSlot::Running(server) = &*slot else {
-            return Vec::new();
-        };
-        server.fork_env(rank).unwrap_or_else(|why| {
-            warn!("job {job} rank {rank}: {why}");
-            Vec::new()
-        })
-    }
-
-    fn start_pmix(
-        self: &Arc<Self>,
-        relay: &Arc<Relay>,
-        user: &RankUser,
-        cgroup: Option<&Path>,
-    ) -> Result<Arc<PmixServer>, String> {
-        let cfg = self.pmix.as_ref().map_err(Clone::clone)?;
-        let cgroup = cgroup.ok_or("the job has no cgroup here to guard its server for")?;
-        let spec = PmixJob {
-            nspace: format!("gang.{}", relay.job.0),
-            size: relay.lock().pmi.config().size,
-            nodes: relay.layout.iter().map(|(n, _)| n.clone()).collect(),
-            ranks_by_node: relay.layout.iter().map(|(_, r)| r.clone()).collect(),
-            this_node: relay.node_index,
-            uid: user.uid,
-            gid: user.gid,
-        };
-        let (relays, weak) = (Arc::downgrade(self), Arc::downgrade(relay));
-        PmixServer::start(cfg, &spec, relay.job, user, cgroup, move |event| {
-            if let (Some(relays), Some(relay)) = (relays.upgrade(), weak.upgrade()) {
-                relays.on_pmix(&relay, event);
-            }
-        })
-    }
-
-    /// What the job's PMIx server reports.
-    fn on_pmix(&self, relay: &Arc<Relay>, event: Event) {
-        let job = relay.job;
-        match event {
-            Event::Fence { id, blob } => {
-                let mut refused = None;
-                relay.with(&self.to_gangd, |pmi| {
-                    match pmi.fence(relay.node_index, pmix::pieces(&blob)) {
-                        Ok((epoch, actions)) => {
-                            relay.lock_fences().insert(epoch, id);
-                            actions
-                        }
-                        Err(why) => {
-                            refused = Some(why);
-                            Vec::new()
-                        }
-                    }
-                });
-                if let (Some(why), Some(server)) = (refused, relay.server()) {
-                    server.fence_done(id, Err(why));
-                }
-            }
-            Event::BadFence { id, error } => {
-                if let Some(server) = relay.server() {
-                    server.fence_done(id, Err(error));
-                }
-            }
-            Event::Abort {
-                rank,
-                status,
-                message,
-            } => relay.with(&self.to_gangd, |pmi| {
-                pmi.abort(rank, i64::from(status), &message)
-            }),
-            Event::Gone(why) => {
-                if !relay.lock().pmi.done() {
-                    warn!("job {job}: its PMIx server is gone: {why}");
-                }
-            }
-        }
-    }
-
     /// PmiEntries from gangd: keys ahead of the barrier-out.
     pub fn entries(&self, job: JobId, entries: Vec<(String, String)>) {
         let Some(relay) = self.jobs().get(&job).cloned() else {
@@ -329,24 +213,17 @@ impl PmiRelays {
 }
 
 impl Relay {
-    fn lock(&self) -> MutexGuard<'_, RelayState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, RelayState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_fences(&self) -> MutexGuard<'_, BTreeMap<u64, u64>> {
+    pub(super) fn lock_fences(&self) -> MutexGuard<'_, BTreeMap<u64, u64>> {
         self.fences.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn server(&self) -> Option<Arc<PmixServer>> {
-        match &*self.pmix.lock().unwrap_or_else(|e| e.into_inner()) {
-            PmixSlot::Running(s) => Some(s.clone()),
-            _ => None,
-        }
     }
 
     /// Runs one event on the job's state machine and carries out its
     /// actions: writes and closes under the lock, messages to gangd after.
-    fn with(&self, to_gangd: &ToGangd, event: impl FnOnce(&mut NodePmi) -> Vec<Action>) {
+    pub(super) fn with(&self, to_gangd: &ToGangd, event: impl FnOnce(&mut NodePmi) -> Vec<Action>) {
         let mut up = Vec::new();
         {
             let mut state = self.lock();
