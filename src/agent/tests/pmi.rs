@@ -16,18 +16,24 @@ use super::*;
 /// Builds mpi_ring.c with MPICH's mpicc (by name: Debian's plain `mpicc`
 /// is Open MPI's when both are installed); None if there is none.
 fn mpi_ring() -> Option<PathBuf> {
-    let out = std::env::temp_dir().join(format!("scx-gang-mpi-ring-{}", std::process::id()));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agent/tests/mpi_ring.c");
-    match Command::new("mpicc.mpich")
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-    {
+    build_mpi("mpicc.mpich", "src/agent/tests/mpi_ring.c")
+}
+
+/// Builds `src` (from the repository's root) with the MPI compiler `cc`
+/// into a temporary file; None (and a note) if there is no such compiler.
+pub(super) fn build_mpi(cc: &str, src: &str) -> Option<PathBuf> {
+    let name = Path::new(src)
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let out = std::env::temp_dir().join(format!("scx-gang-{cc}-{name}-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    match Command::new(cc).arg(&src).arg("-o").arg(&out).status() {
         Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("mpicc.mpich failed: {s}"),
+        Ok(s) => panic!("{cc} failed: {s}"),
         Err(e) => {
-            eprintln!("no mpicc.mpich ({e}): skipping the MPICH test");
+            eprintln!("no {cc} ({e}): skipping this MPI test");
             None
         }
     }

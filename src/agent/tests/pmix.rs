@@ -10,31 +10,12 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
-use std::process::Command;
 use std::sync::mpsc;
 
 use gang_wire::pmi::cluster::Action;
 use gang_wire::pmi::ClusterPmi;
 
 use super::*;
-
-fn ompi_ring() -> Option<PathBuf> {
-    let out = std::env::temp_dir().join(format!("scx-gang-ompi-ring-{}", std::process::id()));
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("pmix/tests/clients/mpi_ring.c");
-    match Command::new("mpicc.openmpi")
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-    {
-        Ok(s) if s.success() => Some(out),
-        Ok(s) => panic!("mpicc.openmpi failed: {s}"),
-        Err(e) => {
-            eprintln!("no mpicc.openmpi ({e}): skipping the Open MPI test");
-            None
-        }
-    }
-}
 
 /// What a two-node Open MPI job did.
 #[derive(Default, Debug)]
@@ -208,7 +189,10 @@ fn an_open_mpi_job_on_two_agents_bootstraps_through_their_pmix_servers() {
         eprintln!("not root: the PMIx connect guard cannot be attached; not tested");
         return;
     }
-    let Some(program) = ompi_ring() else { return };
+    let Some(program) = super::pmi::build_mpi("mpicc.openmpi", "pmix/tests/clients/mpi_ring.c")
+    else {
+        return;
+    };
     let argv = program.to_str().unwrap();
     let root = mount.join(format!("scx-gang-pmix-test-{}", std::process::id()));
     let ca = TestCa::new("agent-pmix");

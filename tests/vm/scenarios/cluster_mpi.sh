@@ -146,6 +146,25 @@ job_phase() {
 	end_phase "$name"
 }
 
+# pair_phase PHASE PREFIX: PREFIX_ring --rounds 300 (PHASE"A") and
+# PREFIX_allreduce --iters 300 --grain-us 2000 (PHASE"B"), 3 ranks each, at
+# the same time; PHASE.both_running says whether both ran at once.
+pair_phase() {
+	local t0 pa pb
+	t0=$(now_ms)
+	submit "$1A" 3 -- "$2_ring" --rounds 300; pa=$JOB_PID
+	submit "$1B" 3 -- "$2_allreduce" --iters 300 --grain-us 2000; pb=$JOB_PID
+	if poll_for 90 jobs_at_least running 2; then
+		echo yes > "$RESULTS/$1.both_running"
+		as_alice gang matrix > "$RESULTS/$1.matrix" 2>&1
+	else
+		echo no > "$RESULTS/$1.both_running"
+	fi
+	watch_job "$1A" "$pa" "$t0" out "$OK_LINE" 3
+	watch_job "$1B" "$pb" "$t0" out "$OK_LINE" 3
+	end_phase "$1"
+}
+
 # all_nodes KEY VALUE: the head waits until every compute node put
 # KEY.node<i> VALUE.
 all_nodes() { every_compute "$1" "$2" 90 "reported $1"; }
@@ -207,10 +226,15 @@ pmix_ports() {
 	done
 }
 
-# probe_pmix: on a compute node, every port a PMIx server listens on,
-# connected to from outside the jobs' cgroups as bob, alice and root.
+two_pmix_ports() { [ "$(pmix_ports | wc -l)" -ge 2 ]; }
+
+# probe_pmix: on a compute node, every port a PMIx server listens on (once
+# both jobs' servers listen: gangd may see the jobs running before this
+# node started its ranks), connected to from outside the jobs' cgroups as
+# bob, alice and root.
 probe_pmix() {
 	local port who
+	poll_for 60 two_pmix_ports
 	: > "$RESULTS/pmix_guard.txt"
 	for port in $(pmix_ports); do
 		for who in bob alice root; do
@@ -273,20 +297,7 @@ if [ "$NODE_ID" = 0 ]; then
 	want ring && job_phase ring 3 out "$OK_LINE" 3 /usr/bin/mpi_ring --rounds 200
 	want allreduce && job_phase allreduce 3 out "$OK_LINE" 3 mpi_allreduce --iters 200
 	want netpipe && job_phase netpipe 2 err ' 65536 bytes ' 1 NPmpich2 -u 65536 -n 5 -p 0 -o /tmp/np.out
-	if want pair; then
-		t0=$(now_ms)
-		submit pairA 3 -- mpi_ring --rounds 300; PA=$JOB_PID
-		submit pairB 3 -- mpi_allreduce --iters 300 --grain-us 2000; PB=$JOB_PID
-		if poll_for 60 jobs_at_least running 2; then
-			echo yes > "$RESULTS/pair.both_running"
-			as_alice gang matrix > "$RESULTS/pair.matrix" 2>&1
-		else
-			echo no > "$RESULTS/pair.both_running"
-		fi
-		watch_job pairA "$PA" "$t0" out "$OK_LINE" 3
-		watch_job pairB "$PB" "$t0" out "$OK_LINE" 3
-		end_phase pair
-	fi
+	want pair && pair_phase pair mpi
 	# (Never done: no rank of these gets to print its result.)
 	want abort && job_phase abort 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --fault-rank 1
 	want abort1 && job_phase abort1 3 out "$OK_LINE" 1 mpi_allreduce --iters 200 --abort-rank 1
@@ -297,19 +308,7 @@ if [ "$NODE_ID" = 0 ]; then
 	fi
 	want ompi_ring && job_phase ompi_ring 3 out "$OK_LINE" 3 ompi_ring --rounds 200
 	want ompi_allreduce && job_phase ompi_allreduce 3 out "$OK_LINE" 3 ompi_allreduce --iters 200
-	if want ompi_pair; then
-		t0=$(now_ms)
-		submit ompi_pairA 3 -- ompi_ring --rounds 300; PA=$JOB_PID
-		submit ompi_pairB 3 -- ompi_allreduce --iters 300 --grain-us 2000; PB=$JOB_PID
-		if poll_for 90 jobs_at_least running 2; then
-			echo yes > "$RESULTS/ompi_pair.both_running"
-		else
-			echo no > "$RESULTS/ompi_pair.both_running"
-		fi
-		watch_job ompi_pairA "$PA" "$t0" out "$OK_LINE" 3
-		watch_job ompi_pairB "$PB" "$t0" out "$OK_LINE" 3
-		end_phase ompi_pair
-	fi
+	want ompi_pair && pair_phase ompi_pair ompi
 	want ompi_abort && job_phase ompi_abort 3 out "$OK_LINE" 1 ompi_allreduce --iters 200 --abort-rank 1
 	if want hpcc; then
 		t0=$(now_ms)
