@@ -25,8 +25,8 @@ impl PmiRelays {
 
     /// What `rank` of `job` needs to reach the job's PMIx server, which is
     /// started (as `user`, guarded for the job's `cgroup`) with the job's
-    /// first rank here. Empty when the job has no PMIx here (said to gangd
-    /// once).
+    /// first rank here. Empty when the job has no PMIx here (when the node
+    /// has PMIx but the job's server could not start, gangd is told why).
     pub fn pmix_env(
         self: &Arc<Self>,
         job: JobId,
@@ -37,7 +37,8 @@ impl PmiRelays {
         let Some(relay) = self.jobs().get(&job).cloned() else {
             return Vec::new();
         };
-        if relay.layout.is_empty() {
+        // A node without PMIx said why once, at its start.
+        if relay.layout.is_empty() || self.pmix.is_err() {
             return Vec::new();
         }
         let mut slot = relay.pmix.lock().unwrap_or_else(|e| e.into_inner());
