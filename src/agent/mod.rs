@@ -128,7 +128,7 @@ pub fn start(
         cfg.holds.clone(),
         cfg.rules,
         match &cfg.gang_root {
-            Some(root) => PmixConfig::probe(root, cfg.pmix_server.as_deref()),
+            Some(root) => PmixConfig::probe(root, cfg.pmix_server.as_deref(), &cfg.node),
             None => Err("ranks are not placed in cgroups here (no --gang-root)".into()),
         },
     );

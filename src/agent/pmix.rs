@@ -11,7 +11,7 @@
 //! - At a job's first rank here, if gangd gave the job's layout
 //!   (PmiStart), the agent starts the server next to its own executable
 //!   as the job's user, with one end of a socketpair as fd 3 and a tmpdir
-//!   of the user's (`<tmp_root>/job<ID>`, 0700), sends it the job
+//!   of the user's (`/run/scx_gang-pmix/<node>/job<ID>`, 0700), sends it the job
 //!   (gang_wire::pmix) and waits for Ready (at most START_TIMEOUT: libpmix
 //!   reads the topology at init).
 //! - Before any rank starts, the server's TCP port is guarded
@@ -78,10 +78,10 @@ pub struct PmixConfig {
 
 impl PmixConfig {
     /// The server `exe` (default: next to this executable), tmpdirs below
-    /// /run/scx_gang-pmix (not below /run/scx_gang: the knobs are mounted
-    /// there) and the connect guard on the root of
+    /// /run/scx_gang-pmix/`node` (not below /run/scx_gang: the knobs are
+    /// mounted there) and the connect guard on the root of
     /// `gang_root`'s cgroup2 hierarchy; Err says what is missing.
-    pub fn probe(gang_root: &Path, exe: Option<&Path>) -> Result<PmixConfig, String> {
+    pub fn probe(gang_root: &Path, exe: Option<&Path>, node: &str) -> Result<PmixConfig, String> {
         // The topmost cgroup above the gang root: every process is below.
         let cgroup_root = gang_root
             .ancestors()
@@ -101,7 +101,19 @@ impl PmixConfig {
             PmixGuard::attach(cgroup_root).map_err(|e| format!("the PMIx connect guard: {e:#}"))?;
         Ok(PmixConfig {
             exe,
-            tmp_root: PathBuf::from("/run/scx_gang-pmix"),
+            // Per node name: agents sharing a host (tests) never share a
+            // job's directory.
+            tmp_root: Path::new("/run/scx_gang-pmix").join(
+                node.chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect::<String>(),
+            ),
             guard: Arc::new(guard),
         })
     }
@@ -362,7 +374,9 @@ fn read_loop(
 /// The job's tmpdir, the user's own: 0700, made afresh.
 fn make_tmpdir(root: &Path, dir: &Path, user: &RankUser) -> io::Result<()> {
     fs::create_dir_all(root)?;
-    fs::set_permissions(root, fs::Permissions::from_mode(0o755))?;
+    for d in root.ancestors().take(2) {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755))?;
+    }
     if dir.exists() {
         fs::remove_dir_all(dir)?;
     }

@@ -46,7 +46,10 @@ impl Pair {
             thread::spawn(move || loop {
                 let msg = match read_frame::<FromAgent>(&mut conn.reader) {
                     Ok(Some(m)) => m,
-                    _ => return,
+                    other => {
+                        eprintln!("agent {}'s link ended: {other:?}", i + 1);
+                        return;
+                    }
                 };
                 if tx.send((i as u32 + 1, msg)).is_err() {
                     return;
@@ -79,9 +82,24 @@ fn run_two(pair: &Pair, job: JobId, argv: &[&str]) -> Run {
     send(2, spawn_rank(job.0, 1, argv, &env));
     let mut run = Run::default();
     let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut beat, mut last_beat) = (0, Instant::now());
     while run.exits.len() < 2 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let (node, msg) = rx.recv_timeout(left).expect("the job to end within 120 s");
+        assert!(
+            Instant::now() < deadline,
+            "the job to end within 120 s: {run:?}"
+        );
+        // As gangd: a heartbeat every second (an agent drops a link that
+        // stays silent for 15 s, and a loaded host can take that long).
+        if last_beat.elapsed() >= Duration::from_secs(1) {
+            beat += 1;
+            last_beat = Instant::now();
+            for n in [1, 2] {
+                send(n, ToAgent::Heartbeat { seq: beat });
+            }
+        }
+        let Ok((node, msg)) = rx.recv_timeout(Duration::from_millis(500)) else {
+            continue;
+        };
         match msg {
             FromAgent::RankStarted { .. } if run.probe.is_none() => {
                 run.probe = Some(probe_pmix_port(job));
