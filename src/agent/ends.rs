@@ -7,6 +7,7 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Child;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -63,6 +64,13 @@ impl Ranks {
                     break;
                 }
             }
+        }
+        if self.inner.stopped.load(Ordering::Relaxed) {
+            // This agent is gone (in tests, a second one runs in the same
+            // process and adopted the rank): its cgroup and its end are
+            // the next agent's business.
+            info!("job {job} rank {rank} (pid {pid}) {status} after this agent stopped: left to the next");
+            return;
         }
         info!("job {job} rank {rank} (pid {pid}) {status}");
         self.inner

@@ -131,6 +131,7 @@ pub fn start(
             Some(root) => PmixConfig::probe(root, cfg.pmix_server.as_deref(), &cfg.node),
             None => Err("ranks are not placed in cgroups here (no --gang-root)".into()),
         },
+        shutdown.clone(),
     );
     // Ranks a previous daemon started, still running (adopt.rs).
     if let Some(root) = &cfg.gang_root {

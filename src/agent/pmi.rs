@@ -208,6 +208,11 @@ impl PmiRelays {
         if relay.lock().pmi.done() && jobs.get(&relay.job).is_some_and(|r| Arc::ptr_eq(r, relay)) {
             jobs.remove(&relay.job);
             debug!("job {}: PMI relay closed", relay.job);
+            // The job's PMIx server ends too, once it has said all it had
+            // to say (an abort may still be on its way): pmix_relay.rs.
+            if let Some(server) = relay.server() {
+                server.close();
+            }
         }
     }
 }

@@ -26,9 +26,12 @@
 //!   blob (gang_wire::pmi::fence); its barrier-out sends every node's blob
 //!   back (PmiRelays::barrier_out); an abort fails the job with its
 //!   status, as PMI_Abort does.
-//! - The server goes with the job's relay (every local rank gone): the
-//!   socket closes, the server finalizes and exits; it is killed if still
-//!   there after STOP_GRACE, and its port unguarded.
+//! - The server goes with the job's relay (every local rank gone): its
+//!   socket is closed for writing, the server finalizes and exits, the
+//!   reader reads what it said to the end (an abort racing its rank's
+//!   exit still fails the job) and lets the relay go; dropped, the server
+//!   is killed if still there after STOP_GRACE, its port unguarded and
+//!   its directory removed.
 //!
 //! Known faults: a restarted agent does not restart a running job's server
 //! (its ranks' next fence fails, as for PMI-1); the wedge libpmix has after
@@ -284,6 +287,13 @@ impl PmixServer {
         if let Err(e) = sent {
             warn!("job {}: PMIx fence {id}: {e}", self.job);
         }
+    }
+
+    /// No more requests: the server sees EOF, finalizes and exits after
+    /// what it still had to send (read to its end by the reader thread).
+    pub fn close(&self) {
+        let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = w.shutdown(std::net::Shutdown::Write);
     }
 
     fn send(&self, msg: &ToPmix) -> Result<(), String> {

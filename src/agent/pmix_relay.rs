@@ -3,7 +3,8 @@
 //! its environment for every rank, and what it reports fed to the job's
 //! PMI state machine (a fence becomes a barrier of the job carrying this
 //! node's blob, gang_wire::pmi::fence; an abort fails the job). The
-//! barrier-out that completes a fence is PmiRelays::barrier_out's.
+//! barrier-out that completes a fence is PmiRelays::barrier_out's; the
+//! server's end comes with the relay's retirement (PmiRelays::retire).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -81,11 +82,14 @@ impl PmiRelays {
             uid: user.uid,
             gid: user.gid,
         };
-        let (relays, weak) = (Arc::downgrade(self), Arc::downgrade(relay));
+        // The server's reader holds the relay until the server is gone: what
+        // it reports after the job's last rank here left (an abort racing
+        // the rank's exit) still counts. The relay's retirement closes the
+        // server's socket (PmixServer::close), the server exits, the reader
+        // ends and lets the relay (and with it the server) go.
+        let (relays, relay) = (self.clone(), relay.clone());
         PmixServer::start(cfg, &spec, relay.job, user, cgroup, move |event| {
-            if let (Some(relays), Some(relay)) = (relays.upgrade(), weak.upgrade()) {
-                relays.on_pmix(&relay, event);
-            }
+            relays.on_pmix(&relay, event)
         })
     }
 

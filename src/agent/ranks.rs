@@ -21,6 +21,7 @@ use std::io::{self, Read};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -98,6 +99,9 @@ pub(super) struct Inner {
     pub(super) link: Arc<Link>,
     pub(super) holds: FreezeHolds,
     rules: RankRules,
+    /// The agent stopped (its shutdown flag): a rank ending now is left
+    /// to the next agent (ends.rs).
+    pub(super) stopped: Arc<AtomicBool>,
     /// MPI bootstrap: each rank's PMI_FD.
     pmi: Arc<PmiRelays>,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
@@ -119,6 +123,7 @@ impl Ranks {
         holds: FreezeHolds,
         rules: RankRules,
         pmix: Result<PmixConfig, String>,
+        stopped: Arc<AtomicBool>,
     ) -> Self {
         let to_gangd = link.clone();
         Self {
@@ -134,6 +139,7 @@ impl Ranks {
                 link,
                 holds,
                 rules,
+                stopped,
                 jobs: Mutex::new(BTreeMap::new()),
             }),
         }
