@@ -9,6 +9,8 @@ cluster_init
 [ "$NODE_ID" = 0 ] && start_gangd --nodes "$COMPUTE_NODES" --slot-ms 100
 start_node_agent
 
+two_burns() { [ "$(pidof burn | wc -w)" -ge 2 ]; }
+
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
 	submit A 3 -- /usr/bin/burn --seconds 40 --name A; A=$JOB_PID
@@ -33,6 +35,10 @@ if [ "$NODE_ID" = 0 ]; then
 	cluster_done
 else
 	wait_board phase running 120 || fail "the jobs never ran"
+	# gangd may call a job running before this node started its rank (a
+	# job's first rank here waits for the job's PMIx server, a second or
+	# two under emulation): wait for one rank of each.
+	poll_for 60 two_burns
 	record_ranks burn "$RESULTS/ranks.txt"
 	wait_done
 fi
