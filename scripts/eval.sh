@@ -5,15 +5,16 @@
 # has the method; gang-eval (eval/) turns its records into the answer.
 #
 #   scripts/eval.sh [--size reduced|full] [--policies "..."] [--workloads "..."]
-#                   [--mpls "1 2 3"] [--reps R] [--scale S] [--slot-ms MS]
+#                   [--mpls "1 2 3"] [--reps R] [--rounds N] [--scale S] [--slot-ms MS]
 #                   [--no-short] [--cap-s S] [--out DIR] [--no-build]
 #                   [--report-only] [--quiet-wait S] [--probe] [--bpf-stats]
 #   --size full (default): 3 repetitions, jobs 4x longer, every workload
 #          including the MPI one (hours);
-#          lone: each job alone (MPL 1), 3 repetitions, rt, allreduce and
-#          ep under dedicated, eevdf, bpfland and gang-strict, every rank
-#          under rankprobe: the lone-job table (issue 15: what a job alone
-#          pays for scx_gang, and where the time goes, ~10 min). NetPIPE
+#          lone: each job alone (MPL 1), rt, allreduce and ep at scale 2
+#          under dedicated, eevdf, bpfland and gang-strict, 4 rounds of 2
+#          repetitions (8 in all), every rank under rankprobe: the lone-job
+#          table (issue 15: what a job alone pays for scx_gang, and where
+#          the time goes, ~25 min). NetPIPE
 #          (--workloads netpipe) is not in it by default: under scx_bpfland
 #          its polling rank starves the node agent of a one-vCPU node
 #          (heartbeats lost, the node declared lost, the boot fails); run it
@@ -21,6 +22,10 @@
 #          reduced: 1 repetition, ~1 s jobs, the four SPMD workloads (what
 #          the test command runs, ~15 min; the MPI programs have their own
 #          cluster test).
+#   --rounds N: the policies' phases N times over, in turn, each with R
+#          repetitions (N x R in all): a drift of the host over the boot
+#          falls on every policy alike, not on the last phases (default 1;
+#          4 for --size lone).
 #   --cap-s S: a job still running S s after its submission is killed and
 #          reported as capped (default 300): MPI ranks poll while they wait,
 #          and three MPI jobs under a local scheduler can take hours.
@@ -39,7 +44,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= SCALE= SLOT_MS=100 SHORT=1 OUT= BUILD=1 CAP_S=300
+SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= ROUNDS= SCALE= SLOT_MS=100 SHORT=1 OUT= BUILD=1 CAP_S=300
 BOOT=1 QUIET_WAIT=900 COMPUTE=2 PROBE=0 BPF_STATS=0
 ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield gang-timed"
 ALL_WORKLOADS="rt allreduce alltoall ep mpi_allreduce ompi_allreduce"
@@ -51,6 +56,7 @@ while [[ $# -gt 0 ]]; do
         --workloads) WORKLOADS=$2; shift 2 ;;
         --mpls) MPLS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --scale) SCALE=$2; shift 2 ;;
         --slot-ms) SLOT_MS=$2; shift 2 ;;
         --no-short) SHORT=0; shift ;;
@@ -69,7 +75,7 @@ case $SIZE in
     full) : "${REPS:=3}" "${SCALE:=4}" "${WORKLOADS:=$ALL_WORKLOADS}" ;;
     reduced) : "${REPS:=1}" "${SCALE:=1}" "${WORKLOADS:=rt allreduce alltoall ep}" ;;
     lone)
-        : "${REPS:=3}" "${SCALE:=1}" "${WORKLOADS:=rt allreduce ep}" "${POLICIES:=dedicated eevdf bpfland gang-strict}"
+        : "${REPS:=2}" "${ROUNDS:=4}" "${SCALE:=2}" "${WORKLOADS:=rt allreduce ep}" "${POLICIES:=dedicated eevdf bpfland gang-strict}"
         [[ $MPLS == "1 2 3" ]] && MPLS=1
         SHORT=0 PROBE=1
         ;;
@@ -81,6 +87,8 @@ for p in $POLICIES; do [[ " $ALL_POLICIES " == *" $p "* ]] || die "--policies: u
 for w in $WORKLOADS; do [[ " $ALL_WORKLOADS $OTHER_WORKLOADS " == *" $w "* ]] || die "--workloads: unknown workload $w"; done
 for m in $MPLS; do [[ $m =~ ^[1-4]$ ]] || die "--mpls: $m is not an MPL of 1 to 4 (gangd's mpl_max)"; done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
+: "${ROUNDS:=1}"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds must be a positive integer"
 [[ $SCALE =~ ^[1-9][0-9]*$ ]] || die "--scale must be a positive integer"
 [[ $SLOT_MS =~ ^[0-9]+$ && $SLOT_MS -ge 10 ]] || die "--slot-ms must be an integer >= 10"
 [[ $CAP_S =~ ^[0-9]+$ && $CAP_S -ge 10 ]] || die "--cap-s must be an integer >= 10"
@@ -100,8 +108,8 @@ if ((BOOT)); then
     # work at the worst slowdown expected (EEVDF on fine-grained jobs).
     np=$(wc -w <<<"$POLICIES") nw=$(wc -w <<<"$WORKLOADS") sm=0
     for m in $MPLS; do sm=$((sm + m)); done
-    t=$((600 + np * 90 + REPS * np * (nw * (sm * 20 + 15 * sm * SCALE) + SHORT * 120 * SCALE)))
-    step "evaluation ($SIZE): policies [$POLICIES], workloads [$WORKLOADS], MPL [$MPLS], $REPS rep(s), scale $SCALE, slot $SLOT_MS ms"
+    t=$((600 + ROUNDS * np * 90 + ROUNDS * REPS * np * (nw * (sm * 20 + 15 * sm * SCALE) + SHORT * 120 * SCALE)))
+    step "evaluation ($SIZE): policies [$POLICIES], workloads [$WORKLOADS], MPL [$MPLS], $ROUNDS round(s) x $REPS rep(s), scale $SCALE, slot $SLOT_MS ms"
     step "booting a head node + $COMPUTE compute nodes x 1 vCPU, pinned to host cores i % $(nproc) (at most $((t / 60)) min; host load $(cut -d' ' -f1-3 /proc/loadavg))"
     rm -rf "$BOOTDIR"
     mkdir -p "$BOOTDIR"
@@ -113,7 +121,7 @@ if ((BOOT)); then
     rc=0
     "$SCRIPTS_DIR/cluster.sh" --image "$IMG" --scenario cluster_eval --out "$BOOTDIR" \
         --nodes $((COMPUTE + 1)) --vcpus 1 --mem 768 --pin --timeout "$t" --wait-quiet "$QUIET_WAIT" \
-        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S env.EVAL_PROBE=$PROBE env.EVAL_BPF_STATS=$BPF_STATS" ||
+        --append "scenario_timeout=$((t - 60)) env.EVAL_POLICIES=${POLICIES// /,} env.EVAL_WORKLOADS=${WORKLOADS// /,} env.EVAL_MPLS=${MPLS// /,} env.EVAL_REPS=$REPS env.EVAL_ROUNDS=$ROUNDS env.EVAL_SCALE=$SCALE env.EVAL_SLOT_MS=$SLOT_MS env.EVAL_SHORT=$SHORT env.EVAL_SIZE=$SIZE env.EVAL_CAP_S=$CAP_S env.EVAL_PROBE=$PROBE env.EVAL_BPF_STATS=$BPF_STATS" ||
         rc=$?
     sleep 1
     kill "$TAIL_PID" 2>/dev/null || true
@@ -135,7 +143,7 @@ if [[ " $MPLS " == *" 1 "* ]] && ((PROBE)); then
     "$EVAL" lone "$OUT/eval.log" --out "$OUT"
 fi
 step "figures and tables in $OUT: results.csv short.csv summary.txt $(cd "$OUT" && ls ./*.svg 2>/dev/null | tr '\n' ' ')"
-check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$REPS")
+check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$((REPS * ROUNDS))")
 ((SHORT)) && check+=(--short)
 if grep -q '^# FAILED' "$OUT/eval.log"; then
     grep '^# FAILED' "$OUT/eval.log" >&2

@@ -22,7 +22,10 @@
 #                parking in the slot's tail (docs/timed-switching.md)
 #
 # Cells: for every workload and MPL M, M identical jobs submitted at once
-# (same arrival), EVAL_REPS times. A short job arriving behind long ones:
+# (same arrival), EVAL_REPS times. EVAL_ROUNDS R > 1 runs the policies' phases
+# R times over, in turn (round r's repetitions are numbered r * EVAL_REPS
+# on): a drift of the host over the boot then falls on every policy alike
+# instead of on the last phases. A short job arriving behind long ones:
 # EVAL_SHORT_BEHIND long allreduce jobs, then, EVAL_SHORT_AFTER_S later, a
 # short one (its response time against FIFO's).
 #
@@ -33,7 +36,7 @@
 # Settings (env.NAME=a,b on the kernel command line):
 #   EVAL_POLICIES   "dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"
 #   EVAL_WORKLOADS  "rt allreduce alltoall ep mpi_allreduce ompi_allreduce"
-#   EVAL_MPLS "1 2 3"  EVAL_REPS 1  EVAL_SCALE 1 (multiplies every job's work)
+#   EVAL_MPLS "1 2 3"  EVAL_REPS 1  EVAL_ROUNDS 1  EVAL_SCALE 1 (multiplies every job's work)
 #   EVAL_SLOT_MS 100  EVAL_SPIN_US 1000  EVAL_SHORT 1  EVAL_SHORT_BEHIND 2
 #   EVAL_SHORT_AFTER_S 2  EVAL_CAP_S 300 (a job running longer is killed and
 #   recorded with capped=S)  EVAL_SIZE (a label for the report)
@@ -47,6 +50,7 @@ POLICIES=${EVAL_POLICIES:-"dedicated eevdf bpfland signal spinblock gang-off gan
 WORKLOADS=${EVAL_WORKLOADS:-"rt allreduce alltoall ep mpi_allreduce ompi_allreduce"}
 MPLS=${EVAL_MPLS:-"1 2 3"}
 REPS=${EVAL_REPS:-1}
+ROUNDS=${EVAL_ROUNDS:-1}
 SCALE=${EVAL_SCALE:-1}
 SLOT_MS=${EVAL_SLOT_MS:-100}
 SPIN_US=${EVAL_SPIN_US:-1000}
@@ -355,48 +359,51 @@ short_test() {
 }
 
 head_main() {
-	local k=0 p w m r nw nm
+	local k=0 p w m r nw nm round rep
 	mkdir -p "$JOBS"
 	chmod 0777 "$JOBS"
 	nw=$(echo $WORKLOADS | wc -w) nm=$(echo $MPLS | wc -w)
 	CELLS=0
 	for p in $POLICIES; do
 		if [ "$p" = dedicated ]; then
-			CELLS=$((CELLS + (nw + 2 * SHORT) * REPS))
+			CELLS=$((CELLS + (nw + 2 * SHORT) * REPS * ROUNDS))
 		else
-			CELLS=$((CELLS + nw * nm * REPS))
+			CELLS=$((CELLS + nw * nm * REPS * ROUNDS))
 		fi
 	done
 	{
 		echo "# scx_gang evaluation: $(date -u +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)"
-		echo "meta nodes=$C vcpus=$(nproc) head=1 slot_ms=$SLOT_MS reps=$REPS scale=$SCALE size=${EVAL_SIZE:-custom} spin_us=$SPIN_US cap_s=$CAP_S kernel=$(uname -r) gangd_fill=1"
+		echo "meta nodes=$C vcpus=$(nproc) head=1 slot_ms=$SLOT_MS reps=$((REPS * ROUNDS)) rounds=$ROUNDS scale=$SCALE size=${EVAL_SIZE:-custom} spin_us=$SPIN_US cap_s=$CAP_S kernel=$(uname -r) gangd_fill=1"
 	} > "$LOG"
-	for p in $POLICIES; do
-		k=$((k + 1))
-		head_phase "$k" "$p"
-		if [ "$k" = 1 ]; then
-			# One unrecorded job of each workload first: the first start of a
-			# program in a fresh guest loads it and its libraries from the
-			# initramfs (an MPI job's first run took 1.4 s, later ones 0.5 s).
-			for w in $WORKLOADS; do
-				run_job "warmup.$w" "$w" "$p"
-				wait_job "warmup.$w"
-			done
-			say "warm-up jobs done"
-		fi
-		for r in $(seq 0 $((REPS - 1))); do
-			if [ "$p" = dedicated ]; then
-				for w in $WORKLOADS; do cell dedicated "$w" 1 "$r"; done
-				if [ "$SHORT" = 1 ]; then
-					cell dedicated allreduce_long 1 "$r"
-					cell dedicated allreduce_short 1 "$r"
-				fi
-				continue
+	for round in $(seq 0 $((ROUNDS - 1))); do
+		for p in $POLICIES; do
+			k=$((k + 1))
+			head_phase "$k" "$p"
+			if [ "$k" = 1 ]; then
+				# One unrecorded job of each workload first: the first start of a
+				# program in a fresh guest loads it and its libraries from the
+				# initramfs (an MPI job's first run took 1.4 s, later ones 0.5 s).
+				for w in $WORKLOADS; do
+					run_job "warmup.$w" "$w" "$p"
+					wait_job "warmup.$w"
+				done
+				say "warm-up jobs done"
 			fi
-			for m in $MPLS; do
-				for w in $WORKLOADS; do cell "$p" "$w" "$m" "$r"; done
+			for r in $(seq 0 $((REPS - 1))); do
+				rep=$((round * REPS + r))
+				if [ "$p" = dedicated ]; then
+					for w in $WORKLOADS; do cell dedicated "$w" 1 "$rep"; done
+					if [ "$SHORT" = 1 ]; then
+						cell dedicated allreduce_long 1 "$rep"
+						cell dedicated allreduce_short 1 "$rep"
+					fi
+					continue
+				fi
+				for m in $MPLS; do
+					for w in $WORKLOADS; do cell "$p" "$w" "$m" "$rep"; done
+				done
+				[ "$SHORT" = 1 ] && short_test "$p" "$rep"
 			done
-			[ "$SHORT" = 1 ] && short_test "$p" "$r"
 		done
 	done
 	end_phase_gangd "$k"
