@@ -18,6 +18,14 @@
 //!   switches, the node's context switches and NET_RX softirqs per second
 //!   of the job, ksoftirqd's wait, the scx_gang daemon's CPU time.
 //!
+//! Paired ratios: repetition r of every policy ran in the same round of a
+//! run with `--rounds` (the policies' phases in turn, scripts/eval.sh), so
+//! the ratio of a policy's repetition r to eevdf's repetition r cancels a
+//! drift of the host over the boot that the ratio of medians does not. The
+//! table shows their median and quartiles, and the target's verdict uses
+//! the paired median wherever a cell has pairs (the ratio of medians
+//! otherwise).
+//!
 //! `dedicated` is the same kernel scheduler as `eevdf` in another phase of
 //! the same boot: their difference is the run's noise floor, shown as its
 //! own row. Failed jobs are left out and counted, and so are lossy ones: a
@@ -64,16 +72,35 @@ pub struct LoneCell {
     pub iter_p50_us: Option<f64>,
     /// Median of each PROBES figure.
     pub probes: Vec<Option<f64>>,
+    /// Every ok repetition's time (s), by repetition index.
+    pub reps: Vec<(u32, f64)>,
 }
 
-fn median(mut xs: Vec<f64>) -> Option<f64> {
+/// Ratios of one cell's repetitions to another's of the same index:
+/// median, first and third quartile, and how many pairs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    pub median: f64,
+    pub q1: f64,
+    pub q3: f64,
+    pub pairs: usize,
+}
+
+fn median(xs: Vec<f64>) -> Option<f64> {
+    quantile(xs, 0.5)
+}
+
+/// The q-quantile, linear between the closest ranks (the median of an even
+/// count is the mean of the middle two).
+fn quantile(mut xs: Vec<f64>, q: f64) -> Option<f64> {
     xs.retain(|x| x.is_finite());
     if xs.is_empty() {
         return None;
     }
     xs.sort_by(|a, b| a.total_cmp(b));
-    let n = xs.len();
-    Some(if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 })
+    let pos = q * (xs.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    Some(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo as f64))
 }
 
 fn extra(job: &Job, key: &str) -> Option<f64> {
@@ -120,6 +147,7 @@ pub fn cells(log: &Log) -> Vec<LoneCell> {
                         })
                     })
                     .collect(),
+                reps: ok.iter().map(|j| (j.rep, job_time(j))).collect(),
             }
         })
         .collect()
@@ -134,12 +162,36 @@ pub fn ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> {
     find(cells, &c.workload, policy).map(|b| c.time_s / b.time_s).filter(|r| r.is_finite())
 }
 
+/// A cell's repetitions against `policy`'s of the same index, in the same
+/// workload; None without a pair.
+pub fn paired(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<Paired> {
+    let base = find(cells, &c.workload, policy)?;
+    let ratios: Vec<f64> = c
+        .reps
+        .iter()
+        .filter_map(|(r, t)| base.reps.iter().find(|(b, _)| b == r).map(|(_, bt)| t / bt))
+        .filter(|x| x.is_finite())
+        .collect();
+    Some(Paired {
+        median: median(ratios.clone())?,
+        q1: quantile(ratios.clone(), 0.25)?,
+        q3: quantile(ratios.clone(), 0.75)?,
+        pairs: ratios.len(),
+    })
+}
+
+/// What the verdict compares: the paired median where there are pairs,
+/// the ratio of medians otherwise.
+fn verdict_ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> {
+    paired(cells, c, policy).map(|p| p.median).or_else(|| ratio(cells, c, policy))
+}
+
 /// Is the target met for `policy` (default gang-strict) on every workload?
 /// None when EEVDF or bpfland or the policy is missing somewhere.
 pub fn target_met(cells: &[LoneCell], policy: &str) -> Option<bool> {
     let mut any = false;
     for c in cells.iter().filter(|c| c.policy == policy) {
-        let (e, b) = (ratio(cells, c, "eevdf")?, ratio(cells, c, "bpfland")?);
+        let (e, b) = (verdict_ratio(cells, c, "eevdf")?, verdict_ratio(cells, c, "bpfland")?);
         any = true;
         if e > EEVDF_TARGET || b > 1.0 {
             return Some(false);
@@ -156,7 +208,10 @@ fn opt(x: Option<f64>, prec: usize) -> String {
 /// people, text for the CSV).
 fn row(cells: &[LoneCell], c: &LoneCell) -> Vec<(&'static str, &'static str, usize, String, String)> {
     let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
+    let (pe, pb) = (paired(cells, c, "eevdf"), paired(cells, c, "bpfland"));
     let num = |key, title, width, v: Option<f64>, prec: usize| (key, title, width, opt(v, prec), opt(v, prec + 1));
+    // "median [q1-q3]" for people; the CSV has each as its own column.
+    let pair = |p: Option<Paired>| p.map_or("-".into(), |p| format!("{:.3} [{:.2}-{:.2}]", p.median, p.q1, p.q3));
     let ok = format!(
         "{}{}{}",
         c.ok,
@@ -172,6 +227,12 @@ fn row(cells: &[LoneCell], c: &LoneCell) -> Vec<(&'static str, &'static str, usi
         ("time_s", "time s", 8, format!("{:.3}", c.time_s), format!("{:.6}", c.time_s)),
         num("vs_eevdf", "/eevdf", 8, e, 3),
         num("vs_bpfland", "/bpfland", 8, b, 3),
+        ("paired_eevdf", "paired /eevdf [q1-q3]", 21, pair(pe), opt(pe.map(|p| p.median), 4)),
+        ("paired_eevdf_q1", "", 0, String::new(), opt(pe.map(|p| p.q1), 4)),
+        ("paired_eevdf_q3", "", 0, String::new(), opt(pe.map(|p| p.q3), 4)),
+        ("paired_bpfland", "paired /bpfland [q1-q3]", 23, pair(pb), opt(pb.map(|p| p.median), 4)),
+        ("paired_bpfland_q1", "", 0, String::new(), opt(pb.map(|p| p.q1), 4)),
+        ("paired_bpfland_q3", "", 0, String::new(), opt(pb.map(|p| p.q3), 4)),
         num("wait_per_slice_us", "wait/slc us", 11, c.wait_per_slice_us, 1),
         num("iter_p50_us", "p50 it us", 9, c.iter_p50_us, 1),
         num("np_1k_us", "np 1k us", 8, c.np_1k_us, 1),
@@ -210,7 +271,7 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
     };
     let _ = writeln!(
         t,
-        "\ntarget ({policy} alone within {:.0} % of eevdf and at or below bpfland, every workload): {verdict}",
+        "\ntarget ({policy} alone within {:.0} % of eevdf and at or below bpfland, every workload; paired medians): {verdict}",
         (EEVDF_TARGET - 1.0) * 100.0
     );
     if cells.iter().any(|c| c.lossy > 0) {

@@ -1,7 +1,7 @@
 //! The lone-job table, as a specification: medians, ratios to eevdf and
 //! bpfland, the probe figures and the target's verdict.
 
-use gang_eval::lone::{cells, render, target_met};
+use gang_eval::lone::{cells, paired, render, target_met};
 use gang_eval::records::Log;
 
 fn job(policy: &str, w: &str, rep: u32, elapsed: f64, ok: bool, extra: &str) -> String {
@@ -89,4 +89,45 @@ fn a_repetition_with_tcp_timeouts_is_left_out_and_counted_as_lossy() {
     assert!((c.time_s - 2.1).abs() < 1e-9, "the lossy 60 s is not in the median");
     let (table, _) = render(&cells(&log(&t)), "gang-strict");
     assert!(table.contains("2~1"), "{table}");
+}
+
+#[test]
+fn paired_ratios_compare_repetitions_of_the_same_round_and_decide_the_verdict() {
+    // The host slows down over the boot: round 0 and 1 fast, 2 and 3 slow.
+    // gang-strict is 4 % behind eevdf in every round, but its fast round 1
+    // failed, so its median lands among the slow rounds.
+    let mut t = String::new();
+    for (r, s) in [1.0, 1.0, 2.0, 2.0].iter().enumerate() {
+        t += &job("eevdf", "rt", r as u32, *s, true, "");
+        t += &job("bpfland", "rt", r as u32, s * 1.1, true, "");
+    }
+    t += &job("gang-strict", "rt", 0, 1.04, true, "");
+    t += &job("gang-strict", "rt", 1, 1.04, false, "");
+    t += &job("gang-strict", "rt", 2, 2.08, true, "");
+    t += &job("gang-strict", "rt", 3, 2.08, true, "");
+    let c = cells(&log(&t));
+    let g = c.iter().find(|c| c.policy == "gang-strict").unwrap();
+    assert!((g.time_s - 2.08).abs() < 1e-9, "the ratio of medians says 2.08 / 1.5");
+    let p = paired(&c, g, "eevdf").unwrap();
+    assert_eq!(p.pairs, 3, "the failed repetition has no pair");
+    assert!((p.median - 1.04).abs() < 1e-9 && (p.q1 - 1.04).abs() < 1e-9 && (p.q3 - 1.04).abs() < 1e-9);
+    assert_eq!(target_met(&c, "gang-strict"), Some(true), "4 % behind eevdf, ahead of bpfland, round by round");
+    let (table, csv) = render(&c, "gang-strict");
+    assert!(table.contains("1.040 [1.04-1.04]"), "{table}");
+    assert!(csv.lines().next().unwrap().contains(",paired_eevdf,paired_eevdf_q1,paired_eevdf_q3,paired_bpfland,"));
+}
+
+#[test]
+fn quartiles_of_paired_ratios_show_their_spread() {
+    let mut t = String::new();
+    for (r, (e, g)) in [(1.0, 1.0), (1.0, 1.1), (1.0, 1.2), (1.0, 1.3), (1.0, 1.4)].iter().enumerate() {
+        t += &job("eevdf", "ep", r as u32, *e, true, "");
+        t += &job("gang-strict", "ep", r as u32, *g, true, "");
+    }
+    let c = cells(&log(&t));
+    let g = c.iter().find(|c| c.policy == "gang-strict").unwrap();
+    let p = paired(&c, g, "eevdf").unwrap();
+    assert_eq!(p.pairs, 5);
+    assert!((p.median - 1.2).abs() < 1e-9 && (p.q1 - 1.1).abs() < 1e-9 && (p.q3 - 1.3).abs() < 1e-9, "{p:?}");
+    assert!(paired(&c, g, "bpfland").is_none(), "no bpfland cell: no pairs");
 }
