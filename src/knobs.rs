@@ -13,6 +13,8 @@ pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;
 /// 0 turns voluntary yield off; at most 1 s (slots are 1 ms to 10 s).
 pub const YIELD_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
+/// An injected clock fault of at most 10 s either way.
+pub const CLOCK_FAULT_US_RANGE: std::ops::RangeInclusive<i64> = -10_000_000..=10_000_000;
 
 /// The knobs an operator sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +30,12 @@ pub struct NodeKnobs {
     /// A rank's yield_point() this close to its slot's end ends the slot
     /// for the rank (the scheduler parks it until its gang's next slot).
     pub yield_lead_us: u32,
+    /// A fault for tests of timed switching's fallback (issue 12): a value
+    /// written here shifts the node's cluster clock estimate by that many
+    /// µs once (the agent's prober takes it and it reads 0 again), as an
+    /// undetected step would. The next clock exchange reveals it, and
+    /// gangd switches the node by command until its clock is good again.
+    pub clock_fault_us: i64,
 }
 
 impl NodeKnobs {
@@ -38,6 +46,7 @@ impl NodeKnobs {
             housekeeping: CpuList::new(),
             min_other_share_pct: 5,
             yield_lead_us: 5_000,
+            clock_fault_us: 0,
         }
     }
 
@@ -52,6 +61,14 @@ impl NodeKnobs {
             }
             "yield_lead_us" => {
                 self.yield_lead_us = parse_in_range(name, value, YIELD_LEAD_US_RANGE)?
+            }
+            "clock_fault_us" => {
+                let n: i64 = value.parse().ok().filter(|n| CLOCK_FAULT_US_RANGE.contains(n)).ok_or_else(|| {
+                    KnobError::Invalid(format!(
+                        "clock_fault_us must be a whole number of µs in {CLOCK_FAULT_US_RANGE:?}, got {value:?}"
+                    ))
+                })?;
+                self.clock_fault_us = n;
             }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
@@ -76,6 +93,7 @@ impl NodeKnobs {
             "min_other_share_pct" => self.min_other_share_pct.to_string(),
             "housekeeping_cpus" => self.housekeeping.to_string(),
             "yield_lead_us" => self.yield_lead_us.to_string(),
+            "clock_fault_us" => self.clock_fault_us.to_string(),
             _ => return None,
         })
     }
@@ -111,6 +129,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "housekeeping_cpus",
     "min_other_share_pct",
     "yield_lead_us",
+    "clock_fault_us",
 ];
 pub const STATUS_NAMES: &[&str] = &[
     "mode",
@@ -183,6 +202,11 @@ impl SharedKnobs {
         self.knobs.lock().unwrap().clone()
     }
 
+    /// The pending clock fault (µs), taken: the knob reads 0 again.
+    pub fn take_clock_fault_us(&self) -> i64 {
+        std::mem::take(&mut self.knobs.lock().unwrap().clock_fault_us)
+    }
+
     pub fn set_status(&self, status: NodeStatus) {
         *self.status.lock().unwrap() = status;
     }
@@ -225,6 +249,22 @@ impl KnobSet for SharedKnobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_fault_us_takes_whole_microseconds_within_10_s_and_is_taken_once() {
+        let mut k = NodeKnobs::new();
+        k.set("clock_fault_us", "-50000", 2).unwrap();
+        assert_eq!(k.clock_fault_us, -50_000);
+        for bad in ["10000001", "-10000001", "1.5", "", "abc", "9223372036854775808"] {
+            let err = k.set("clock_fault_us", bad, 2).unwrap_err();
+            assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}: {err}");
+            assert_eq!(k.clock_fault_us, -50_000, "a refused value changes nothing");
+        }
+        let shared = SharedKnobs::new(k, 2);
+        assert_eq!(shared.take_clock_fault_us(), -50_000);
+        assert_eq!(shared.take_clock_fault_us(), 0, "once");
+        assert_eq!(shared.read("clock_fault_us").unwrap(), "0");
+    }
 
     #[test]
     fn slot_ms_takes_1_to_10000_and_nothing_else() {

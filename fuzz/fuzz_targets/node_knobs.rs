@@ -11,8 +11,9 @@ use libfuzzer_sys::fuzz_target;
 use gang_wire::knobfs::written_value;
 use scx_gang::knobs::NodeKnobs;
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "slot_ms",
+    "clock_fault_us",
     "fill",
     "min_other_share_pct",
     "yield_lead_us",

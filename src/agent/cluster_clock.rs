@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 use gang_wire::cluster_clock::{ClusterClock, Estimate, Event, Quality, Sample, SampleError};
 use gang_wire::proto::{ClockReport, ClockSource, ClockState, FromAgent};
 use gang_wire::time::monotonic_ns;
-use log::info;
+use log::{info, warn};
+
+use crate::knobs::SharedKnobs;
 
 use super::link::Link;
 
@@ -246,6 +248,12 @@ impl SharedClusterClock {
         }
     }
 
+    /// A fault for tests (the `clock_fault_us` knob): the estimate becomes
+    /// wrong by `offset_ns` (ClusterClock::inject_offset).
+    pub fn inject_offset(&self, offset_ns: i64) {
+        self.lock().clock.inject_offset(offset_ns);
+    }
+
     /// The report for gangd at local `now`; clears the "stepped" mark.
     pub fn report(&self, now: u64) -> ClockReport {
         let mut s = self.lock();
@@ -312,6 +320,7 @@ pub fn describe(r: &ClockReport) -> String {
 pub fn spawn_prober(
     clock: Arc<SharedClusterClock>,
     link: Arc<Link>,
+    knobs: Arc<SharedKnobs>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
     thread::Builder::new()
@@ -323,6 +332,11 @@ pub fn spawn_prober(
                 thread::sleep(PROBE_EVERY);
                 if !link.is_connected() {
                     continue;
+                }
+                let fault_us = knobs.take_clock_fault_us();
+                if fault_us != 0 {
+                    warn!("clock fault injected (knob clock_fault_us): the cluster clock estimate is now {fault_us} µs off");
+                    clock.inject_offset(fault_us.saturating_mul(1000));
                 }
                 if let Some(probe) = clock.probe(monotonic_ns()) {
                     link.send(probe);

@@ -152,7 +152,12 @@ pub fn start(
         plans,
     )?;
     let switched = plans::switched_sink(cfg.cluster_clock.clone(), link.clone());
-    cluster_clock::spawn_prober(cfg.cluster_clock.clone(), link.clone(), shutdown.clone())?;
+    cluster_clock::spawn_prober(
+        cfg.cluster_clock.clone(),
+        link.clone(),
+        cfg.knobs.clone(),
+        shutdown.clone(),
+    )?;
     let yields = link.clone();
     let sink: YieldSink = Arc::new(move |gang: &str, gen: u64| {
         // Only jobs' gangs are the cluster's business; a yield notice is

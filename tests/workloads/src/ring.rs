@@ -2,6 +2,7 @@
 //!
 //!   ring [--bytes B] [--rounds R | --seconds S] [--timeout T]
 //!        [--wait block|spin[:US]|adaptive|inslot[:US]] [--yield]
+//!        [--stop-reading R:S]
 //!
 //! Reads its place from the environment the node agent gives every rank:
 //! GANG_RANK, GANG_SIZE, GANG_PEERS (`host:port` of every rank, by rank,
@@ -18,6 +19,11 @@
 //! lasts R rounds (default 100) or, with --seconds, until rank 0 has run S
 //! seconds: rank 0 then announces a last round `size` rounds ahead inside
 //! the tokens, so every rank stops after the same round.
+//!
+//! --stop-reading R:S makes rank R stop reading after S seconds and sleep
+//! until it is killed: a peer that stops reading (issue 12). Its
+//! predecessor's data can then never drain (its socket keeps unsent bytes)
+//! and the other ranks wait for rounds that do not come, up to --timeout.
 //!
 //! Prints one JSON line and exits 0:
 //!   {"rank":r,"size":n,"rounds":R,"bytes":B,"elapsed_s":...,"ok":true,...}
@@ -53,7 +59,7 @@ fn die(rank: Option<usize>, msg: impl std::fmt::Display) -> ! {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: ring [--bytes B] [--rounds R | --seconds S] [--timeout T] [--wait block|spin[:US]|adaptive|inslot[:US]] [--yield]   (GANG_RANK, GANG_SIZE, GANG_PEERS, GANG_PORT from the environment)");
+    eprintln!("usage: ring [--bytes B] [--rounds R | --seconds S] [--timeout T] [--wait block|spin[:US]|adaptive|inslot[:US]] [--yield] [--stop-reading RANK:SECONDS]   (GANG_RANK, GANG_SIZE, GANG_PEERS, GANG_PORT from the environment)");
     std::process::exit(2);
 }
 
@@ -203,7 +209,7 @@ fn accept(me: &Rank, listener: &TcpListener, timeout: Duration) -> TcpStream {
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut bytes, mut rounds, mut seconds, mut timeout_s) = (64 * 1024usize, None, None, 120.0);
-    let (mut wait, mut yields) = (None, false);
+    let (mut wait, mut yields, mut stop_reading) = (None, false, None::<(usize, f64)>);
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -219,6 +225,16 @@ fn main() {
             "--rounds" => rounds = Some(val().parse::<u64>().unwrap_or_else(|_| usage())),
             "--seconds" => seconds = Some(val().parse::<f64>().unwrap_or_else(|_| usage())),
             "--timeout" => timeout_s = val().parse().unwrap_or_else(|_| usage()),
+            "--stop-reading" => {
+                let v = val();
+                let (r, s) = v.split_once(':').unwrap_or_else(|| usage());
+                let r = r.parse().unwrap_or_else(|_| usage());
+                let s: f64 = s.parse().unwrap_or_else(|_| usage());
+                if !(s.is_finite() && s >= 0.0) {
+                    usage();
+                }
+                stop_reading = Some((r, s));
+            }
             _ => usage(),
         }
     }
@@ -286,6 +302,14 @@ fn main() {
         }
         if yields {
             gangrt::yield_point();
+        }
+        if let Some((_, after)) = stop_reading.filter(|&(who, _)| who == r) {
+            if start.elapsed().as_secs_f64() >= after {
+                eprintln!("ring: rank {r}: stops reading after round {k}, as asked (--stop-reading)");
+                loop {
+                    thread::sleep(Duration::from_secs(3600));
+                }
+            }
         }
         if let Some(policy) = wait {
             match gangrt::wait_readable(inp.as_raw_fd(), policy, Some(timeout)) {

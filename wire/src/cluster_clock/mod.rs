@@ -222,6 +222,19 @@ impl ClusterClock {
         })
     }
 
+    /// A fault, for testing what detects it (a node's `clock_fault_us`
+    /// knob): the estimate becomes wrong by `offset_ns` (gangd's clock
+    /// seems that much further ahead) without its bound saying so, as after
+    /// an undetected step. The next honest sample whose interval misses the
+    /// shifted estimate (|offset_ns| beyond both bounds) is `Stepped`.
+    pub fn inject_offset(&mut self, offset_ns: i64) {
+        let shift = |p: &mut Point| p.y = p.y.saturating_add_signed(offset_ns);
+        self.kept.iter_mut().for_each(shift);
+        if let Some(l) = self.latest.as_mut() {
+            shift(l);
+        }
+    }
+
     /// gangd's clock at `local_now`, or None before `min_samples` samples.
     pub fn estimate(&self, local_now: u64) -> Option<Estimate> {
         if self.accepted < self.config.min_samples {

@@ -1,0 +1,44 @@
+//! ring: the token ring's own checks, and a peer that stops reading.
+mod common;
+use common::*;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ring");
+
+#[test]
+fn three_ranks_stream_and_check_every_token() {
+    let (outs, _) = Job::new(BIN, 3, &["--rounds", "50", "--bytes", "65536"]).run();
+    for o in &outs {
+        assert_eq!(o.code, Some(0), "{o:?}");
+        let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).expect("one JSON line");
+        assert_eq!((v["ok"].as_bool(), v["rounds"].as_u64(), v["size"].as_u64()), (Some(true), Some(50), Some(3)), "{v}");
+    }
+}
+
+#[test]
+fn a_rank_that_stops_reading_leaves_its_peers_waiting_until_their_timeout() {
+    // Rank 1 stops reading after 0.3 s and sleeps; rank 0's 1 MiB tokens
+    // fill its socket and rank 2 waits for rounds that never come: both
+    // give up at their 1.5 s timeout. Rank 1 sleeps until it is killed.
+    let mut job = Job::new(
+        BIN,
+        3,
+        &["--seconds", "60", "--bytes", "1048576", "--timeout", "1.5", "--stop-reading", "1:0.3"],
+    );
+    job.kill = Some((1, Duration::from_secs(8)));
+    let (outs, took) = job.run();
+    assert!(outs[1].stderr.contains("stops reading"), "{:?}", outs[1]);
+    assert_eq!(outs[1].code, None, "rank 1 sleeps until killed: {:?}", outs[1]);
+    for r in [0, 2] {
+        assert_eq!(outs[r].code, Some(1), "rank {r}: {:?}", outs[r]);
+    }
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn stop_reading_wants_rank_colon_seconds() {
+    for bad in ["1", "x:1", "1:-2", "1:nan"] {
+        let (outs, _) = Job::new(BIN, 1, &["--rounds", "1", "--stop-reading", bad]).run();
+        assert_eq!(outs[0].code, Some(2), "{bad}: {:?}", outs[0]);
+    }
+}
