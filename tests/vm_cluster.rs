@@ -452,6 +452,85 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         "{complete} timed switches reported by every node after gangd's restart: {}",
         read(&n0, "counters2.txt")
     );
+
+    // B streamed TCP across the nodes all along, so the drains at its
+    // boundaries had data to see out. The guarantee: a node's incoming
+    // gang never starts with the outgoing one's data in flight unless that
+    // switch is counted, i.e. a drain that timed out is reported as a
+    // drain timeout, never as a switch on time or late.
+    let node_switches: Vec<&Value> = all
+        .iter()
+        .chain(&again)
+        .filter(|r| is_timed(r))
+        .flat_map(|r| r["nodes"].as_object().unwrap().values())
+        .collect();
+    let with_data = node_switches
+        .iter()
+        .filter(|n| n["drain"]["drained_bytes"].as_u64().unwrap_or(0) > 0)
+        .count();
+    eprintln!(
+        "timed switching: {with_data} of {} node switches drained data",
+        node_switches.len()
+    );
+    assert!(with_data >= 5, "{with_data} node switches had data to drain");
+    for n in &node_switches {
+        let timed_out = n["drain"]["timed_out"].as_bool().unwrap_or(false);
+        assert_eq!(timed_out, n["outcome"] == "timed_out", "{n}");
+    }
+    let c_rc = read(&n0, "C.rc");
+    assert!(!c_rc.is_empty() && c_rc != "0", "C (killed by Ctrl-C) ended with {c_rc:?}: {}", read(&n0, "C.err"));
+
+    // Each of fault.txt and stall.txt: the switch log's lines, gangd's
+    // commanded_switches, drain_timeouts and switches, then the same later.
+    let counts = |file: &str| -> Vec<u64> {
+        let v: Vec<u64> = read(&n0, file)
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or_else(|_| panic!("{file}: {v}")))
+            .collect();
+        assert_eq!(v.len(), 8, "{file}: {v:?}");
+        v
+    };
+    // A clock 50 ms off is found at the node's next exchange: that node
+    // is switched by command (counted) until its clock is good again.
+    let fault = counts("fault.txt");
+    let during: Vec<&Value> = again[fault[0] as usize..(fault[4] as usize).min(again.len())]
+        .iter()
+        .collect();
+    let commanded_nodes: Vec<&String> = during
+        .iter()
+        .filter(|r| is_timed(r))
+        .flat_map(|r| r["nodes"].as_object().unwrap().iter())
+        .filter(|(_, n)| n["outcome"] == "commanded")
+        .map(|(id, _)| id)
+        .collect();
+    eprintln!(
+        "clock fault: commanded_switches {} -> {}, node switches by command {}",
+        fault[1],
+        fault[5],
+        commanded_nodes.len()
+    );
+    assert!(fault[5] > fault[1], "no commanded switch after the clock fault: {fault:?}");
+    assert!(!commanded_nodes.is_empty(), "no node reported a commanded switch after the fault");
+    assert!(
+        commanded_nodes.windows(2).all(|w| w[0] == w[1]),
+        "only the faulty node is commanded: {commanded_nodes:?}"
+    );
+    // A peer that stops reading: drains at C's boundaries time out, are
+    // counted, and the rotation goes on.
+    let stall = counts("stall.txt");
+    eprintln!("stalled peer: drain timeouts {} -> {}, switches {} -> {} in 8 s", stall[2], stall[6], stall[3], stall[7]);
+    assert!(stall[6] > stall[2], "no drain timeout while C's data could not drain: {stall:?}");
+    assert!(stall[7] >= stall[3] + 10, "the rotation slowed to a stop with a stalled peer: {stall:?}");
+    let after: Vec<&Value> = again[(stall[0] as usize).min(again.len())..].iter().collect();
+    let faulty = commanded_nodes[0];
+    assert!(
+        after.iter().filter(|r| is_timed(r)).any(|r| {
+            r["nodes"][faulty.as_str()]["outcome"]
+                .as_str()
+                .is_some_and(|o| o != "commanded")
+        }),
+        "node {faulty} never went back to its plan after the clock fault"
+    );
 }
 
 #[test]
