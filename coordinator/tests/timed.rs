@@ -415,3 +415,71 @@ fn a_stepped_clock_is_switched_by_command_until_it_is_good() {
         ["0 Plan 0 [0, 1] g1 at 100ms from 160ms"]
     );
 }
+
+#[test]
+fn a_commanded_node_is_frozen_ahead_of_the_boundary_and_switched_once_frozen() {
+    // Node 1 is switched by command. Its Freeze for generation 2 goes out
+    // 20 ms (2 RTT + the park allowance) before the boundary at 200 ms; its
+    // Switch once it answered Frozen and the boundary came, with the drain
+    // it reported in the record.
+    let mut c = two_jobs();
+    c.links.insert(NodeId(1), clock(0, false));
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &timed(), &c);
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    assert_eq!(show(&r.tick(100 * MS, &timed(), &c)), ["1 Switch g1 0"]);
+    assert!(r.tick(179 * MS, &timed(), &c).is_empty());
+    assert_eq!(show(&r.tick(181 * MS, &timed(), &c)), ["1 Freeze g2 0->1"]);
+    assert!(r.tick(190 * MS, &timed(), &c).is_empty(), "one Freeze");
+    assert!(r.tick(201 * MS, &timed(), &c).is_empty(), "no Switch before Frozen");
+    let out = r.on_agent(NodeId(1), &common::frozen(2, 0), 205 * MS);
+    assert_eq!(show(&out), ["1 Switch g2 1"], "at once: the boundary came");
+    r.on_agent(NodeId(0), &switched(2, 200_000_000, 0, SwitchOutcome::OnTime), 206 * MS);
+    let recs = r.take_timed();
+    let line = timed_json(recs.iter().find(|r| r.gen == Gen(2)).expect("generation 2"));
+    assert_eq!(line["nodes"]["1"]["outcome"], "commanded");
+    assert_eq!(line["nodes"]["1"]["late_us"], 5_000);
+    assert_eq!(line["nodes"]["1"]["parked_us"], 24_000, "from its Freeze at 181 ms");
+    assert!(line["nodes"]["1"]["drain"].is_object(), "its drain report: {line}");
+
+    // Frozen before the boundary: the Switch waits for it.
+    assert_eq!(show(&r.tick(281 * MS, &timed(), &c)), ["1 Freeze g3 1->0"]);
+    assert!(r.on_agent(NodeId(1), &common::frozen(3, 1), 290 * MS).is_empty());
+    assert_eq!(show(&r.tick(300 * MS, &timed(), &c)), ["1 Switch g3 0"]);
+    // A Frozen of no Freeze out is dropped.
+    assert!(r.on_agent(NodeId(1), &common::frozen(9, 1), 310 * MS).is_empty());
+    assert!(r.tick(310 * MS, &timed(), &c).is_empty());
+}
+
+#[test]
+fn a_commanded_node_that_never_answers_frozen_is_switched_at_the_drain_timeout() {
+    let mut c = two_jobs();
+    c.links.insert(NodeId(1), clock(0, false));
+    let knobs = ClusterKnobs {
+        drain_timeout_ms: 30,
+        ..timed()
+    };
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &knobs, &c);
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    assert_eq!(show(&r.tick(100 * MS, &knobs, &c)), ["1 Switch g1 0"]);
+    assert_eq!(show(&r.tick(185 * MS, &knobs, &c)), ["1 Freeze g2 0->1"]);
+    assert!(r.tick(229 * MS, &knobs, &c).is_empty(), "waiting for Frozen");
+    assert_eq!(show(&r.tick(230 * MS, &knobs, &c)), ["1 Switch g2 1"], "the boundary + 30 ms");
+    // The next boundary's Freeze comes as usual.
+    assert_eq!(show(&r.tick(285 * MS, &knobs, &c)), ["1 Freeze g3 1->0"]);
+}
+
+#[test]
+fn gangd_wakes_for_a_commanded_nodes_freeze() {
+    let mut c = two_jobs();
+    c.links.insert(NodeId(1), clock(0, false));
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &timed(), &c);
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    r.tick(100 * MS, &timed(), &c);
+    assert_eq!(r.next_wakeup(100, 120 * MS), 60 * MS, "at 180 ms, not at the boundary");
+}

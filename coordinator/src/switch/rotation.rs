@@ -214,15 +214,17 @@ impl Rotation {
     /// Feeds a node's message: Frozen and Running go to the switch in
     /// flight, Yielded marks its job as done with the slot in force.
     pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_us: u64) -> Outbox {
+        // A Frozen outside a switch in flight is a commanded node's, under
+        // timed switching.
         let for_timed = matches!(
             msg,
             FromAgent::PlanAck { .. } | FromAgent::Switched { .. } | FromAgent::Yielded { .. }
-        );
+        ) || (matches!(msg, FromAgent::Frozen { .. }) && self.switch.is_none());
         let now_ns = self.cluster_ns(now_us);
         if let Some(t) = self.timed.as_mut().filter(|_| for_timed) {
-            t.on_agent(node, msg, now_ns);
+            let out = t.on_agent(node, msg, now_ns);
             self.absorb_timed();
-            return Outbox::new();
+            return out;
         }
         if let FromAgent::PlanAck { .. } | FromAgent::Switched { .. } = msg {
             debug!("node {node}: {msg:?} while switching is commanded; ignored");

@@ -31,15 +31,23 @@
 //!    generation's record as `Commanded` at gangd's send time. A node goes
 //!    back to the plan, offered to it as to a node that joins, once its
 //!    bound is at most 3/4 of the knob (so a bound near the knob does not
-//!    flap). Their drain is not waited for: counted, never silent.
+//!    flap). Their drain is waited for as in commanded switching: a
+//!    commanded node gets `ToAgent::Freeze` for the next generation
+//!    [`commanded_lead_ns`] before the boundary, and its Switch once it
+//!    answered Frozen and the boundary came, or at the boundary +
+//!    drain_timeout_ms + 2 RTT without an answer (its drain report then
+//!    missing from the record). Its first Switch, into the slot in force
+//!    when it leaves the plan, has no Freeze: it switched itself at the
+//!    last boundary.
 //! 5. `Switched` reports (after the fact) are gathered per generation into
 //!    a [`TimedRecord`]; a record is finished once every known node
 //!    reported, or [`REPORT_WAIT_NS`] after its first report (the silent
 //!    nodes are listed as missing). Its skew is max − min of the nodes'
 //!    switch instants.
 //!
-//! Known faults: a node switched by command gets no Freeze first (barrier
-//! off for it); a node's Schedule is applied on
+//! Known faults: a commanded node's lead is fixed (2 RTT + 20 ms, at most
+//! a quarter slot), not learnt from its park and drain times as the
+//! nodes' own lead is; a node's Schedule is applied on
 //! receipt while its old plan may still be in force until the new plan's
 //! boundary (the node side must hold the table until then, or run a slot
 //! of the new table early). Reports of a generation already closed, or
@@ -70,6 +78,33 @@ pub const REPORT_WAIT_NS: u64 = 2_000_000_000;
 pub const MAX_OPEN_RECORDS: usize = 64;
 /// Closed generations remembered, to drop their late reports.
 const CLOSED_KEPT: usize = 256;
+/// A commanded node's park and drain under emulation take 10-40 ms.
+pub const COMMANDED_PARK_NS: u64 = 20_000_000;
+
+/// How long before a boundary a commanded node gets its Freeze: two round
+/// trips and [`COMMANDED_PARK_NS`], at most a quarter of the slot.
+pub fn commanded_lead_ns(rtt_ns: u64, slot_ns: u64) -> u64 {
+    (2 * rtt_ns + COMMANDED_PARK_NS).min(slot_ns / 4)
+}
+
+/// A node switched by command: the generation it was last switched to,
+/// and the Freeze out for the next one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Commanded {
+    last: Option<Gen>,
+    freezing: Option<Freezing>,
+    /// Its link's round trip as gangd last measured it.
+    rtt_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Freezing {
+    gen: Gen,
+    slot: u32,
+    boundary_ns: u64,
+    sent_ns: u64,
+    frozen: Option<FreezeReport>,
+}
 
 /// One node's timed switch, as it reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,9 +166,8 @@ pub struct Timed {
     planned: Option<(Vec<u32>, u32)>,
     /// The nodes the planner knows (on timed switching).
     known: BTreeSet<NodeId>,
-    /// Nodes switched by command (their clock does not fit), and the
-    /// generation each was last switched to.
-    commanded: BTreeMap<NodeId, Option<Gen>>,
+    /// Nodes switched by command (their clock does not fit).
+    commanded: BTreeMap<NodeId, Commanded>,
     /// The generation whose yields are gathered, and who yielded it.
     yield_gen: Option<Gen>,
     yielded: BTreeSet<(JobId, NodeId)>,
@@ -182,10 +216,21 @@ impl Timed {
 
     /// When something is next due: the pending plan's epoch or the next
     /// boundary of the plan in force.
+    /// A commanded node's Freeze, before the boundary, comes due too.
     pub fn next_due_ns(&self, now_ns: u64) -> Option<u64> {
         let pending = self.planner.pending().map(|p| p.epoch_ns);
-        let boundary = self.in_force(now_ns).map(|f| f.end_ns);
-        pending.into_iter().chain(boundary).min()
+        let f = self.in_force(now_ns);
+        let boundary = f.map(|f| f.end_ns);
+        let freeze = f.filter(|_| !self.commanded.is_empty()).and_then(|f| {
+            let lead = self.commanded.keys().map(|&n| self.lead_of(n, &f)).max()?;
+            Some(f.end_ns.saturating_sub(lead)).filter(|&t| t > now_ns)
+        });
+        pending.into_iter().chain(boundary).chain(freeze).min()
+    }
+
+    fn lead_of(&self, node: NodeId, f: &InForce) -> u64 {
+        let rtt = self.commanded.get(&node).map_or(0, |c| c.rtt_ns);
+        commanded_lead_ns(rtt, f.end_ns.saturating_sub(f.start_ns))
     }
 
     /// The records finished since the last call, oldest first.
@@ -246,7 +291,7 @@ impl Timed {
             })
             .collect();
         out.extend(self.maybe_amend(now_ns, view));
-        out.extend(self.command(now_ns, slot_ms));
+        out.extend(self.command(now_ns, knobs));
         self.close_overdue(now_ns);
         out
     }
@@ -266,10 +311,13 @@ impl Timed {
             };
             if fits {
                 if self.commanded.remove(&n).is_some() {
+                    // A Freeze it may still hold is ended by the plan.
                     warn!("node {n}: clock good again, switched by the plan");
                 }
                 timed.insert(n);
-            } else if let std::collections::btree_map::Entry::Vacant(e) = self.commanded.entry(n) {
+            } else if let Some(c) = self.commanded.get_mut(&n) {
+                c.rtt_ns = link.rtt_ns;
+            } else {
                 warn!(
                     "node {n}: clock {} (error bound {} us, max {} us): switched by command",
                     if link.synchronised {
@@ -280,45 +328,128 @@ impl Timed {
                     link.clock_error_ns / 1000,
                     max_ns / 1000
                 );
-                e.insert(None);
+                self.commanded.insert(
+                    n,
+                    Commanded {
+                        rtt_ns: link.rtt_ns,
+                        ..Commanded::default()
+                    },
+                );
             }
         }
         timed
     }
 
-    /// Nodes switched by command (step 4), who have not been switched to
-    /// the generation in force yet, are now.
-    fn command(&mut self, now_ns: u64, slot_ms: u32) -> Outbox {
+    /// Nodes switched by command (step 4): into the slot in force if they
+    /// are not there yet; a Freeze for the next generation its lead before
+    /// the boundary; the Switch once Frozen came and the boundary did, or
+    /// at the give-up time without it.
+    fn command(&mut self, now_ns: u64, knobs: &ClusterKnobs) -> Outbox {
         let Some(f) = self.in_force(now_ns) else {
             return Outbox::new();
         };
+        let next = self.in_force(f.end_ns).filter(|n| n.gen != f.gen);
         let mut out = Outbox::new();
-        let due: Vec<NodeId> = self
-            .commanded
-            .iter()
-            .filter(|(_, &g)| g != Some(f.gen))
-            .map(|(&n, _)| n)
-            .collect();
-        for n in due {
-            self.commanded.insert(n, Some(f.gen));
-            out.push((
-                n,
-                ToAgent::Switch {
-                    gen: f.gen,
-                    slot: f.slot,
-                    slot_ms,
-                },
-            ));
-            let sw = NodeSwitch {
-                at_ns: now_ns,
-                late_us: now_ns.saturating_sub(f.start_ns) / 1000,
-                outcome: SwitchOutcome::Commanded,
-                drain: None,
-                parked_us: 0,
-            };
-            self.record(n, f.gen, f.slot, sw, now_ns);
+        let nodes: Vec<NodeId> = self.commanded.keys().copied().collect();
+        for n in nodes {
+            let lead = self.lead_of(n, &f);
+            let c = self.commanded[&n];
+            let give_up = u64::from(knobs.drain_timeout_ms) * 1_000_000 + 2 * c.rtt_ns;
+            match c.freezing {
+                // Frozen for the generation in force: switch once answered,
+                // or at the give-up time.
+                Some(fz) if fz.gen == f.gen => {
+                    if fz.frozen.is_some() || now_ns >= fz.boundary_ns + give_up {
+                        out.push(self.switch_commanded(n, f, Some(fz), now_ns));
+                    }
+                    continue;
+                }
+                // Frozen for a generation that is not in force (the plan
+                // changed meanwhile): forget it, the Switch below moves it.
+                Some(fz) if fz.gen != next.map_or(f.gen, |x| x.gen) => {
+                    self.commanded.get_mut(&n).unwrap().freezing = None;
+                }
+                _ => {}
+            }
+            let c = self.commanded[&n];
+            if c.last != Some(f.gen) && c.freezing.is_none() {
+                out.push(self.switch_commanded(n, f, None, now_ns));
+                continue;
+            }
+            if let Some(x) = next.filter(|_| c.freezing.is_none() && now_ns + lead >= f.end_ns) {
+                self.commanded.get_mut(&n).unwrap().freezing = Some(Freezing {
+                    gen: x.gen,
+                    slot: x.slot,
+                    boundary_ns: f.end_ns,
+                    sent_ns: now_ns,
+                    frozen: None,
+                });
+                out.push((
+                    n,
+                    ToAgent::Freeze {
+                        gen: x.gen,
+                        from_slot: f.slot,
+                        to_slot: x.slot,
+                        drain_timeout_ms: knobs.drain_timeout_ms,
+                    },
+                ));
+            }
         }
         out
+    }
+
+    /// A commanded node's Switch into `f`, and its record.
+    fn switch_commanded(
+        &mut self,
+        n: NodeId,
+        f: InForce,
+        fz: Option<Freezing>,
+        now_ns: u64,
+    ) -> (NodeId, ToAgent) {
+        // The plan's slot length (the knob's when it was made).
+        let slot_ms = (f.end_ns.saturating_sub(f.start_ns) / 1_000_000) as u32;
+        let c = self.commanded.entry(n).or_default();
+        c.last = Some(f.gen);
+        c.freezing = None;
+        let sw = NodeSwitch {
+            at_ns: now_ns,
+            late_us: now_ns.saturating_sub(f.start_ns) / 1000,
+            outcome: SwitchOutcome::Commanded,
+            drain: fz.and_then(|z| z.frozen),
+            parked_us: fz.map_or(0, |z| now_ns.saturating_sub(z.sent_ns) / 1000),
+        };
+        self.record(n, f.gen, f.slot, sw, now_ns);
+        (
+            n,
+            ToAgent::Switch {
+                gen: f.gen,
+                slot: f.slot,
+                slot_ms,
+            },
+        )
+    }
+
+    /// A commanded node's Frozen: its switch goes out now if the boundary
+    /// came, else at the boundary.
+    fn on_frozen(&mut self, node: NodeId, gen: Gen, report: FreezeReport, now_ns: u64) -> Outbox {
+        let Some(c) = self.commanded.get_mut(&node) else {
+            debug!("node {node}: Frozen for gen {gen:?} but it follows the plan");
+            return Outbox::new();
+        };
+        match c.freezing.as_mut() {
+            Some(fz) if fz.gen == gen && fz.frozen.is_none() => fz.frozen = Some(report),
+            _ => {
+                debug!("node {node}: Frozen for gen {gen:?}, no Freeze of it out");
+                return Outbox::new();
+            }
+        }
+        match self.in_force(now_ns).filter(|f| f.gen == gen) {
+            Some(f) => {
+                let fz = self.commanded[&node].freezing;
+                vec![self.switch_commanded(node, f, fz, now_ns)]
+            }
+            None => Outbox::new(),
+        }
     }
 
     /// The nodes switched by command now.
@@ -326,9 +457,13 @@ impl Timed {
         self.commanded.keys().copied().collect()
     }
 
-    /// PlanAck, Yielded and Switched; anything else is not for this.
-    pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_ns: u64) {
+    /// PlanAck, Yielded, Switched, and a commanded node's Frozen (whose
+    /// Switch may go out at once); anything else is not for this.
+    pub fn on_agent(&mut self, node: NodeId, msg: &FromAgent, now_ns: u64) -> Outbox {
         match *msg {
+            FromAgent::Frozen { gen, report, .. } => {
+                return self.on_frozen(node, gen, report, now_ns);
+            }
             FromAgent::PlanAck { plan_id } => self.planner.on_ack(node, plan_id),
             FromAgent::Yielded { gen, job } => {
                 self.follow_gen(now_ns);
@@ -358,6 +493,7 @@ impl Timed {
             }
             _ => debug!("node {node}: {msg:?} is not for timed switching"),
         }
+        Outbox::new()
     }
 
     pub fn node_lost(&mut self, node: NodeId) {
