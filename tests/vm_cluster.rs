@@ -292,7 +292,10 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
             .find_map(|w| w.strip_prefix("clock_bound_ns="))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no bound in {line}"));
-        assert!(bound < 5_000_000, "clock bound {bound} ns: {line}");
+        // Within gangd's max_clock_error_us (10 ms), the bound under which
+        // a node follows plans; about half the best round trip, 2-5 ms on
+        // this test bed as the host's load goes.
+        assert!(bound < 10_000_000, "clock bound {bound} ns: {line}");
     }
 
     // The switch log up to the knob flip: timed switches only, each
@@ -453,8 +456,8 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         read(&n0, "counters2.txt")
     );
 
-    // B streamed TCP across the nodes all along, so the drains at its
-    // boundaries had data to see out. The guarantee: a node's incoming
+    // S streamed TCP across the nodes after the restart, so the drains at
+    // its boundaries had data to see out. The guarantee: a node's incoming
     // gang never starts with the outgoing one's data in flight unless that
     // switch is counted, i.e. a drain that timed out is reported as a
     // drain timeout, never as a switch on time or late.
@@ -477,6 +480,7 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         let timed_out = n["drain"]["timed_out"].as_bool().unwrap_or(false);
         assert_eq!(timed_out, n["outcome"] == "timed_out", "{n}");
     }
+    assert_eq!(read(&n0, "S.rc"), "0", "{}", read(&n0, "S.err"));
     let c_rc = read(&n0, "C.rc");
     assert!(!c_rc.is_empty() && c_rc != "0", "C (killed by Ctrl-C) ended with {c_rc:?}: {}", read(&n0, "C.err"));
 

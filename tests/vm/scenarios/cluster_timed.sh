@@ -1,9 +1,7 @@
 # Timed switching (issue 12): gangd sends plans ahead (switching = timed,
 # strict barrier, 100 ms slots), and every compute node switches on its own
 # clock at the planned instants: no Freeze or Switch per slot. Two jobs of
-# 3 ranks take turns: A burns CPU, B is a TCP ring streaming 256 KiB tokens
-# across the nodes all the time, so every boundary where B leaves has data
-# in flight that the drain in the slot's tail must see out (or count). The head records the nodes file (each node's cluster
+# 3 ranks (burn) take turns. The head records the nodes file (each node's cluster
 # clock), a merged trace, the switch log (one line per generation with each
 # node's switch instant on the cluster clock) and gangd's counters.
 #
@@ -13,13 +11,17 @@
 # is away (rotating.txt: "node before after"); gangd started again, which
 # adopts the jobs and plans again (switches2.jsonl, counters2.txt).
 #
-# Faults, with gangd #2: a clock fault injected on the first compute node
-# (its clock_fault_us knob: its estimate 50 ms off, as an undetected step;
-# fault.txt: switch log lines and commanded_switches before and 4 s after);
-# then a third job C whose rank 1 stops reading after 3 s (ring
-# --stop-reading): its data on rank 0's node can never drain, so every
-# switch away from C there ends in a drain timeout, counted, and the
-# rotation goes on (stall.txt: counters when C stalls and 8 s later).
+# With gangd #2: a third job S, a TCP ring streaming 256 KiB tokens across
+# the nodes all the time, so every boundary where S leaves has data in
+# flight that the drain in the slot's tail must see out (or count). While
+# it streams, a clock fault injected on the first compute node (its
+# clock_fault_us knob: its estimate 50 ms off, as an undetected step;
+# fault.txt: switch log lines, commanded_switches, drain_timeouts and
+# switches, before and 4 s after); then a fourth job C whose rank 1 stops
+# reading after 3 s (ring --stop-reading): its data on rank 0's node can
+# never drain, so every switch away from C there ends in a drain timeout,
+# counted, and the rotation goes on (stall.txt: the same counts when C
+# stalls and 8 s later).
 . /scenarios/cluster_lib.sh
 
 cluster_init
@@ -29,8 +31,8 @@ start_node_agent
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
-	submit A 3 -- /usr/bin/burn --seconds 80 --name A; A=$JOB_PID
-	submit B 3 -- /usr/bin/ring --bytes 262144 --seconds 80 --timeout 300; B=$JOB_PID
+	submit A 3 -- /usr/bin/burn --seconds 70 --name A; A=$JOB_PID
+	submit B 3 -- /usr/bin/burn --seconds 70 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
 	# Clocks have had their first samples by now; give the plans time.
@@ -79,6 +81,10 @@ if [ "$NODE_ID" = 0 ]; then
 	done > "$RESULTS/counters2.txt"
 	log "counters after the restart: $(tr '\n' ' ' < "$RESULTS/counters2.txt")"
 
+	# S streams from now on.
+	submit S 3 -- /usr/bin/ring --bytes 262144 --seconds 25 --timeout 300; S=$JOB_PID
+	wait_jobs running 3 60
+
 	# A clock fault on the first compute node: detected at its next clock
 	# exchange, switched by command until its clock is good again.
 	counts() { echo "$(wc -l < "$RESULTS/switches2.jsonl") $(cat "$GANGD_KNOBS/commanded_switches") $(cat "$GANGD_KNOBS/drain_timeouts") $(cat "$GANGD_KNOBS/switches")"; }
@@ -91,7 +97,7 @@ if [ "$NODE_ID" = 0 ]; then
 
 	# A peer that stops reading: C's rank 1 after 3 s.
 	submit C 3 -- /usr/bin/ring --bytes 1048576 --seconds 600 --timeout 600 --stop-reading 1:3; C=$JOB_PID
-	wait_jobs running 3 60
+	wait_jobs running 4 60
 	sleep 5
 	s0=$(counts)
 	sleep 8
@@ -99,6 +105,7 @@ if [ "$NODE_ID" = 0 ]; then
 	log "C stalled (lines commanded timeouts switches, then 8 s later): $(cat "$RESULTS/stall.txt")"
 	kill -INT "$C"
 	finish_job C "$C"
+	finish_job S "$S"
 	finish_job A "$A"
 	finish_job B "$B"
 	cluster_done
