@@ -416,19 +416,26 @@ fn a_stepped_clock_is_switched_by_command_until_it_is_good() {
     );
 }
 
+/// Node 1 unsynchronised (switched by command), node 0 on plan 0 (acked at
+/// 50 ms); at 100 ms node 1 got its Switch into generation 1.
+fn one_commanded(knobs: &ClusterKnobs) -> (Cluster, Rotation) {
+    let mut c = two_jobs();
+    c.links.insert(NodeId(1), clock(0, false));
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, knobs, &c);
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    assert_eq!(show(&r.tick(100 * MS, knobs, &c)), ["1 Switch g1 0"]);
+    (c, r)
+}
+
 #[test]
 fn a_commanded_node_is_frozen_ahead_of_the_boundary_and_switched_once_frozen() {
     // Node 1 is switched by command. Its Freeze for generation 2 goes out
     // 20 ms (2 RTT + the park allowance) before the boundary at 200 ms; its
     // Switch once it answered Frozen and the boundary came, with the drain
     // it reported in the record.
-    let mut c = two_jobs();
-    c.links.insert(NodeId(1), clock(0, false));
-    let mut r = Rotation::new();
-    r.matrix_changed();
-    r.tick(0, &timed(), &c);
-    r.on_agent(NodeId(0), &ack(0), 50 * MS);
-    assert_eq!(show(&r.tick(100 * MS, &timed(), &c)), ["1 Switch g1 0"]);
+    let (c, mut r) = one_commanded(&timed());
     assert!(r.tick(179 * MS, &timed(), &c).is_empty());
     assert_eq!(show(&r.tick(181 * MS, &timed(), &c)), ["1 Freeze g2 0->1"]);
     assert!(r.tick(190 * MS, &timed(), &c).is_empty(), "one Freeze");
@@ -454,17 +461,11 @@ fn a_commanded_node_is_frozen_ahead_of_the_boundary_and_switched_once_frozen() {
 
 #[test]
 fn a_commanded_node_that_never_answers_frozen_is_switched_at_the_drain_timeout() {
-    let mut c = two_jobs();
-    c.links.insert(NodeId(1), clock(0, false));
     let knobs = ClusterKnobs {
         drain_timeout_ms: 30,
         ..timed()
     };
-    let mut r = Rotation::new();
-    r.matrix_changed();
-    r.tick(0, &knobs, &c);
-    r.on_agent(NodeId(0), &ack(0), 50 * MS);
-    assert_eq!(show(&r.tick(100 * MS, &knobs, &c)), ["1 Switch g1 0"]);
+    let (c, mut r) = one_commanded(&knobs);
     assert_eq!(show(&r.tick(185 * MS, &knobs, &c)), ["1 Freeze g2 0->1"]);
     assert!(r.tick(229 * MS, &knobs, &c).is_empty(), "waiting for Frozen");
     assert_eq!(show(&r.tick(230 * MS, &knobs, &c)), ["1 Switch g2 1"], "the boundary + 30 ms");
@@ -474,12 +475,6 @@ fn a_commanded_node_that_never_answers_frozen_is_switched_at_the_drain_timeout()
 
 #[test]
 fn gangd_wakes_for_a_commanded_nodes_freeze() {
-    let mut c = two_jobs();
-    c.links.insert(NodeId(1), clock(0, false));
-    let mut r = Rotation::new();
-    r.matrix_changed();
-    r.tick(0, &timed(), &c);
-    r.on_agent(NodeId(0), &ack(0), 50 * MS);
-    r.tick(100 * MS, &timed(), &c);
+    let (_, r) = one_commanded(&timed());
     assert_eq!(r.next_wakeup(100, 120 * MS), 60 * MS, "at 180 ms, not at the boundary");
 }
