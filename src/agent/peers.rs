@@ -14,13 +14,17 @@
 //! A table lives until every rank the table gives this node was started
 //! (or failed to) and none of them runs here any more (`release`); gangd
 //! sends SpawnRanks right after the table, so that is soon. Tables are
-//! bounded in number (MAX_TABLES) and size (peers.rs in gang-wire), so a
-//! broken gangd cannot make the node hold unbounded memory.
+//! bounded in number (MAX_TABLES, past which the oldest job's goes) and
+//! size (peers.rs in gang-wire), so a broken gangd cannot make the node
+//! hold unbounded memory.
 //!
 //! Known faults: a table whose SpawnRanks never come (gangd lost in
-//! between) is held until the same job's table comes again or the agent
-//! restarts; a file of a job adopted by a restarted agent is removed with
-//! the job only if the job ends while this agent runs.
+//! between) is held until MAX_TABLES newer ones came, the same job's
+//! table comes again or the agent restarts; a file of a job adopted by a
+//! restarted agent is removed with the job only if the job ends while
+//! this agent runs; the oldest table dropped past MAX_TABLES takes its
+//! file with it, even if a rank of that job still runs (it read the file
+//! at its start, as the workloads do).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -120,9 +124,12 @@ impl PeerTables {
     ) -> Result<(), String> {
         let mut jobs = self.lock();
         if !jobs.contains_key(&job) && jobs.len() >= MAX_TABLES {
-            return Err(format!(
-                "job {job}: peer table refused: {MAX_TABLES} jobs' tables are held already"
-            ));
+            // The oldest job's: far more tables than jobs can run here, so
+            // it is one whose SpawnRanks never came.
+            if let Some((old, e)) = jobs.pop_first() {
+                log::warn!("{MAX_TABLES} peer tables held: job {old}'s dropped for job {job}'s");
+                remove_file(e.file);
+            }
         }
         if let Some(old) = jobs.insert(
             job,

@@ -197,8 +197,17 @@ fn tables_are_bounded_in_number_and_say_which_node_is_this_one() {
         t.set(JobId(j), 0, &halves(4)).unwrap();
     }
     t.set(JobId(0), 1, &halves(4)).unwrap();
-    let e = t.set(JobId(1000), 0, &halves(4)).unwrap_err();
-    assert!(e.contains("tables are held already"), "{e}");
+    assert_eq!(
+        t.held(),
+        MAX_TABLES,
+        "the same job's table replaces its own"
+    );
+    t.set(JobId(1000), 0, &halves(4)).unwrap();
+    assert_eq!(t.held(), MAX_TABLES, "the oldest job's went");
+    let (uid, gid) = ids();
+    let e = t.env(JobId(0), 2, uid, gid, &[]).unwrap_err();
+    assert!(e.starts_with("no peer table for job 0"), "{e}");
+    assert!(t.env(JobId(1000), 0, uid, gid, &[]).is_ok());
 }
 
 #[test]
