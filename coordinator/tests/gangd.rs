@@ -376,24 +376,43 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
             ag.spawned(a).len() == 1 && ag.spawned(b).len() == 1
         });
     }
-    // Every rank knows every peer, in rank order, one per node.
-    let peers = agents[0]
-        .got()
-        .iter()
-        .find_map(|m| match m {
-            ToAgent::SpawnRank {
-                job, peers, size, ..
-            } if *job == a => Some((peers.clone(), *size)),
-            _ => None,
-        })
-        .unwrap();
-    assert_eq!(peers.1, 3);
-    assert_eq!(peers.0.len(), 3);
-    assert!(
-        peers.0.iter().all(|p| p.starts_with("127.0.0.1:")),
-        "{:?}",
-        peers.0
-    );
+    // Every node gets the job's table once, before its SpawnRanks: every
+    // rank, in rank order, one per node, each node knowing its index.
+    for (i, ag) in agents.iter().enumerate() {
+        let got = ag.got();
+        let tables: Vec<(usize, u32, &PeerTable)> = got
+            .iter()
+            .enumerate()
+            .filter_map(|(at, m)| match m {
+                ToAgent::JobPeers { job, node, table } if *job == a => Some((at, *node, table)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tables.len(), 1, "node {i}: {tables:?}");
+        let (at, node, table) = tables[0];
+        let first_spawn = got
+            .iter()
+            .position(|m| matches!(m, ToAgent::SpawnRank { job, .. } if *job == a))
+            .unwrap();
+        assert!(at < first_spawn, "node {i}: the table comes first");
+        let list = table.expand().unwrap();
+        let peers: Vec<&str> = list.split(',').collect();
+        assert_eq!(peers.len(), 3, "{list}");
+        assert!(peers.iter().all(|p| p.starts_with("127.0.0.1:")), "{list}");
+        let spawned: Vec<u32> = got
+            .iter()
+            .filter_map(|m| match m {
+                ToAgent::SpawnRank {
+                    job, rank, peers, ..
+                } if *job == a => {
+                    assert!(peers.is_empty(), "no list in SpawnRank any more");
+                    Some(*rank)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(table.ranks_of(node as usize), spawned);
+    }
     wait_until("ten switches", || g.switches().len() >= 10);
     for ag in &agents {
         let got = ag.got();

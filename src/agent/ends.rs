@@ -1,7 +1,7 @@
 //! How ranks end: the reaper of a rank started here waits for it, lets
 //! its output pumps reach the end of the pipes (so the output arrives
-//! before the exit), reports RankExited, and removes the job's cgroup after
-//! its last rank here. A rank adopted after a restart (adopt.rs) is watched
+//! before the exit), reports RankExited, and removes the job's cgroup (and
+//! its peer list, peers.rs) after its last rank here. A rank adopted after a restart (adopt.rs) is watched
 //! through a pidfd instead, and ends the same way.
 
 use std::io;
@@ -77,6 +77,7 @@ impl Ranks {
             .link
             .send(FromAgent::RankExited { job, rank, status });
         if last {
+            self.release_peers(job);
             self.remove_cgroup_if_idle(job);
         }
     }

@@ -1,8 +1,8 @@
 //! What the agent does with each message of gangd once the node is in the
 //! cluster. Runs on the agent's reader thread, which must stay responsive
 //! (gangd drops a node that does not answer its heartbeats): nothing here
-//! waits long. What touches users' files or processes (Prepare, SpawnRank,
-//! KillJob, SuspendJob, ResumeJob) goes to the job worker thread, in the
+//! waits long. What touches users' files or processes (Prepare, JobPeers,
+//! SpawnRank, KillJob, SuspendJob, ResumeJob) goes to the job worker thread, in the
 //! order received, so a path check hung on a dead file system (up to
 //! prepare::CHECK_TIMEOUT) delays the next job action, never a heartbeat. Freeze is answered by the freeze waiter when the drain is
 //! over, a trace by a thread of its own (trace.rs); the slot switch itself (Switch →
@@ -171,6 +171,9 @@ impl Handler {
                     }
                     link.send(FromAgent::Prepared { job, error });
                 });
+            }
+            ToAgent::JobPeers { job, node, table } => {
+                self.job_action(move |ranks| ranks.peers().set(job, node, &table))
             }
             ToAgent::SpawnRank {
                 job,

@@ -31,6 +31,7 @@ mod ends;
 mod handler;
 pub mod link;
 pub mod mainloop;
+pub mod peers;
 pub mod plans;
 pub mod pmi;
 pub mod pmix;

@@ -106,17 +106,7 @@ impl PmixConfig {
             exe,
             // Per node name: agents sharing a host (tests) never share a
             // job's directory.
-            tmp_root: Path::new("/run/scx_gang-pmix").join(
-                node.chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect::<String>(),
-            ),
+            tmp_root: super::peers::node_dir(Path::new("/run/scx_gang-pmix"), node),
             guard: Arc::new(guard),
         })
     }

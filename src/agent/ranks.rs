@@ -2,7 +2,8 @@
 //! under the user's ids, relaying their output, reaping them, and acting on
 //! a whole job (signal, suspend, resume).
 //!
-//! Per rank: the job worker starts it (SpawnRank), two pump threads
+//! Per rank: the job worker starts it (SpawnRank, with its peers from the
+//! job's table: peers.rs), two pump threads
 //! forward stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes,
 //! and a reaper thread waits for it (ends.rs, which also takes over the
 //! ranks a previous daemon left, adopt.rs).
@@ -41,6 +42,7 @@ use crate::gangs;
 use super::adopt::{self, JobRecord};
 use super::cgroup;
 use super::link::Link;
+use super::peers::PeerTables;
 use super::pmi::{self, PmiRelays};
 use super::pmix::PmixConfig;
 use super::prepare;
@@ -58,6 +60,8 @@ pub struct RankSpec {
     pub cwd: String,
     pub uid: u32,
     pub gid: u32,
+    /// Every rank's "host:port" from an older gangd; empty from this one,
+    /// which sends the job's table first (peers.rs).
     pub peers: Vec<String>,
     /// The job's own limits (None: the node's default).
     pub limits: JobLimits,
@@ -104,6 +108,8 @@ pub(super) struct Inner {
     pub(super) stopped: Arc<AtomicBool>,
     /// MPI bootstrap: each rank's PMI_FD.
     pmi: Arc<PmiRelays>,
+    /// The jobs' peer lists (GANG_PEERS).
+    peers: PeerTables,
     /// Jobs with live ranks here. Held while a rank starts, a job's last
     /// rank is retired or its cgroup removed, so none of these can catch
     /// another halfway (no leftover kill can hit a rank just started).
@@ -128,7 +134,7 @@ impl Ranks {
         let to_gangd = link.clone();
         Self {
             inner: Arc::new(Inner {
-                node,
+                node: node.clone(),
                 gang_root,
                 pmi: PmiRelays::new(
                     Arc::new(move |m| {
@@ -136,6 +142,7 @@ impl Ranks {
                     }),
                     pmix,
                 ),
+                peers: PeerTables::new(&node),
                 link,
                 holds,
                 rules,
@@ -148,6 +155,21 @@ impl Ranks {
     /// The jobs' PMI relays (PmiStart, PmiBarrierOut).
     pub fn pmi(&self) -> &PmiRelays {
         &self.inner.pmi
+    }
+
+    /// The jobs' peer tables (JobPeers).
+    pub fn peers(&self) -> &PeerTables {
+        &self.inner.peers
+    }
+
+    /// No rank of `job` runs here: its peer table and list file go, unless
+    /// a rank of it is still to start (peers.rs). Under the table's lock,
+    /// so a rank starting now keeps them.
+    pub(super) fn release_peers(&self, job: JobId) {
+        let jobs = self.lock();
+        if !jobs.contains_key(&job) {
+            self.inner.peers.release(job);
+        }
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<JobId, Job>> {
@@ -198,7 +220,10 @@ impl Ranks {
     pub fn spawn(&self, spec: RankSpec) {
         let (job, rank) = (spec.job, spec.rank);
         let link = &self.inner.link;
-        let (mut child, program) = match self.start(&spec) {
+        let started = self.start(&spec);
+        self.inner.peers.started(job, rank);
+        self.release_peers(job);
+        let (mut child, program) = match started {
             Ok(started) => started,
             Err(why) => {
                 let message = format!("{}: job {job} rank {rank}: {why}", self.inner.node);
@@ -298,6 +323,10 @@ impl Ranks {
                 spec.rank
             ));
         }
+        let peers_env =
+            self.inner
+                .peers
+                .env(spec.job, spec.rank, user.uid, user.gid, &spec.peers)?;
         let cwd = CString::new(spec.cwd.as_bytes())
             .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
         let procs: Option<File> = match &dir {
@@ -328,14 +357,7 @@ impl Ranks {
             .env("GANG_JOB", spec.job.to_string())
             .env("GANG_JOB_NAME", &spec.name)
             .env("GANG_NODE", &self.inner.node)
-            .env("GANG_PEERS", spec.peers.join(","));
-        if let Some((_, port)) = spec
-            .peers
-            .get(spec.rank as usize)
-            .and_then(|p| p.rsplit_once(':'))
-        {
-            cmd.env("GANG_PORT", port);
-        }
+            .envs(peers_env);
         // The ids and the cwd are set by the last pre_exec step, not by std
         // (which would drop the supplementary groups, and enter the cwd as
         // root).

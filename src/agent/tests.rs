@@ -27,6 +27,7 @@ mod hardening;
 use crate::knobs::NodeKnobs;
 use gang_wire::time::monotonic_ns;
 
+mod peer_lists;
 mod pmi;
 mod pmix;
 
@@ -315,7 +316,11 @@ const TEST_RULES: RankRules = RankRules {
 fn pmix_server() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap();
-    let dir = if dir.ends_with("deps") { dir.parent().unwrap() } else { dir };
+    let dir = if dir.ends_with("deps") {
+        dir.parent().unwrap()
+    } else {
+        dir
+    };
     dir.join("gang-pmix-server")
 }
 

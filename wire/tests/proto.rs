@@ -155,6 +155,15 @@ fn clock_report() -> impl Strategy<Value = ClockReport> {
         )
 }
 
+/// Any table, sound or not (the wire carries both; peers.rs checks).
+fn peer_table() -> impl Strategy<Value = PeerTable> {
+    let run = (any::<u32>(), any::<u32>(), any::<u16>()).prop_map(|(r, c, p)| PortRun(r, c, p));
+    let node =
+        (text(), prop::collection::vec(run, 0..3)).prop_map(|(addr, runs)| PeerNode { addr, runs });
+    (any::<u32>(), prop::collection::vec(node, 0..3))
+        .prop_map(|(size, nodes)| PeerTable { size, nodes })
+}
+
 fn to_agent() -> impl Strategy<Value = ToAgent> {
     let spawn = (
         job(),
@@ -235,6 +244,11 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
             .prop_map(|(seq, t1, t2, t3)| ToAgent::ClockEcho { seq, t1, t2, t3 }),
         any::<u64>().prop_map(|seq| ToAgent::Heartbeat { seq }),
         (any::<u64>(), any::<u64>()).prop_map(|(id, ms)| ToAgent::Trace { id, ms }),
+        (job(), any::<u32>(), peer_table()).prop_map(|(job, node, table)| ToAgent::JobPeers {
+            job,
+            node,
+            table
+        }),
         (job(), strings(), env(), text(), any::<u32>(), any::<u32>()).prop_map(
             |(job, argv, env, cwd, uid, gid)| ToAgent::Prepare {
                 job,
@@ -611,6 +625,23 @@ fn every_message_type_has_a_sample_and_round_trips() {
             cwd: "/home/u".into(),
             uid: 1000,
             gid: 1000,
+        },
+        ToAgent::JobPeers {
+            job,
+            node: 1,
+            table: PeerTable {
+                size: 4,
+                nodes: vec![
+                    PeerNode {
+                        addr: "10.0.0.1".into(),
+                        runs: vec![PortRun(0, 2, 20000)],
+                    },
+                    PeerNode {
+                        addr: "10.0.0.2".into(),
+                        runs: vec![PortRun(2, 2, 20000)],
+                    },
+                ],
+            },
         },
         ToAgent::SpawnRank {
             job,
@@ -1059,4 +1090,29 @@ fn job_limits_beyond_the_clusters_maximum_are_named() {
         .unwrap()
         .starts_with("--max-memory 2147483648 bytes is more"));
     assert_eq!(ask(Some(1 << 40), None).beyond(&JobLimits::default()), None);
+}
+
+/// gangd sends a job's peer table once per node (JobPeers): its SpawnRank
+/// carries no list, and one from an older gangd, list and all, still reads.
+#[test]
+fn spawn_rank_leaves_out_the_peer_list_and_still_reads_an_old_one() {
+    let spawn = |peers: Vec<String>| ToAgent::SpawnRank {
+        job: JobId(3),
+        name: "lu".into(),
+        rank: 1,
+        size: 2,
+        argv: vec!["./lu".into()],
+        env: vec![],
+        cwd: "/".into(),
+        uid: 1000,
+        gid: 1000,
+        peers,
+        limits: JobLimits::default(),
+    };
+    let json = serde_json::to_value(spawn(vec![])).unwrap();
+    assert!(json.get("peers").is_none(), "{json}");
+    let old = r#"{"type":"spawn_rank","job":3,"name":"lu","rank":1,"size":2,"argv":["./lu"],
+        "env":[],"cwd":"/","uid":1000,"gid":1000,"peers":["n1:7000","n2:7000"]}"#;
+    let got: ToAgent = serde_json::from_str(old).unwrap();
+    assert_eq!(got, spawn(vec!["n1:7000".into(), "n2:7000".into()]));
 }

@@ -2,8 +2,9 @@
 //!
 //! The coordinator's side (`impl Coordinator`): after every change of the
 //! allocator (`placement_changed`), jobs that got a place are prepared on
-//! their nodes (Prepare, each node answers Prepared), then spawned
-//! (SpawnRank per rank, with the job's PMI service); the rotation hears
+//! their nodes (Prepare, each node answers Prepared), then spawned (the
+//! job's peer table once per node, JobPeers, then SpawnRank per rank, with
+//! the job's PMI service); the rotation hears
 //! that the matrix changed. A job ends once no rank is left: by
 //! themselves, a rank failing (the others are SIGKILLed), a node lost, or
 //! a request (kill, Ctrl-C, the front end gone); its front end gets the
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 
 use crate::alloc::JobState as AllocState;
-use gang_wire::proto::{ExitStatus, JobId, NodeId, RankFailure, ToAgent, ToClient};
+use gang_wire::proto::{ExitStatus, JobId, NodeId, PeerTable, RankFailure, ToAgent, ToClient};
 
 use super::net::{ConnId, Cred};
 use super::Coordinator;
@@ -264,15 +265,18 @@ impl Coordinator {
 
     pub(super) fn spawn(&mut self, id: JobId) {
         let j = self.jobs.get_mut(&id).expect("job of the table");
-        let mut peers = Vec::with_capacity(j.rank_node.len());
+        // Each rank takes its node's next port, in rank order; every node
+        // gets the whole table once (O(nodes)), its SpawnRanks no list.
+        let mut ports = Vec::with_capacity(j.rank_node.len());
         for &n in &j.rank_node {
             let node = self
                 .nodes
                 .get_mut(&n)
                 .expect("a preparing job's nodes are live");
-            let port = node.next_port();
-            peers.push(format!("{}:{}", node.addr, port));
+            ports.push((n, node.next_port()));
         }
+        let (table, table_nodes) =
+            PeerTable::from_ranks(&ports, |n| self.nodes[&n].addr.to_string());
         let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
         let names = |n: NodeId| {
             self.nodes
@@ -285,6 +289,13 @@ impl Coordinator {
             }
         }
         j.pmi = Some(pmi);
+        for (i, n) in table_nodes.into_iter().enumerate() {
+            self.nodes[&n].link.send(&ToAgent::JobPeers {
+                job: id,
+                node: i as u32,
+                table: table.clone(),
+            });
+        }
         for (rank, &n) in j.rank_node.iter().enumerate() {
             let env = j.env.clone();
             self.nodes[&n].link.send(&ToAgent::SpawnRank {
@@ -297,7 +308,7 @@ impl Coordinator {
                 cwd: j.cwd.clone(),
                 uid: j.cred.uid,
                 gid: j.cred.gid,
-                peers: peers.clone(),
+                peers: Vec::new(),
                 limits: j.limits,
             });
         }

@@ -6,7 +6,8 @@
 //!
 //! Reads its place from the environment the node agent gives every rank:
 //! GANG_RANK, GANG_SIZE, GANG_PEERS (`host:port` of every rank, by rank,
-//! separated by commas or blanks) and GANG_PORT (its own port; defaults to
+//! separated by commas or blanks; or the file GANG_PEERS_FILE names, when
+//! the list is too long for the environment) and GANG_PORT (its own port; defaults to
 //! the port of its own entry in GANG_PEERS). Set them by hand to run it
 //! without the coordinator.
 //!
@@ -76,11 +77,7 @@ fn from_env() -> Rank {
         .trim()
         .parse()
         .unwrap_or_else(|_| die(None, "GANG_SIZE is not a number"));
-    let peers: Vec<String> = env("GANG_PEERS")
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
+    let peers = gang_wire::proto::peers::peers_from_env().unwrap_or_else(|e| die(None, e));
     if size == 0 || rank >= size {
         die(None, format!("rank {rank} of size {size}"));
     }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::frame::{Channel, Message};
+use super::peers::PeerTable;
 use super::types::*;
 use crate::plan::{Amend, Plan};
 
@@ -212,6 +213,13 @@ pub enum ToAgent {
         uid: u32,
         gid: u32,
     },
+    /// Every rank's address of `job`, once per node, before the job's
+    /// SpawnRanks (peers.rs); `node` is this node's index in `table`.
+    JobPeers {
+        job: JobId,
+        node: u32,
+        table: PeerTable,
+    },
     /// Start one rank of a job on this node.
     SpawnRank {
         job: JobId,
@@ -225,7 +233,10 @@ pub enum ToAgent {
         cwd: String,
         uid: u32,
         gid: u32,
-        /// "host:port" of every rank, indexed by rank.
+        /// "host:port" of every rank, indexed by rank, from an older gangd;
+        /// empty (and absent) from this one, which sends the job's
+        /// JobPeers before its SpawnRanks.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         peers: Vec<String>,
         /// Absent from an older gangd: the node's defaults.
         #[serde(default)]
@@ -457,6 +468,7 @@ impl Message for ToAgent {
         "freeze",
         "switch",
         "prepare",
+        "job_peers",
         "spawn_rank",
         "kill_job",
         "suspend_job",

@@ -14,7 +14,7 @@
 //!   the node's (its name, clientAuth), both verified against the CA
 //!                                    ←   Hello{nr_cpus, ..., jobs, schedule}
 //!   Welcome{node_id} | Refused       →   (Refused: gangd closes)
-//!   Knobs, Schedule, SpawnRank, ...  →
+//!   Knobs, Schedule, JobPeers, SpawnRank, ...  →
 //!                                    ←   RankStarted, RankOutput, RankExited
 //! slot switch, generation g:
 //!   Freeze{g, from, to}  to every node of the switch
@@ -48,6 +48,7 @@
 
 pub mod frame;
 pub mod messages;
+pub mod peers;
 pub mod tls;
 pub mod types;
 
@@ -56,6 +57,7 @@ pub use frame::{
     MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
+pub use peers::{PeerNode, PeerTable, PortRun};
 pub use types::{
     parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport,
     Gen, JobId, JobInfo, JobLimits, JobState, LiveJob, NodeId, Placement, RankFailure, Stream,

@@ -4,7 +4,8 @@
 //! 1.3 handshake with its own certificate from the cluster CA, `Hello`,
 //! `Welcome`, then frames encoded by gang-wire's own encoder and decoded
 //! by its `FrameDecoder`. What a real agent would do with a message is
-//! replaced by an immediate answer: `Prepare` → `Prepared`, `SpawnRank` →
+//! replaced by an immediate answer: `Prepare` → `Prepared`, `JobPeers`
+//! → nothing (counted), `SpawnRank` →
 //! `RankStarted` (no process), `KillJob` → `RankExited` (killed by its
 //! signal) for each of the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
 //! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; every `probe` a
@@ -518,6 +519,12 @@ impl Worker {
                     rank,
                     pid: 1000 + rank,
                 })
+            }
+            // The real agent expands the table for its ranks; that is the
+            // node's work, not gangd's, so the fake agent only counts it.
+            ToAgent::JobPeers { .. } => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                None
             }
             ToAgent::Freeze { gen, from_slot, .. } => {
                 self.events.freezes.fetch_add(1, Ordering::Relaxed);

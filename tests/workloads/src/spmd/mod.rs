@@ -3,7 +3,9 @@
 //! hand, or by the host tests), talking over TCP.
 //!
 //! - **Environment** ([`Env::from_env`]): GANG_RANK, GANG_SIZE, GANG_PEERS
-//!   (`host:port` of every rank, by rank, separated by commas or blanks) and
+//!   (`host:port` of every rank, by rank, separated by commas or blanks; or
+//!   the file GANG_PEERS_FILE names, when it is too long for the
+//!   environment) and
 //!   GANG_PORT (this rank's port; default: the port of its own entry).
 //! - **Arguments** ([`parse_args`]): the common flags `--wait POLICY`
 //!   (`block|spin[:US]|adaptive|inslot[:US]`, receives go through
@@ -182,11 +184,7 @@ impl Env {
             .trim()
             .parse()
             .map_err(|_| "GANG_SIZE is not a number".to_string())?;
-        let peers: Vec<String> = var("GANG_PEERS")?
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
+        let peers = gang_wire::proto::peers::peers_from_env()?;
         Env::new(rank, size, peers, std::env::var("GANG_PORT").ok())
     }
 

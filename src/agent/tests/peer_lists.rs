@@ -1,0 +1,226 @@
+//! What a rank is told of its peers (agent/peers.rs): the job's table from
+//! JobPeers expanded into GANG_PEERS, or into a file of the user's when it
+//! is too long for the environment, removed with the job; a table that
+//! lies refused with the reason; the store bounded.
+
+use gang_wire::proto::{PeerNode, PeerTable, PortRun};
+
+use super::*;
+use crate::agent::peers::{PeerTables, MAX_TABLES};
+
+/// `size` ranks: the first half on 10.0.0.1 from port 20000, the rest on
+/// this node, 10.0.0.2, from port 30000 (node 1 of the table).
+fn halves(size: u32) -> PeerTable {
+    two_nodes(size, size - size / 2)
+}
+
+/// `size` ranks: the last `here` on this node, 10.0.0.2 from port 30000
+/// (node 1 of the table), the others on 10.0.0.1 from port 20000.
+fn two_nodes(size: u32, here: u32) -> PeerTable {
+    let half = size - here;
+    PeerTable {
+        size,
+        nodes: vec![
+            PeerNode {
+                addr: "10.0.0.1".into(),
+                runs: vec![PortRun(0, half, 20000)],
+            },
+            PeerNode {
+                addr: "10.0.0.2".into(),
+                runs: vec![PortRun(half, size - half, 30000)],
+            },
+        ],
+    }
+}
+
+/// A SpawnRank of this gangd: no list of its own.
+fn spawn_of_table(job: u64, rank: u32, size: u32, script: &str) -> ToAgent {
+    match spawn_rank(
+        job,
+        rank,
+        &["sh", "-c", script],
+        &[("PATH", "/usr/bin:/bin")],
+    ) {
+        ToAgent::SpawnRank {
+            job,
+            name,
+            rank,
+            argv,
+            env,
+            cwd,
+            uid,
+            gid,
+            limits,
+            ..
+        } => ToAgent::SpawnRank {
+            job,
+            name,
+            rank,
+            size,
+            argv,
+            env,
+            cwd,
+            uid,
+            gid,
+            peers: vec![],
+            limits,
+        },
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_rank_gets_the_expanded_table_in_gang_peers_and_its_own_port() {
+    let ca = TestCa::new("peers1");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("peers-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    conn.send(ToAgent::JobPeers {
+        job: JobId(21),
+        node: 1,
+        table: halves(4),
+    });
+    let script = r#"echo "$GANG_PEERS $GANG_PORT ${GANG_PEERS_FILE-nofile}""#;
+    conn.send(spawn_of_table(21, 3, 4, script));
+    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    let (out, _, status) = conn.rank_until_exit(JobId(21), 3);
+    assert_eq!(
+        out,
+        "10.0.0.1:20000,10.0.0.1:20001,10.0.0.2:30000,10.0.0.2:30001 30001 nofile\n"
+    );
+    assert_eq!(status, ExitStatus::Exited(0));
+}
+
+#[test]
+fn a_list_too_long_for_the_environment_is_a_file_of_the_users_gone_with_the_job() {
+    let ca = TestCa::new("peers2");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("peers-file-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    // 10000 ranks × "10.0.0.x:2xxxx," ≈ 150 KB: more than MAX_ARG_STRLEN.
+    let table = two_nodes(10_000, 1);
+    let list = table.expand().unwrap();
+    assert!(list.len() > 128 * 1024);
+    conn.send(ToAgent::JobPeers {
+        job: JobId(22),
+        node: 1,
+        table,
+    });
+    let script = r#"echo "${GANG_PEERS-unset} $GANG_PORT $GANG_PEERS_FILE $(stat -c %a "$GANG_PEERS_FILE")"; cat "$GANG_PEERS_FILE""#;
+    conn.send(spawn_of_table(22, 9999, 10_000, script));
+    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    let (out, err, status) = conn.rank_until_exit(JobId(22), 9999);
+    assert_eq!(status, ExitStatus::Exited(0), "{err}");
+    let (head, body) = out.split_once('\n').unwrap();
+    let file = PathBuf::from("/run/scx_gang-peers/peers-file-node/job22");
+    assert_eq!(head, format!("unset 30000 {} 400", file.display()));
+    assert_eq!(body, format!("{list}\n"), "the file holds the list");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} outlived its job",
+            file.display()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_table_that_lies_is_refused_and_its_ranks_exit_127_saying_why() {
+    let ca = TestCa::new("peers3");
+    let gangd = Gangd::new(&ca);
+    let _agent = start_agent("peers-bad-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let mut table = halves(4);
+    table.nodes[1].runs[0] = PortRun(1, 3, 30000);
+    conn.send(ToAgent::JobPeers {
+        job: JobId(23),
+        node: 1,
+        table,
+    });
+    match conn.recv() {
+        FromAgent::Error { message } => assert_eq!(
+            message,
+            "peers-bad-node: job 23: refusing its peer table names rank 1 twice (again on node 1)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    conn.send(spawn_of_table(23, 3, 4, "true"));
+    match conn.recv() {
+        FromAgent::Error { message } => assert!(
+            message.ends_with(
+                "no peer table for job 23 (gangd sent no JobPeers before its SpawnRank)"
+            ),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        conn.recv(),
+        FromAgent::RankExited {
+            status: ExitStatus::Exited(127),
+            ..
+        }
+    ));
+}
+
+fn tables() -> PeerTables {
+    PeerTables::in_dir(std::env::temp_dir().join(format!("peer-tables-{}", std::process::id())))
+}
+
+#[test]
+fn a_table_waits_for_every_rank_of_the_node_before_it_goes() {
+    let t = tables();
+    let (uid, gid) = ids();
+    t.set(JobId(1), 1, &halves(4)).unwrap();
+    t.env(JobId(1), 2, uid, gid, &[]).unwrap();
+    t.started(JobId(1), 2);
+    t.release(JobId(1));
+    assert_eq!(t.held(), 1, "rank 3 is still to start");
+    let env = t.env(JobId(1), 3, uid, gid, &[]).unwrap();
+    assert_eq!(env[1], ("GANG_PORT".to_string(), "30001".to_string()));
+    t.started(JobId(1), 3);
+    t.release(JobId(1));
+    assert_eq!(t.held(), 0);
+}
+
+#[test]
+fn tables_are_bounded_in_number_and_say_which_node_is_this_one() {
+    let t = tables();
+    let e = t.set(JobId(1), 2, &halves(4)).unwrap_err();
+    assert_eq!(
+        e,
+        "job 1: peer table of 2 nodes, this node is said to be node 2"
+    );
+    for j in 0..MAX_TABLES as u64 {
+        t.set(JobId(j), 0, &halves(4)).unwrap();
+    }
+    t.set(JobId(0), 1, &halves(4)).unwrap();
+    assert_eq!(
+        t.held(),
+        MAX_TABLES,
+        "the same job's table replaces its own"
+    );
+    t.set(JobId(1000), 0, &halves(4)).unwrap();
+    assert_eq!(t.held(), MAX_TABLES, "the oldest job's went");
+    let (uid, gid) = ids();
+    let e = t.env(JobId(0), 2, uid, gid, &[]).unwrap_err();
+    assert!(e.starts_with("no peer table for job 0"), "{e}");
+    assert!(t.env(JobId(1000), 0, uid, gid, &[]).is_ok());
+}
+
+#[test]
+fn an_old_gangds_list_in_spawn_rank_is_used_as_before() {
+    let t = tables();
+    let (uid, gid) = ids();
+    let legacy = vec!["h1:100".to_string(), "h2:200".to_string()];
+    let env = t.env(JobId(5), 1, uid, gid, &legacy).unwrap();
+    assert_eq!(
+        env,
+        vec![
+            ("GANG_PEERS".to_string(), "h1:100,h2:200".to_string()),
+            ("GANG_PORT".to_string(), "200".to_string()),
+        ]
+    );
+}
