@@ -70,8 +70,8 @@ pub struct Opts {
     #[arg(long, default_value = "strict")]
     pub barrier: String,
     /// Ranks per node of the three background jobs (default: --cpus, every
-    /// CPU). Every SpawnRank carries every rank's address, so a job's
-    /// placement costs ranks²: 1 lets the switch be measured at 4096 nodes.
+    /// CPU). A job's peer table goes to each of its nodes, so placement
+    /// costs nodes × ranks: 1 makes the background jobs cheap to place.
     #[arg(long)]
     pub bg_per_node: Option<u32>,
     /// Agent worker threads.
