@@ -13,6 +13,11 @@
 //! too (a "multiple task"), using cells that would otherwise idle. These
 //! extra placements are recomputed from scratch after every change, so they
 //! never stand in the way of a real placement: they are dropped first.
+//! Dropping them walks the matrix's list of fill placements, not the
+//! matrix, and a slot with fewer free cells than a job needs is skipped
+//! from its count: at 4096 nodes × 4 CPUs a decision costs passes over
+//! the columns of the slots tried, not over the whole matrix
+//! (`tests/alloc_recorded.rs` holds the decisions to the old ones).
 //!
 //! Under `scs` there is one slot and jobs instead grow and shrink in space:
 //! a job may get fewer cells than ranks and time-share them with itself.
@@ -300,7 +305,7 @@ impl Allocator {
         if job.state == JobState::Queued {
             self.queue.retain(|&q| q != id);
         } else {
-            self.matrix.clear_job(id);
+            self.matrix.clear_job(id, &job.cells);
         }
         self.matrix.clear_fill();
         self.reschedule();
@@ -404,7 +409,17 @@ impl Allocator {
             }
             return cols.map(|cols| self.put(id, 0, cols)).is_some();
         }
+        // A slot with fewer free cells than the job takes cannot hold it
+        // (every chooser takes at least that many): skipped without
+        // building its free mask.
+        let least = match self.settings.policy {
+            Policy::Buddy => policy::buddy_block(ranks),
+            _ => need.cells,
+        };
         for slot in 0..self.matrix.nr_slots() {
+            if self.matrix.nr_free(slot) < least {
+                continue;
+            }
             if let Some(cols) = self.choose(&self.free_for(id, slot), ranks, need) {
                 self.put(id, slot, cols);
                 return true;

@@ -101,178 +101,188 @@ pub fn job_spec(job: usize, procs: u32) -> JobSpec {
 
 /// `jobs` sorted by submit time. `progress` is called with the number of
 /// jobs ended so far, now and then.
+///
+/// Each instant costs two passes over the running jobs: one advances their
+/// work to now and picks out those done, one (after the allocator calls)
+/// sets their rates and finds the next end.
 pub fn simulate(
     jobs: &[Job],
     cfg: &GangConfig,
     progress: &mut dyn FnMut(usize),
 ) -> Result<GangRun> {
-    let mut alloc = Allocator::new(cluster(cfg.nodes, cfg.cpus_per_node)?, cfg.settings)
+    let alloc = Allocator::new(cluster(cfg.nodes, cfg.cpus_per_node)?, cfg.settings)
         .context("the allocator's settings")?;
-    let mut ids: Vec<Option<JobId>> = vec![None; jobs.len()];
+    let mut run = Run {
+        jobs,
+        cfg,
+        alloc,
+        ids: vec![None; jobs.len()],
+        starts: vec![f64::NAN; jobs.len()],
+        waiting: VecDeque::new(),
+        live: Vec::new(),
+        log: Vec::new(),
+        call_us: Vec::with_capacity(2 * jobs.len()),
+    };
     let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
-    let mut starts = vec![f64::NAN; jobs.len()];
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut live: Vec<Live> = Vec::new();
-    let mut log = Vec::new();
-    let mut call_us = Vec::with_capacity(2 * jobs.len());
     let (mut refused, mut ended, mut next) = (0, 0, 0);
     let mut now = 0.0f64;
+    let mut t_end = f64::INFINITY;
+    let mut done = vec![];
     loop {
-        let t_arrival = jobs.get(next).map(|j| j.submit);
-        let t_end = live
-            .iter()
-            .filter(|l| l.rate > 0.0)
-            .map(|l| now + l.remaining / l.rate)
-            .fold(f64::INFINITY, f64::min);
-        let t = match t_arrival {
-            Some(a) => a.min(t_end),
+        let t = match jobs.get(next) {
+            Some(j) => j.submit.min(t_end),
             None if t_end.is_finite() => t_end,
             None => break,
         };
-        for l in &mut live {
-            l.remaining -= l.rate * (t - now);
-        }
-        now = t;
         // Ends first, then arrivals, as in the space-sharing simulator.
+        done.clear();
         let mut i = 0;
-        while i < live.len() {
-            let l = &live[i];
+        while i < run.live.len() {
+            let l = &mut run.live[i];
+            l.remaining -= l.rate * (t - now);
             if l.remaining <= 1e-9 * jobs[l.job].runtime.max(1.0) {
-                let l = live.swap_remove(i);
-                let t0 = Instant::now();
-                alloc
-                    .finish(l.id)
-                    .context("finishing a job the allocator placed")?;
-                call_us.push(t0.elapsed().as_secs_f64() * 1e6);
-                outcomes[l.job] = Some(Outcome {
-                    start: starts[l.job],
-                    end: now,
-                });
-                ended += 1;
-                if ended % 1000 == 0 {
-                    progress(ended);
-                }
-                let started = admit(
-                    &alloc,
-                    &mut waiting,
-                    &ids,
-                    jobs,
-                    &mut live,
-                    &mut starts,
-                    now,
-                );
-                if cfg.log {
-                    log.push(Call {
-                        kind: CallKind::Finish,
-                        job: l.job,
-                        at: now,
-                        started,
-                        matrix: alloc.render(),
-                    });
-                }
+                done.push(run.live.swap_remove(i));
             } else {
                 i += 1;
             }
         }
+        now = t;
+        // In the order they were started, as when the ends were found one
+        // by one.
+        done.sort_by_key(|l| l.job);
+        for l in &done {
+            run.timed(|a| a.finish(l.id))
+                .context("finishing a job the allocator placed")?;
+            outcomes[l.job] = Some(Outcome {
+                start: run.starts[l.job],
+                end: now,
+            });
+            ended += 1;
+            if ended % 1000 == 0 {
+                progress(ended);
+            }
+            run.admit_and_log(CallKind::Finish, l.job, now);
+        }
         while next < jobs.len() && jobs[next].submit <= now {
-            let t0 = Instant::now();
-            let submitted = alloc.submit(job_spec(next, jobs[next].procs));
-            call_us.push(t0.elapsed().as_secs_f64() * 1e6);
-            match submitted {
+            match run.timed(|a| a.submit(job_spec(next, jobs[next].procs))) {
                 Ok(id) => {
-                    ids[next] = Some(id);
-                    waiting.push_back(next);
-                    let started = admit(
-                        &alloc,
-                        &mut waiting,
-                        &ids,
-                        jobs,
-                        &mut live,
-                        &mut starts,
-                        now,
-                    );
-                    if cfg.log {
-                        log.push(Call {
-                            kind: CallKind::Submit,
-                            job: next,
-                            at: now,
-                            started,
-                            matrix: alloc.render(),
-                        });
-                    }
+                    run.ids[next] = Some(id);
+                    run.waiting.push_back(next);
+                    run.admit_and_log(CallKind::Submit, next, now);
                 }
                 Err(_) => refused += 1,
             }
             next += 1;
         }
-        set_rates(&alloc, cfg, &mut live, jobs);
+        t_end = run.set_rates(now);
     }
     Ok(GangRun {
         outcomes,
         refused,
-        log,
-        allocator: alloc,
-        call_us,
+        log: run.log,
+        allocator: run.alloc,
+        call_us: run.call_us,
     })
 }
 
-/// Moves the jobs the allocator has started from `waiting` (submission
-/// order) to `live`; returns them. Without backfilling the allocator starts
-/// jobs in that order, so the scan stops at the first one still queued.
-fn admit(
-    alloc: &Allocator,
-    waiting: &mut VecDeque<usize>,
-    ids: &[Option<JobId>],
-    jobs: &[Job],
-    live: &mut Vec<Live>,
-    starts: &mut [f64],
-    now: f64,
-) -> Vec<usize> {
-    let backfill = alloc.settings().backfill;
-    let mut started = vec![];
-    let mut i = 0;
-    while i < waiting.len() {
-        let j = waiting[i];
-        let id = ids[j].expect("a submitted job has an id");
-        let queued = alloc
-            .holding(id)
-            .is_none_or(|h| h.state == JobState::Queued);
-        if queued {
-            if !backfill {
-                break;
-            }
-            i += 1;
-            continue;
-        }
-        waiting.remove(i);
-        starts[j] = now;
-        live.push(Live {
-            job: j,
-            id,
-            remaining: jobs[j].runtime,
-            rate: 0.0,
-        });
-        started.push(j);
-    }
-    started
+/// The state of one simulation between instants.
+struct Run<'a> {
+    jobs: &'a [Job],
+    cfg: &'a GangConfig,
+    alloc: Allocator,
+    /// The allocator's id of each submitted job.
+    ids: Vec<Option<JobId>>,
+    starts: Vec<f64>,
+    /// Submitted and not started, in submission order.
+    waiting: VecDeque<usize>,
+    live: Vec<Live>,
+    log: Vec<Call>,
+    call_us: Vec<f64>,
 }
 
-fn set_rates(alloc: &Allocator, cfg: &GangConfig, live: &mut [Live], jobs: &[Job]) {
-    let nr_slots = alloc.nr_slots().max(1);
-    let scs = cfg.settings.policy == Policy::Scs;
-    let switching = if nr_slots > 1 && !scs {
-        (1.0 - cfg.switch_ms / cfg.slot_ms).max(0.0)
-    } else {
-        1.0
-    };
-    for l in live {
-        let Some(h) = alloc.holding(l.id) else {
-            continue;
-        };
-        l.rate = if scs {
-            (h.cells as f64 / jobs[l.job].procs as f64).min(1.0)
+impl Run<'_> {
+    /// One allocator call, its wall-clock time recorded.
+    fn timed<T>(&mut self, call: impl FnOnce(&mut Allocator) -> T) -> T {
+        let t0 = Instant::now();
+        let out = call(&mut self.alloc);
+        self.call_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        out
+    }
+
+    /// After an allocator call about `job`: moves the jobs the allocator
+    /// has started from `waiting` to `live`, and logs the call when asked.
+    fn admit_and_log(&mut self, kind: CallKind, job: usize, now: f64) {
+        let started = self.admit(now);
+        if self.cfg.log {
+            self.log.push(Call {
+                kind,
+                job,
+                at: now,
+                started,
+                matrix: self.alloc.render(),
+            });
+        }
+    }
+
+    /// Moves the jobs the allocator has started from `waiting` (submission
+    /// order) to `live`; returns them. Without backfilling the allocator
+    /// starts jobs in that order, so the scan stops at the first one still
+    /// queued.
+    fn admit(&mut self, now: f64) -> Vec<usize> {
+        let backfill = self.alloc.settings().backfill;
+        let mut started = vec![];
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let j = self.waiting[i];
+            let id = self.ids[j].expect("a submitted job has an id");
+            let queued = self
+                .alloc
+                .holding(id)
+                .is_none_or(|h| h.state == JobState::Queued);
+            if queued {
+                if !backfill {
+                    break;
+                }
+                i += 1;
+                continue;
+            }
+            self.waiting.remove(i);
+            self.starts[j] = now;
+            self.live.push(Live {
+                job: j,
+                id,
+                remaining: self.jobs[j].runtime,
+                rate: 0.0,
+            });
+            started.push(j);
+        }
+        started
+    }
+
+    /// Sets every running job's rate from what it holds; returns the next
+    /// end (infinite when none progresses).
+    fn set_rates(&mut self, now: f64) -> f64 {
+        let nr_slots = self.alloc.nr_slots().max(1);
+        let scs = self.cfg.settings.policy == Policy::Scs;
+        let switching = if nr_slots > 1 && !scs {
+            (1.0 - self.cfg.switch_ms / self.cfg.slot_ms).max(0.0)
         } else {
-            h.slots as f64 / nr_slots as f64 * switching
+            1.0
         };
+        let mut t_end = f64::INFINITY;
+        for l in &mut self.live {
+            let Some(h) = self.alloc.holding(l.id) else {
+                continue;
+            };
+            l.rate = if scs {
+                (h.cells as f64 / self.jobs[l.job].procs as f64).min(1.0)
+            } else {
+                h.slots as f64 / nr_slots as f64 * switching
+            };
+            if l.rate > 0.0 {
+                t_end = t_end.min(now + l.remaining / l.rate);
+            }
+        }
+        t_end
     }
 }

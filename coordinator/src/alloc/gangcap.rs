@@ -21,10 +21,14 @@ impl Allocator {
     /// few CPUs per node that is every node, so the check costs a pass
     /// over the nodes, not a set of jobs per node per placement attempt
     /// (which made allocation at 1024 nodes take 4.8 ms p99, and gang-sim
-    /// minutes; docs/scale.md).
+    /// minutes; docs/scale.md). When no node has that many cells the pass
+    /// over the nodes is skipped too.
     pub(super) fn within_gang_limit(&self, id: JobId, mut free: Vec<bool>) -> Vec<bool> {
         let cluster = self.matrix.cluster();
         let rows = self.matrix.rows();
+        if cluster.max_node_columns() * rows.len() < NODE_MAX_GANGS {
+            return free;
+        }
         for n in 0..cluster.nodes().len() {
             let cols = cluster.node_columns(n);
             if cols.len() * rows.len() < NODE_MAX_GANGS {

@@ -19,6 +19,9 @@ pub(crate) fn first_fit(
 ) -> Option<Vec<usize>> {
     let mut picked = Vec::with_capacity(need);
     for n in 0..cluster.nodes().len() {
+        if picked.len() == need {
+            break;
+        }
         let mut on_node = 0;
         for col in cluster.node_columns(n) {
             if picked.len() == need || on_node == cap {

@@ -102,7 +102,7 @@ impl Allocator {
         let job = self.jobs.get(&id)?;
         Some(Holding {
             state: job.state,
-            slots: self.slots_of(job).len(),
+            slots: self.slots_of(job).count(),
             cells: job.cells.len(),
         })
     }
@@ -158,7 +158,7 @@ impl Allocator {
             per_node: job.spec.per_node,
             state: job.state,
             slot: placed.then_some(job.slot),
-            slots: self.slots_of(job),
+            slots: self.slots_of(job).collect(),
             cells: cells(&job.cells),
             initial: cells(&job.initial),
             rank_cells: cells(&self.rank_columns(job)),
@@ -168,13 +168,16 @@ impl Allocator {
 
     /// The slots holding the job. A placement always covers all of the
     /// job's cells, so looking at its first cell in each slot is enough.
-    fn slots_of(&self, job: &Job) -> Vec<usize> {
-        match job.cells.first() {
-            Some(&col) if job.state != JobState::Queued => (0..self.matrix.nr_slots())
-                .filter(|&s| self.matrix.get(s, col).is_some_and(|e| e.job == job.id))
-                .collect(),
-            _ => vec![],
-        }
+    fn slots_of<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = usize> + 'a {
+        let col = job.cells.first().filter(|_| job.state != JobState::Queued);
+        let slots = if col.is_some() {
+            0..self.matrix.nr_slots()
+        } else {
+            0..0
+        };
+        slots.filter(move |&s| {
+            col.is_some_and(|&c| self.matrix.get(s, c).is_some_and(|e| e.job == job.id))
+        })
     }
 
     /// rank_columns[r]: the column rank r runs on; empty while queued.
