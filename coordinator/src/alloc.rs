@@ -193,6 +193,38 @@ struct Job {
     initial: Vec<usize>,
     /// scs only: which ranks live on which node.
     shares: Vec<scs::NodeRanks>,
+    /// Slots it has a fill placement in.
+    fill_slots: usize,
+    /// What [`Allocator::take_changed`] last reported of it.
+    reported: Holding,
+    /// In `Allocator::dirty`.
+    dirty: bool,
+}
+
+impl Job {
+    fn new(id: JobId, spec: JobSpec, state: JobState, need: Need, slot: usize) -> Self {
+        Self {
+            id,
+            spec,
+            state,
+            need,
+            slot,
+            cells: vec![],
+            initial: vec![],
+            shares: vec![],
+            fill_slots: 0,
+            reported: Holding::NOTHING,
+            dirty: false,
+        }
+    }
+
+    /// Its holding may have changed: [`Allocator::take_changed`] looks.
+    fn mark(&mut self, dirty: &mut Vec<JobId>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty.push(self.id);
+        }
+    }
 }
 
 /// The cluster's allocator: the matrix, the jobs and the queue.
@@ -208,6 +240,11 @@ pub struct Allocator {
     jobs: BTreeMap<JobId, Job>,
     queue: VecDeque<JobId>,
     next_id: u64,
+    /// Jobs with a fill placement.
+    filled: Vec<JobId>,
+    /// Jobs whose holding may have changed since `take_changed`; each once,
+    /// live jobs only (bounded by the jobs).
+    dirty: Vec<JobId>,
 }
 
 impl Allocator {
@@ -224,6 +261,8 @@ impl Allocator {
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
             next_id: 1,
+            filled: Vec::new(),
+            dirty: Vec::new(),
         })
     }
 
@@ -274,18 +313,9 @@ impl Allocator {
         let need = self.check(&spec)?;
         let id = JobId(self.next_id);
         self.next_id += 1;
-        let job = Job {
-            id,
-            spec,
-            state: JobState::Queued,
-            need,
-            slot: 0,
-            cells: vec![],
-            initial: vec![],
-            shares: vec![],
-        };
-        self.jobs.insert(id, job);
-        self.matrix.clear_fill();
+        self.jobs
+            .insert(id, Job::new(id, spec, JobState::Queued, need, 0));
+        self.drop_fill();
         // FCFS: nobody overtakes a queued job unless backfilling.
         let may_start = self.queue.is_empty() || self.settings.backfill;
         if !(may_start && self.place(id, true)) {
@@ -307,7 +337,7 @@ impl Allocator {
         } else {
             self.matrix.clear_job(id, &job.cells);
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.reschedule();
         Ok(())
     }
@@ -322,9 +352,10 @@ impl Allocator {
         if state != JobState::Running {
             return Err(AllocError::NotRunning { job: id, state });
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.shrink(id);
         self.job_mut(id).state = JobState::Suspended;
+        self.mark(id);
         self.reschedule();
         Ok(())
     }
@@ -339,14 +370,31 @@ impl Allocator {
         if state != JobState::Suspended {
             return Err(AllocError::NotSuspended { job: id, state });
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.job_mut(id).state = JobState::Running;
+        self.mark(id);
         self.reschedule();
         Ok(())
     }
 
     fn job_mut(&mut self, id: JobId) -> &mut Job {
         self.jobs.get_mut(&id).expect("job of the table")
+    }
+
+    fn mark(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("job of the table");
+        job.mark(&mut self.dirty);
+    }
+
+    /// Drops every fill placement, in the matrix and in the jobs' counts.
+    fn drop_fill(&mut self) {
+        self.matrix.clear_fill();
+        for id in std::mem::take(&mut self.filled) {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.fill_slots = 0;
+                job.mark(&mut self.dirty);
+            }
+        }
     }
 
     /// After any change, with fill placements already dropped: slice
@@ -474,6 +522,7 @@ impl Allocator {
         }
         job.initial = cols.clone();
         job.cells = cols;
+        job.mark(&mut self.dirty);
     }
 
     /// scs: back to the initial allocation. A no-op under other policies.
@@ -487,6 +536,9 @@ impl Allocator {
             .collect();
         self.matrix.clear_cells(job.slot, &grown);
         job.cells = job.initial.clone();
+        if !grown.is_empty() {
+            job.mark(&mut self.dirty);
+        }
     }
 
     /// scs, nobody queued: the free cells are handed out one at a time to
@@ -522,9 +574,10 @@ impl Allocator {
                     },
                 );
                 free[col] = false;
-                let job = self.job_mut(id);
+                let job = self.jobs.get_mut(&id).expect("job of the table");
                 let at = job.cells.partition_point(|&c| c < col);
                 job.cells.insert(at, col);
+                job.mark(&mut self.dirty);
                 grew = true;
             }
             if !grew {
@@ -536,7 +589,11 @@ impl Allocator {
     /// Multiple tasks: each running job, in submission order, is also placed
     /// in every other slot where all its home cells are free.
     fn add_fill(&mut self) {
-        for job in self.jobs.values().filter(|j| j.state == JobState::Running) {
+        for job in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.state == JobState::Running)
+        {
             for slot in 0..self.matrix.nr_slots() {
                 if slot != job.slot
                     && job
@@ -552,6 +609,11 @@ impl Allocator {
                             fill: true,
                         },
                     );
+                    if job.fill_slots == 0 {
+                        self.filled.push(job.id);
+                    }
+                    job.fill_slots += 1;
+                    job.mark(&mut self.dirty);
                 }
             }
         }

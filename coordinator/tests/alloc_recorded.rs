@@ -12,6 +12,9 @@
 //! passes decides exactly what the old one did, without keeping the old
 //! code as an oracle.
 //!
+//! Along the way `holding` is checked against the job's view and
+//! `take_changed` against every job's holding (nothing changes unreported).
+//!
 //! `GANG_RECORD=1 cargo test --release -p gang-coordinator --test
 //! alloc_recorded` rewrites the file; only do that for an intended change
 //! of decisions, and say so in the commit.
@@ -19,7 +22,9 @@
 //! Known fault: a mismatch names the history, not the step; rerun the
 //! history with both versions to find the step.
 
-use gang_coordinator::alloc::{Allocator, JobSpec, Policy, Settings};
+use std::collections::BTreeMap;
+
+use gang_coordinator::alloc::{Allocator, Holding, JobSpec, JobState, Policy, Settings};
 use gang_coordinator::matrix::Cluster;
 use gang_wire::proto::JobId;
 
@@ -65,6 +70,7 @@ fn history(shape: &[u32], settings: Settings, seed: u64) -> (String, u64) {
     let mut rng = Rng(seed);
     let mut live: Vec<JobId> = vec![];
     let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut seen = BTreeMap::new();
     for step in 0..STEPS {
         let result = match rng.below(10) {
             0..=4 => {
@@ -102,8 +108,26 @@ fn history(shape: &[u32], settings: Settings, seed: u64) -> (String, u64) {
         };
         let state = format!("{result}\n{:?}\n{:?}\n{}", a.jobs(), a.queue(), a.render());
         h = fnv(h, state.as_bytes());
+        check_holdings(&mut a, &mut seen, &label);
     }
     (label, h)
+}
+
+/// `holding` agrees with the job's view, and `take_changed` reports
+/// exactly the changes: `seen`, the holdings as reported so far, equals
+/// every live job's holding after applying them.
+fn check_holdings(a: &mut Allocator, seen: &mut BTreeMap<JobId, Holding>, label: &str) {
+    for (id, h) in a.take_changed() {
+        assert_ne!(seen.insert(id, h), Some(h), "{label}: job {id} reported unchanged");
+    }
+    for v in a.jobs() {
+        let h = a.holding(v.id).unwrap();
+        let placed = v.state != JobState::Queued;
+        let cells = if placed { v.cells.len() } else { 0 };
+        assert_eq!((h.state, h.slots, h.cells), (v.state, v.slots.len(), cells), "{label}: {v:?}");
+        let reported = seen.get(&v.id).copied().unwrap_or(Holding::NOTHING);
+        assert_eq!(reported, h, "{label}: job {} changed unreported", v.id);
+    }
 }
 
 fn all_histories() -> Vec<(String, u64)> {

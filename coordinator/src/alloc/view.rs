@@ -96,15 +96,41 @@ pub struct Holding {
     pub cells: usize,
 }
 
+impl Holding {
+    /// A queued job's, and what a new job counts as.
+    pub const NOTHING: Holding = Holding {
+        state: JobState::Queued,
+        slots: 0,
+        cells: 0,
+    };
+}
+
 impl Allocator {
-    /// The job's state and how many slots and cells it holds; O(slots).
+    /// The job's state and how many slots and cells it holds; O(log jobs).
     pub fn holding(&self, id: JobId) -> Option<Holding> {
-        let job = self.jobs.get(&id)?;
-        Some(Holding {
-            state: job.state,
-            slots: self.slots_of(job).count(),
-            cells: job.cells.len(),
-        })
+        self.jobs.get(&id).map(holding)
+    }
+
+    /// The live jobs whose holding differs from what this call last
+    /// reported (a new job counting as [`Holding::NOTHING`]), with the
+    /// holding now; by id. Costs what changed, not the jobs: a simulator
+    /// calls it after every call instead of asking every job. Finished
+    /// jobs are not reported.
+    pub fn take_changed(&mut self) -> Vec<(JobId, Holding)> {
+        let mut out = vec![];
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.dirty = false;
+            let now = holding(job);
+            if now != job.reported {
+                job.reported = now;
+                out.push((id, now));
+            }
+        }
+        out.sort_unstable_by_key(|&(id, _)| id);
+        out
     }
 
     pub fn job(&self, id: JobId) -> Option<JobView> {
@@ -166,7 +192,7 @@ impl Allocator {
         }
     }
 
-    /// The slots holding the job. A placement always covers all of the
+    /// The slots holding the job (the home slot and the fill slots). A placement always covers all of the
     /// job's cells, so looking at its first cell in each slot is enough.
     fn slots_of<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = usize> + 'a {
         let col = job.cells.first().filter(|_| job.state != JobState::Queued);
@@ -275,5 +301,15 @@ impl Allocator {
             slots,
             jobs,
         }
+    }
+}
+
+/// A placed job holds its home slot and its fill slots.
+fn holding(job: &Job) -> Holding {
+    let placed = job.state != JobState::Queued;
+    Holding {
+        state: job.state,
+        slots: if placed { 1 + job.fill_slots } else { 0 },
+        cells: if placed { job.cells.len() } else { 0 },
     }
 }
