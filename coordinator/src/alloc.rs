@@ -555,13 +555,23 @@ impl Allocator {
             .map(|j| j.id)
             .collect();
         let mut free = self.matrix.free(0);
-        loop {
-            let mut grew = false;
-            for &id in &running {
+        let binds = self.gang_limit_binds();
+        // A job that cannot grow in a round never can later (free cells
+        // only go), so each round asks only the jobs that grew in the last.
+        let mut growing = running;
+        while !growing.is_empty() {
+            let mut grew = Vec::with_capacity(growing.len());
+            for &id in &growing {
                 let job = &self.jobs[&id];
-                let mine = self.within_gang_limit(id, free.clone());
+                let limited;
+                let mine: &[bool] = if binds {
+                    limited = self.within_gang_limit(id, free.clone());
+                    &limited
+                } else {
+                    &free
+                };
                 let Some(col) =
-                    scs::growth_cell(self.matrix.cluster(), &mine, &job.shares, &job.cells)
+                    scs::growth_cell(self.matrix.cluster(), mine, &job.shares, &job.cells)
                 else {
                     continue;
                 };
@@ -578,11 +588,9 @@ impl Allocator {
                 let at = job.cells.partition_point(|&c| c < col);
                 job.cells.insert(at, col);
                 job.mark(&mut self.dirty);
-                grew = true;
+                grew.push(id);
             }
-            if !grew {
-                break;
-            }
+            growing = grew;
         }
     }
 

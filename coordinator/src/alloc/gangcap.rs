@@ -15,6 +15,11 @@ use super::Allocator;
 use gang_wire::proto::{JobId, NODE_MAX_GANGS};
 
 impl Allocator {
+    /// Whether some node has cells enough to reach the limit at all.
+    pub(super) fn gang_limit_binds(&self) -> bool {
+        self.matrix.cluster().max_node_columns() * self.matrix.nr_slots() >= NODE_MAX_GANGS
+    }
+
     /// `free` without the columns of the nodes where job `id` would be a
     /// gang too many. A node with fewer cells (columns × slots) than the
     /// limit can never hold that many jobs and is not looked at: with a
@@ -26,7 +31,7 @@ impl Allocator {
     pub(super) fn within_gang_limit(&self, id: JobId, mut free: Vec<bool>) -> Vec<bool> {
         let cluster = self.matrix.cluster();
         let rows = self.matrix.rows();
-        if cluster.max_node_columns() * rows.len() < NODE_MAX_GANGS {
+        if !self.gang_limit_binds() {
             return free;
         }
         for n in 0..cluster.nodes().len() {
