@@ -51,33 +51,46 @@ pub(crate) fn best_fit(
     need: usize,
     cap: usize,
 ) -> Option<Vec<usize>> {
+    #[derive(Clone, Copy)]
     struct Cand {
         node: usize,
-        /// Its free columns are cols[first..first + nr_free].
-        first: usize,
         nr_free: usize,
         used: bool,
     }
     if cap == 0 {
         return None;
     }
-    let mut cols = Vec::new();
     let mut cands: Vec<Cand> = Vec::new();
     for n in 0..cluster.nodes().len() {
         let range = cluster.node_columns(n);
-        let first = cols.len();
-        cols.extend(range.clone().filter(|&c| free[c]));
-        let nr_free = cols.len() - first;
+        let nr_free = free[range.clone()].iter().filter(|&&f| f).count();
         if nr_free > 0 {
             cands.push(Cand {
                 node: n,
-                first,
                 nr_free,
                 used: nr_free < range.len(),
             });
         }
     }
     let avail = |c: &Cand| c.nr_free.min(cap);
+    // The node left with the fewest free cells that takes `left` alone.
+    let single = |cands: &[Cand], left: usize| {
+        cands
+            .iter()
+            .filter(|c| avail(c) >= left)
+            .min_by_key(|c| (c.nr_free - left, !c.used, c.node))
+            .copied()
+    };
+    // The lowest `take` free columns of a node.
+    let lowest = |c: &Cand, take: usize| {
+        cluster
+            .node_columns(c.node)
+            .filter(|&col| free[col])
+            .take(take)
+    };
+    if let Some(c) = single(&cands, need) {
+        return Some(lowest(&c, need).collect());
+    }
     if cands.iter().map(avail).sum::<usize>() < need {
         return None;
     }
@@ -94,17 +107,13 @@ pub(crate) fn best_fit(
     let mut k = 0;
     while left > 0 {
         if most[k] >= left {
-            let c = cands[k..]
-                .iter()
-                .filter(|c| avail(c) >= left)
-                .min_by_key(|c| (c.nr_free - left, !c.used, c.node))
-                .expect("most[k] says one can");
-            picked.extend_from_slice(&cols[c.first..c.first + left]);
+            let c = single(&cands[k..], left).expect("most[k] says one can");
+            picked.extend(lowest(&c, left));
             break;
         }
         let c = cands.get(k)?;
         let take = avail(c);
-        picked.extend_from_slice(&cols[c.first..c.first + take]);
+        picked.extend(lowest(c, take));
         left -= take;
         k += 1;
     }
