@@ -442,7 +442,11 @@ impl Allocator {
             if self.matrix.nr_slots() == 0 {
                 self.matrix.add_slot();
             }
-            let mut cols = self.choose(&self.free_for(id, 0), ranks, need);
+            // Fewer free cells than the initial allocation: first fit
+            // cannot succeed, and the free mask is not built.
+            let mut cols = (self.matrix.nr_free(0) >= need.cells)
+                .then(|| self.choose(&self.free_for(id, 0), ranks, need))
+                .flatten();
             if cols.is_none() && may_shrink {
                 let placed: Vec<JobId> = self
                     .jobs
