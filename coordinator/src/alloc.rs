@@ -13,6 +13,11 @@
 //! too (a "multiple task"), using cells that would otherwise idle. These
 //! extra placements are recomputed from scratch after every change, so they
 //! never stand in the way of a real placement: they are dropped first.
+//! Dropping them walks the matrix's list of fill placements, not the
+//! matrix, and a slot with fewer free cells than a job needs is skipped
+//! from its count: at 4096 nodes × 4 CPUs a decision costs passes over
+//! the columns of the slots tried, not over the whole matrix
+//! (`tests/alloc_recorded.rs` holds the decisions to the old ones).
 //!
 //! Under `scs` there is one slot and jobs instead grow and shrink in space:
 //! a job may get fewer cells than ranks and time-share them with itself.
@@ -188,6 +193,38 @@ struct Job {
     initial: Vec<usize>,
     /// scs only: which ranks live on which node.
     shares: Vec<scs::NodeRanks>,
+    /// Slots it has a fill placement in.
+    fill_slots: usize,
+    /// What [`Allocator::take_changed`] last reported of it.
+    reported: Holding,
+    /// In `Allocator::dirty`.
+    dirty: bool,
+}
+
+impl Job {
+    fn new(id: JobId, spec: JobSpec, state: JobState, need: Need, slot: usize) -> Self {
+        Self {
+            id,
+            spec,
+            state,
+            need,
+            slot,
+            cells: vec![],
+            initial: vec![],
+            shares: vec![],
+            fill_slots: 0,
+            reported: Holding::NOTHING,
+            dirty: false,
+        }
+    }
+
+    /// Its holding may have changed: [`Allocator::take_changed`] looks.
+    fn mark(&mut self, dirty: &mut Vec<JobId>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty.push(self.id);
+        }
+    }
 }
 
 /// The cluster's allocator: the matrix, the jobs and the queue.
@@ -203,6 +240,11 @@ pub struct Allocator {
     jobs: BTreeMap<JobId, Job>,
     queue: VecDeque<JobId>,
     next_id: u64,
+    /// Jobs with a fill placement.
+    filled: Vec<JobId>,
+    /// Jobs whose holding may have changed since `take_changed`; each once,
+    /// live jobs only (bounded by the jobs).
+    dirty: Vec<JobId>,
 }
 
 impl Allocator {
@@ -219,6 +261,8 @@ impl Allocator {
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
             next_id: 1,
+            filled: Vec::new(),
+            dirty: Vec::new(),
         })
     }
 
@@ -269,18 +313,9 @@ impl Allocator {
         let need = self.check(&spec)?;
         let id = JobId(self.next_id);
         self.next_id += 1;
-        let job = Job {
-            id,
-            spec,
-            state: JobState::Queued,
-            need,
-            slot: 0,
-            cells: vec![],
-            initial: vec![],
-            shares: vec![],
-        };
-        self.jobs.insert(id, job);
-        self.matrix.clear_fill();
+        self.jobs
+            .insert(id, Job::new(id, spec, JobState::Queued, need, 0));
+        self.drop_fill();
         // FCFS: nobody overtakes a queued job unless backfilling.
         let may_start = self.queue.is_empty() || self.settings.backfill;
         if !(may_start && self.place(id, true)) {
@@ -300,9 +335,9 @@ impl Allocator {
         if job.state == JobState::Queued {
             self.queue.retain(|&q| q != id);
         } else {
-            self.matrix.clear_job(id);
+            self.matrix.clear_job(id, &job.cells);
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.reschedule();
         Ok(())
     }
@@ -317,9 +352,10 @@ impl Allocator {
         if state != JobState::Running {
             return Err(AllocError::NotRunning { job: id, state });
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.shrink(id);
         self.job_mut(id).state = JobState::Suspended;
+        self.mark(id);
         self.reschedule();
         Ok(())
     }
@@ -334,14 +370,31 @@ impl Allocator {
         if state != JobState::Suspended {
             return Err(AllocError::NotSuspended { job: id, state });
         }
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.job_mut(id).state = JobState::Running;
+        self.mark(id);
         self.reschedule();
         Ok(())
     }
 
     fn job_mut(&mut self, id: JobId) -> &mut Job {
         self.jobs.get_mut(&id).expect("job of the table")
+    }
+
+    fn mark(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("job of the table");
+        job.mark(&mut self.dirty);
+    }
+
+    /// Drops every fill placement, in the matrix and in the jobs' counts.
+    fn drop_fill(&mut self) {
+        self.matrix.clear_fill();
+        for id in std::mem::take(&mut self.filled) {
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.fill_slots = 0;
+                job.mark(&mut self.dirty);
+            }
+        }
     }
 
     /// After any change, with fill placements already dropped: slice
@@ -389,7 +442,11 @@ impl Allocator {
             if self.matrix.nr_slots() == 0 {
                 self.matrix.add_slot();
             }
-            let mut cols = self.choose(&self.free_for(id, 0), ranks, need);
+            // Fewer free cells than the initial allocation: first fit
+            // cannot succeed, and the free mask is not built.
+            let mut cols = (self.matrix.nr_free(0) >= need.cells)
+                .then(|| self.choose(&self.free_for(id, 0), ranks, need))
+                .flatten();
             if cols.is_none() && may_shrink {
                 let placed: Vec<JobId> = self
                     .jobs
@@ -404,7 +461,17 @@ impl Allocator {
             }
             return cols.map(|cols| self.put(id, 0, cols)).is_some();
         }
+        // A slot with fewer free cells than the job takes cannot hold it
+        // (every chooser takes at least that many): skipped without
+        // building its free mask.
+        let least = match self.settings.policy {
+            Policy::Buddy => policy::buddy_block(ranks),
+            _ => need.cells,
+        };
         for slot in 0..self.matrix.nr_slots() {
+            if self.matrix.nr_free(slot) < least {
+                continue;
+            }
             if let Some(cols) = self.choose(&self.free_for(id, slot), ranks, need) {
                 self.put(id, slot, cols);
                 return true;
@@ -459,6 +526,7 @@ impl Allocator {
         }
         job.initial = cols.clone();
         job.cells = cols;
+        job.mark(&mut self.dirty);
     }
 
     /// scs: back to the initial allocation. A no-op under other policies.
@@ -472,6 +540,9 @@ impl Allocator {
             .collect();
         self.matrix.clear_cells(job.slot, &grown);
         job.cells = job.initial.clone();
+        if !grown.is_empty() {
+            job.mark(&mut self.dirty);
+        }
     }
 
     /// scs, nobody queued: the free cells are handed out one at a time to
@@ -488,13 +559,23 @@ impl Allocator {
             .map(|j| j.id)
             .collect();
         let mut free = self.matrix.free(0);
-        loop {
-            let mut grew = false;
-            for &id in &running {
+        let binds = self.gang_limit_binds();
+        // A job that cannot grow in a round never can later (free cells
+        // only go), so each round asks only the jobs that grew in the last.
+        let mut growing = running;
+        while !growing.is_empty() {
+            let mut grew = Vec::with_capacity(growing.len());
+            for &id in &growing {
                 let job = &self.jobs[&id];
-                let mine = self.within_gang_limit(id, free.clone());
+                let limited;
+                let mine: &[bool] = if binds {
+                    limited = self.within_gang_limit(id, free.clone());
+                    &limited
+                } else {
+                    &free
+                };
                 let Some(col) =
-                    scs::growth_cell(self.matrix.cluster(), &mine, &job.shares, &job.cells)
+                    scs::growth_cell(self.matrix.cluster(), mine, &job.shares, &job.cells)
                 else {
                     continue;
                 };
@@ -507,21 +588,24 @@ impl Allocator {
                     },
                 );
                 free[col] = false;
-                let job = self.job_mut(id);
+                let job = self.jobs.get_mut(&id).expect("job of the table");
                 let at = job.cells.partition_point(|&c| c < col);
                 job.cells.insert(at, col);
-                grew = true;
+                job.mark(&mut self.dirty);
+                grew.push(id);
             }
-            if !grew {
-                break;
-            }
+            growing = grew;
         }
     }
 
     /// Multiple tasks: each running job, in submission order, is also placed
     /// in every other slot where all its home cells are free.
     fn add_fill(&mut self) {
-        for job in self.jobs.values().filter(|j| j.state == JobState::Running) {
+        for job in self
+            .jobs
+            .values_mut()
+            .filter(|j| j.state == JobState::Running)
+        {
             for slot in 0..self.matrix.nr_slots() {
                 if slot != job.slot
                     && job
@@ -537,6 +621,11 @@ impl Allocator {
                             fill: true,
                         },
                     );
+                    if job.fill_slots == 0 {
+                        self.filled.push(job.id);
+                    }
+                    job.fill_slots += 1;
+                    job.mark(&mut self.dirty);
                 }
             }
         }

@@ -117,6 +117,8 @@ pub struct Cluster {
     col_node: Vec<usize>,
     /// nodes[i]'s columns are first_col[i]..first_col[i + 1].
     first_col: Vec<usize>,
+    /// The most columns one node has.
+    max_node_columns: usize,
 }
 
 impl Cluster {
@@ -188,11 +190,13 @@ impl Cluster {
             }
         }
         first_col.push(columns.len());
+        let max_node_columns = nodes.iter().map(|n| n.gang_cpus.len()).max().unwrap_or(0);
         Ok(Self {
             nodes,
             columns,
             col_node,
             first_col,
+            max_node_columns,
         })
     }
 
@@ -229,6 +233,11 @@ impl Cluster {
         self.col_node[col]
     }
 
+    /// The most columns (gang CPUs) one node has.
+    pub(crate) fn max_node_columns(&self) -> usize {
+        self.max_node_columns
+    }
+
     /// The columns of nodes()[node].
     pub(crate) fn node_columns(&self, node: usize) -> Range<usize> {
         self.first_col[node]..self.first_col[node + 1]
@@ -247,17 +256,46 @@ pub struct Entry {
 
 /// The slots × columns grid. Read-only outside this crate so that only the
 /// allocator, which keeps the jobs' records in step, changes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Besides the cells it keeps, per slot, how many cells are free and how
+/// many hold a home placement, and the list of fill placements written
+/// since they were last dropped: the allocator asks these after every
+/// call, and counting or scanning 16,384 columns × slots for them each
+/// time was most of an allocation decision at 4096 nodes (issue 14).
+#[derive(Clone, Debug)]
 pub struct Matrix {
     cluster: Cluster,
     rows: Vec<Vec<Option<Entry>>>,
+    /// Per slot.
+    counts: Vec<RowCounts>,
+    /// (slot, columns) of every fill placement since the last
+    /// `clear_fill`; some may have been cleared since by `clear_job`.
+    fills: Vec<(usize, Vec<usize>)>,
 }
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RowCounts {
+    free: usize,
+    homes: usize,
+}
+
+/// Two matrices are equal when their cells are (the counts follow from
+/// them; the fill list is bookkeeping).
+impl PartialEq for Matrix {
+    fn eq(&self, other: &Self) -> bool {
+        self.cluster == other.cluster && self.rows == other.rows
+    }
+}
+
+impl Eq for Matrix {}
 
 impl Matrix {
     pub fn new(cluster: Cluster) -> Self {
         Self {
             cluster,
             rows: Vec::new(),
+            counts: Vec::new(),
+            fills: Vec::new(),
         }
     }
 
@@ -290,8 +328,17 @@ impl Matrix {
         self.rows[slot].iter().map(Option::is_none).collect()
     }
 
+    /// How many cells of `slot` nobody holds; O(1).
+    pub(crate) fn nr_free(&self, slot: usize) -> usize {
+        self.counts[slot].free
+    }
+
     pub(crate) fn add_slot(&mut self) -> usize {
         self.rows.push(vec![None; self.cluster.nr_columns()]);
+        self.counts.push(RowCounts {
+            free: self.cluster.nr_columns(),
+            homes: 0,
+        });
         self.rows.len() - 1
     }
 
@@ -299,34 +346,55 @@ impl Matrix {
     /// they are free (or held by the same job).
     pub(crate) fn fill_cells(&mut self, slot: usize, cols: &[usize], entry: Entry) {
         for &c in cols {
+            let old = self.rows[slot][c];
             debug_assert!(
-                self.rows[slot][c].is_none_or(|e| e.job == entry.job),
+                old.is_none_or(|e| e.job == entry.job),
                 "cell {c} of slot {slot} is taken"
             );
+            self.uncount(slot, old);
             self.rows[slot][c] = Some(entry);
+            self.counts[slot].free -= 1;
+            self.counts[slot].homes += usize::from(!entry.fill);
+        }
+        if entry.fill {
+            self.fills.push((slot, cols.to_vec()));
+        }
+    }
+
+    /// The counts of `slot` without the entry a cell held.
+    fn uncount(&mut self, slot: usize, old: Option<Entry>) {
+        if let Some(e) = old {
+            self.counts[slot].free += 1;
+            self.counts[slot].homes -= usize::from(!e.fill);
         }
     }
 
     pub(crate) fn clear_cells(&mut self, slot: usize, cols: &[usize]) {
         for &c in cols {
-            self.rows[slot][c] = None;
+            let old = self.rows[slot][c].take();
+            self.uncount(slot, old);
         }
     }
 
-    /// Takes every cell of `job` back, in every slot.
-    pub(crate) fn clear_job(&mut self, job: JobId) {
-        for e in self.rows.iter_mut().flatten() {
-            if e.is_some_and(|e| e.job == job) {
-                *e = None;
+    /// Takes every cell of `job` back, in every slot. `cols` are the job's
+    /// cells: a job holds the same cells in every slot it is in.
+    pub(crate) fn clear_job(&mut self, job: JobId, cols: &[usize]) {
+        for slot in 0..self.rows.len() {
+            for &c in cols {
+                if self.rows[slot][c].is_some_and(|e| e.job == job) {
+                    self.clear_cells(slot, &[c]);
+                }
             }
         }
     }
 
     /// Drops every fill placement.
     pub(crate) fn clear_fill(&mut self) {
-        for e in self.rows.iter_mut().flatten() {
-            if e.is_some_and(|e| e.fill) {
-                *e = None;
+        for (slot, cols) in std::mem::take(&mut self.fills) {
+            for c in cols {
+                if self.rows[slot][c].is_some_and(|e| e.fill) {
+                    self.clear_cells(slot, &[c]);
+                }
             }
         }
     }
@@ -336,16 +404,30 @@ impl Matrix {
     /// the order of the others. Returns new_index[old_index].
     pub(crate) fn compact(&mut self) -> Vec<Option<usize>> {
         let mut map = Vec::with_capacity(self.rows.len());
-        let mut kept = Vec::with_capacity(self.rows.len());
-        for row in self.rows.drain(..) {
-            if row.iter().flatten().any(|e| !e.fill) {
-                map.push(Some(kept.len()));
-                kept.push(row);
+        let mut kept = 0;
+        for counts in &self.counts {
+            if counts.homes > 0 {
+                map.push(Some(kept));
+                kept += 1;
             } else {
                 map.push(None);
             }
         }
-        self.rows = kept;
+        if kept == self.rows.len() {
+            return map;
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let counts = std::mem::take(&mut self.counts);
+        for ((row, counts), to) in rows.into_iter().zip(counts).zip(&map) {
+            if to.is_some() {
+                self.rows.push(row);
+                self.counts.push(counts);
+            }
+        }
+        self.fills = std::mem::take(&mut self.fills)
+            .into_iter()
+            .filter_map(|(slot, cols)| Some((map[slot]?, cols)))
+            .collect();
         map
     }
 

@@ -15,16 +15,25 @@ use super::Allocator;
 use gang_wire::proto::{JobId, NODE_MAX_GANGS};
 
 impl Allocator {
+    /// Whether some node has cells enough to reach the limit at all.
+    pub(super) fn gang_limit_binds(&self) -> bool {
+        self.matrix.cluster().max_node_columns() * self.matrix.nr_slots() >= NODE_MAX_GANGS
+    }
+
     /// `free` without the columns of the nodes where job `id` would be a
     /// gang too many. A node with fewer cells (columns × slots) than the
     /// limit can never hold that many jobs and is not looked at: with a
     /// few CPUs per node that is every node, so the check costs a pass
     /// over the nodes, not a set of jobs per node per placement attempt
     /// (which made allocation at 1024 nodes take 4.8 ms p99, and gang-sim
-    /// minutes; docs/scale.md).
+    /// minutes; docs/scale.md). When no node has that many cells the pass
+    /// over the nodes is skipped too.
     pub(super) fn within_gang_limit(&self, id: JobId, mut free: Vec<bool>) -> Vec<bool> {
         let cluster = self.matrix.cluster();
         let rows = self.matrix.rows();
+        if !self.gang_limit_binds() {
+            return free;
+        }
         for n in 0..cluster.nodes().len() {
             let cols = cluster.node_columns(n);
             if cols.len() * rows.len() < NODE_MAX_GANGS {

@@ -87,7 +87,7 @@ impl Allocator {
             });
         }
         self.settings = settings;
-        self.matrix.clear_fill();
+        self.drop_fill();
         self.reschedule();
         Ok(())
     }
@@ -112,7 +112,7 @@ impl Allocator {
             .iter()
             .map(|&c| self.matrix.cluster().column(c).ok_or(conflict.clone()))
             .collect::<Result<_, _>>()?;
-        self.matrix.clear_fill();
+        self.drop_fill();
         let free = |m: &Matrix, s: usize| {
             cols.iter()
                 .all(|&c| m.get(s, c).is_none_or(|e| e.job == id))
@@ -143,16 +143,11 @@ impl Allocator {
             cells: spec.ranks as usize,
             cap: spec.per_node.map_or(usize::MAX, |k| k as usize),
         };
-        let job = self.jobs.entry(id).or_insert_with(|| Job {
-            id,
-            spec,
-            state: JobState::Running,
-            need,
-            slot,
-            cells: vec![],
-            initial: vec![],
-            shares: vec![],
-        });
+        let job = self
+            .jobs
+            .entry(id)
+            .or_insert_with(|| Job::new(id, spec, JobState::Running, need, slot));
+        job.mark(&mut self.dirty);
         for c in cols {
             if let Err(at) = job.cells.binary_search(&c) {
                 job.cells.insert(at, c);

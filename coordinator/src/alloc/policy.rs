@@ -19,6 +19,9 @@ pub(crate) fn first_fit(
 ) -> Option<Vec<usize>> {
     let mut picked = Vec::with_capacity(need);
     for n in 0..cluster.nodes().len() {
+        if picked.len() == need {
+            break;
+        }
         let mut on_node = 0;
         for col in cluster.node_columns(n) {
             if picked.len() == need || on_node == cap {
@@ -48,48 +51,71 @@ pub(crate) fn best_fit(
     need: usize,
     cap: usize,
 ) -> Option<Vec<usize>> {
+    #[derive(Clone, Copy)]
     struct Cand {
         node: usize,
-        free: Vec<usize>,
+        nr_free: usize,
         used: bool,
     }
-    let mut cands: Vec<Cand> = (0..cluster.nodes().len())
-        .map(|n| {
-            let range = cluster.node_columns(n);
-            let free_cols: Vec<usize> = range.clone().filter(|&c| free[c]).collect();
-            Cand {
+    if cap == 0 {
+        return None;
+    }
+    let mut cands: Vec<Cand> = Vec::new();
+    for n in 0..cluster.nodes().len() {
+        let range = cluster.node_columns(n);
+        let nr_free = free[range.clone()].iter().filter(|&&f| f).count();
+        if nr_free > 0 {
+            cands.push(Cand {
                 node: n,
-                used: free_cols.len() < range.len(),
-                free: free_cols,
-            }
-        })
-        .filter(|c| !c.free.is_empty() && cap > 0)
-        .collect();
-    let avail = |c: &Cand| c.free.len().min(cap);
+                nr_free,
+                used: nr_free < range.len(),
+            });
+        }
+    }
+    let avail = |c: &Cand| c.nr_free.min(cap);
+    // The node left with the fewest free cells that takes `left` alone.
+    let single = |cands: &[Cand], left: usize| {
+        cands
+            .iter()
+            .filter(|c| avail(c) >= left)
+            .min_by_key(|c| (c.nr_free - left, !c.used, c.node))
+            .copied()
+    };
+    // The lowest `take` free columns of a node.
+    let lowest = |c: &Cand, take: usize| {
+        cluster
+            .node_columns(c.node)
+            .filter(|&col| free[col])
+            .take(take)
+    };
+    if let Some(c) = single(&cands, need) {
+        return Some(lowest(&c, need).collect());
+    }
     if cands.iter().map(avail).sum::<usize>() < need {
         return None;
     }
+    // Whole nodes are taken in this order (partly used first, then the
+    // most cells, then the lowest id) until one node left can take the
+    // rest alone; `most[k]`: the most any of order[k..] can take.
+    cands.sort_unstable_by_key(|c| (!c.used, usize::MAX - avail(c), c.node));
+    let mut most = vec![0; cands.len() + 1];
+    for k in (0..cands.len()).rev() {
+        most[k] = most[k + 1].max(avail(&cands[k]));
+    }
     let mut picked = Vec::with_capacity(need);
     let mut left = need;
+    let mut k = 0;
     while left > 0 {
-        let single = cands
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| avail(c) >= left)
-            .min_by_key(|(_, c)| (c.free.len() - left, !c.used, c.node))
-            .map(|(i, _)| i);
-        let (i, take) = match single {
-            Some(i) => (i, left),
-            None => {
-                let i = (0..cands.len()).min_by_key(|&i| {
-                    (!cands[i].used, usize::MAX - avail(&cands[i]), cands[i].node)
-                })?;
-                (i, avail(&cands[i]))
-            }
-        };
-        let c = cands.remove(i);
-        picked.extend_from_slice(&c.free[..take]);
+        if most[k] >= left {
+            let c = single(&cands[k..], left).expect("most[k] says one can");
+            picked.extend(lowest(&c, left));
+            break;
+        }
+        let c = cands.get(k)?;
+        let take = avail(c);
+        picked.extend(lowest(c, take));
         left -= take;
+        k += 1;
     }
     picked.sort_unstable();
     Some(picked)
@@ -121,14 +147,21 @@ pub(crate) fn buddy(
         return None;
     }
     let universe = len.next_power_of_two();
-    let is_free =
-        |off: usize, size: usize| off + size <= len && free[off..off + size].iter().all(|&f| f);
+    // taken[i]: cells below column i that are not free, so a block's
+    // freedom is one subtraction.
+    let mut taken = Vec::with_capacity(len + 1);
+    taken.push(0usize);
+    for &f in free {
+        taken.push(taken.last().unwrap() + usize::from(!f));
+    }
+    let is_free = |off: usize, size: usize| off + size <= len && taken[off + size] == taken[off];
+    // A node's columns are contiguous: count the run on each node.
     let fits = |off: usize| {
-        let mut per_node = vec![0usize; cluster.nodes().len()];
+        let mut run = (usize::MAX, 0usize);
         (off..off + ranks).all(|c| {
             let n = cluster.node_of(c);
-            per_node[n] += 1;
-            per_node[n] <= cap
+            run = if run.0 == n { (n, run.1 + 1) } else { (n, 1) };
+            run.1 <= cap
         })
     };
     let mut size = block;

@@ -99,10 +99,10 @@ pub(crate) fn growth_cell(
     let mut best: Option<(usize, usize, usize)> = None; // (ranks, cells, col)
     for share in shares {
         let r = (share.hi - share.lo) as usize;
-        let m = cells
-            .iter()
-            .filter(|&&c| cluster.node_of(c) == share.node)
-            .count();
+        // `cells` is sorted and a node's columns are contiguous.
+        let range = cluster.node_columns(share.node);
+        let m = cells.partition_point(|&c| c < range.end)
+            - cells.partition_point(|&c| c < range.start);
         if m >= r {
             continue;
         }

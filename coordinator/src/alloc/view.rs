@@ -96,15 +96,41 @@ pub struct Holding {
     pub cells: usize,
 }
 
+impl Holding {
+    /// A queued job's, and what a new job counts as.
+    pub const NOTHING: Holding = Holding {
+        state: JobState::Queued,
+        slots: 0,
+        cells: 0,
+    };
+}
+
 impl Allocator {
-    /// The job's state and how many slots and cells it holds; O(slots).
+    /// The job's state and how many slots and cells it holds; O(log jobs).
     pub fn holding(&self, id: JobId) -> Option<Holding> {
-        let job = self.jobs.get(&id)?;
-        Some(Holding {
-            state: job.state,
-            slots: self.slots_of(job).len(),
-            cells: job.cells.len(),
-        })
+        self.jobs.get(&id).map(holding)
+    }
+
+    /// The live jobs whose holding differs from what this call last
+    /// reported (a new job counting as [`Holding::NOTHING`]), with the
+    /// holding now; by id. Costs what changed, not the jobs: a simulator
+    /// calls it after every call instead of asking every job. Finished
+    /// jobs are not reported.
+    pub fn take_changed(&mut self) -> Vec<(JobId, Holding)> {
+        let mut out = vec![];
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.dirty = false;
+            let now = holding(job);
+            if now != job.reported {
+                job.reported = now;
+                out.push((id, now));
+            }
+        }
+        out.sort_unstable_by_key(|&(id, _)| id);
+        out
     }
 
     pub fn job(&self, id: JobId) -> Option<JobView> {
@@ -158,7 +184,7 @@ impl Allocator {
             per_node: job.spec.per_node,
             state: job.state,
             slot: placed.then_some(job.slot),
-            slots: self.slots_of(job),
+            slots: self.slots_of(job).collect(),
             cells: cells(&job.cells),
             initial: cells(&job.initial),
             rank_cells: cells(&self.rank_columns(job)),
@@ -166,15 +192,18 @@ impl Allocator {
         }
     }
 
-    /// The slots holding the job. A placement always covers all of the
+    /// The slots holding the job (the home slot and the fill slots). A placement always covers all of the
     /// job's cells, so looking at its first cell in each slot is enough.
-    fn slots_of(&self, job: &Job) -> Vec<usize> {
-        match job.cells.first() {
-            Some(&col) if job.state != JobState::Queued => (0..self.matrix.nr_slots())
-                .filter(|&s| self.matrix.get(s, col).is_some_and(|e| e.job == job.id))
-                .collect(),
-            _ => vec![],
-        }
+    fn slots_of<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = usize> + 'a {
+        let col = job.cells.first().filter(|_| job.state != JobState::Queued);
+        let slots = if col.is_some() {
+            0..self.matrix.nr_slots()
+        } else {
+            0..0
+        };
+        slots.filter(move |&s| {
+            col.is_some_and(|&c| self.matrix.get(s, c).is_some_and(|e| e.job == job.id))
+        })
     }
 
     /// rank_columns[r]: the column rank r runs on; empty while queued.
@@ -272,5 +301,15 @@ impl Allocator {
             slots,
             jobs,
         }
+    }
+}
+
+/// A placed job holds its home slot and its fill slots.
+fn holding(job: &Job) -> Holding {
+    let placed = job.state != JobState::Queued;
+    Holding {
+        state: job.state,
+        slots: if placed { 1 + job.fill_slots } else { 0 },
+        cells: if placed { job.cells.len() } else { 0 },
     }
 }
