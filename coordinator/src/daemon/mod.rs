@@ -24,10 +24,19 @@
 //! under a flood of events; a node's liveness is the time its frames were
 //! read by its connection thread, not handled here (refresh_last_seen).
 //!
+//! What costs O(nodes) is done once per pass, not once per event
+//! (docs/scale.md): the nodes that joined in a pass are recorded in the
+//! state file (one fsync), put in the allocator's cluster (one rebuild)
+//! and welcomed together (`flush_joins`, before any event that needs the
+//! allocator and before the timers); the status files are rewritten at
+//! most once a second (`StatusClock`). A node is declared silent only
+//! against heartbeats that went out while the loop kept up (nodes.rs,
+//! `Node::silent`): a pass that took seconds (a huge placement) asks
+//! every node again instead of dropping them all.
+//!
 //! Known faults: one thread does everything, so a slow allocator call
-//! delays the switch; the loop wakes at least every 50 ms. A loop that
-//! stays behind still grows its queue: the events' own cost (a join is
-//! O(nodes)) is the fault, see docs/scale.md.
+//! delays the switch; the loop wakes at least every 50 ms. The status
+//! files may be a second behind.
 
 pub mod adoption;
 mod clients;
@@ -64,11 +73,46 @@ use jobs::Job;
 use knobs::{KnobFiles, KnobWrite, Status};
 use net::{ConnId, Cred, Link, NetEvent};
 
+use nodes::Node;
+use traces::TraceRun;
+
 /// The longest one pass of the event loop spends on queued events before
 /// it runs its timers (heartbeats, deadlines, the slot switch).
 const MAX_DRAIN: Duration = Duration::from_millis(50);
-use nodes::Node;
-use traces::TraceRun;
+
+/// The status files are rewritten at most this often.
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// When the status files are rewritten: at once after a change if the
+/// last write is a period old, else once at the end of the period, so an
+/// operator sees every change within STATUS_PERIOD and a flood of changes
+/// costs one write per period.
+#[derive(Debug, Default)]
+struct StatusClock {
+    written: Option<Instant>,
+    due: bool,
+}
+
+impl StatusClock {
+    /// Something shown changed at `now`; true: write now.
+    fn changed(&mut self, now: Instant) -> bool {
+        self.due = true;
+        self.tick(now)
+    }
+
+    /// The loop's timer at `now`; true: write now.
+    fn tick(&mut self, now: Instant) -> bool {
+        let ready = self
+            .written
+            .is_none_or(|w| now.saturating_duration_since(w) >= STATUS_PERIOD);
+        if self.due && ready {
+            self.due = false;
+            self.written = Some(now);
+            return true;
+        }
+        false
+    }
+}
 
 /// How gangd is started.
 pub struct Config {
@@ -138,6 +182,10 @@ pub struct Coordinator {
     /// Set once every node known before the start has rejoined (or the
     /// adoption grace has passed): jobs are accepted from then on.
     adoption_over: bool,
+    status_clock: StatusClock,
+    /// Nodes that joined in this pass, not yet in the allocator's cluster
+    /// nor welcomed (nodes.rs, `flush_joins`).
+    joined: Vec<NodeId>,
 }
 
 fn settings(k: &ClusterKnobs) -> Settings {
@@ -242,6 +290,8 @@ impl Coordinator {
             next_trace: 1,
             pending_attach: Vec::new(),
             epoch: Instant::now(),
+            status_clock: StatusClock::default(),
+            joined: Vec::new(),
             cfg,
         })
     }
@@ -252,6 +302,7 @@ impl Coordinator {
 
     fn run_loop(&mut self, rx: &Receiver<Event>, shutdown: &AtomicBool) {
         let mut next_heartbeat = Instant::now();
+        let mut last_timers = Instant::now();
         while !shutdown.load(Ordering::Relaxed) {
             let wait = self.rotation.next_wakeup(self.knobs.slot_ms, self.now_us());
             let wait = Duration::from_micros(wait).min(Duration::from_millis(50));
@@ -271,14 +322,25 @@ impl Coordinator {
                     Err(_) => break,
                 }
             }
-            if Instant::now() >= next_heartbeat {
+            self.flush_joins();
+            let now = Instant::now();
+            // The loop did not get here for two heartbeats (one event took
+            // that long): the heartbeats it owed never went out.
+            let stalled = now.saturating_duration_since(last_timers) > 2 * self.cfg.heartbeat;
+            last_timers = now;
+            if now >= next_heartbeat || stalled {
                 self.refresh_last_seen();
-                self.heartbeats();
+                self.heartbeats(stalled);
                 next_heartbeat = Instant::now() + self.cfg.heartbeat;
             }
             self.check_deadlines();
             self.drive_switch();
+            if self.status_clock.tick(Instant::now()) {
+                self.write_status();
+            }
         }
+        self.flush_joins();
+        self.write_status();
     }
 
     /// A node is heard when its reader thread reads a frame, not when this
@@ -299,6 +361,20 @@ impl Coordinator {
     }
 
     fn handle(&mut self, ev: Event) {
+        // Every event but a join and a node's heartbeat answer may look at
+        // the allocator: the nodes joined so far must be in it.
+        let batched = match &ev {
+            Event::Net(NetEvent::AgentJoined { .. }) => true,
+            Event::Net(NetEvent::Agent { msg, .. }) => matches!(
+                msg,
+                gang_wire::proto::FromAgent::Heartbeat { .. }
+                    | gang_wire::proto::FromAgent::ClockStatus { .. }
+            ),
+            _ => false,
+        };
+        if !batched {
+            self.flush_joins();
+        }
         match ev {
             Event::Knob(w) => {
                 let verdict = self.set_knobs(w.knobs);
@@ -346,4 +422,29 @@ pub fn user_name(uid: u32) -> String {
         .flatten()
         .map(|u| u.name)
         .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_is_written_at_once_then_at_most_once_a_period() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut c = StatusClock::default();
+        assert!(!c.tick(at(0)), "nothing changed, nothing to write");
+        assert!(c.changed(at(0)), "the first change is written at once");
+        // A flood of changes within the period: none written...
+        for ms in 1..1000 {
+            assert!(!c.changed(at(ms)));
+            assert!(!c.tick(at(ms)));
+        }
+        // ...until the period is over: one write for all of them.
+        assert!(c.tick(at(1000)));
+        assert!(!c.tick(at(1001)), "written: nothing due");
+        assert!(!c.tick(at(5000)));
+        // A change long after the last write is written at once again.
+        assert!(c.changed(at(5000)));
+    }
 }
