@@ -1,9 +1,9 @@
 //! gangd: the coordinator daemon (see coordinator/DESIGN.md).
 //!
 //! One thread owns everything: the allocator, the nodes, the jobs and the
-//! slot switch in flight. Connection threads (net/) and knob writes
-//! (knobs.rs) post events to it; it answers by queueing messages on the
-//! connections' links, which never block it.
+//! slot switch in flight. The agent loop and the front ends' threads
+//! (net/) and knob writes (knobs.rs) post events to it; it answers by
+//! queueing messages on the connections' links, which never block it.
 //!
 //! This file holds the event loop: `run` starts the listeners and the knob
 //! files, `run_loop` waits for an event or the next due time, `handle`
@@ -22,21 +22,27 @@
 //!
 //! A pass handles queued events for at most MAX_DRAIN, so the timers run
 //! under a flood of events; a node's liveness is the time its frames were
-//! read by its connection thread, not handled here (refresh_last_seen).
+//! read by the agent loop (net/), not handled here (refresh_last_seen).
 //!
-//! What costs O(nodes) is done once per pass, not once per event
-//! (docs/scale.md): the nodes that joined in a pass are recorded in the
-//! state file (one fsync), put in the allocator's cluster (one rebuild)
-//! and welcomed together (`flush_joins`, before any event that needs the
-//! allocator and before the timers); the status files are rewritten at
-//! most once a second (`StatusClock`). A node is declared silent only
-//! against heartbeats that went out while the loop kept up (nodes.rs,
-//! `Node::silent`): a pass that took seconds (a huge placement) asks
-//! every node again instead of dropping them all.
+//! What costs O(nodes) is done once per batch, not once per event
+//! (docs/scale.md): nodes that join wait (unseen by the rest of gangd)
+//! until the oldest has waited JOIN_BATCH, then are recorded in the state
+//! file (one fsync), put in the allocator's cluster (one rebuild) and
+//! welcomed together (nodes.rs, `flush_joins`); the status files are
+//! rewritten at most once a second (`StatusClock`). A node is declared
+//! silent only against heartbeats that went out while gangd kept up
+//! (nodes.rs, `Node::silent`): after a pass that took seconds (a huge
+//! placement), or while the agent loop waited for room in the event
+//! queue (its reads of the nodes' answers waited with it), every node is
+//! asked again instead of dropped.
 //!
 //! Known faults: one thread does everything, so a slow allocator call
 //! delays the switch; the loop wakes at least every 50 ms. The status
-//! files may be a second behind.
+//! files may be a second behind; a node's Welcome up to JOIN_BATCH late.
+//! A queue that fills between every two heartbeats would keep every node
+//! from being found silent (the queue holds 64 Ki events; at 4096 nodes
+//! a switch posts 8 Ki). A node's loss still rebuilds the cluster
+//! (O(nodes)).
 
 pub mod adoption;
 mod clients;
@@ -52,7 +58,7 @@ mod traces;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -144,8 +150,13 @@ enum Event {
     Knob(KnobWrite),
 }
 
-/// Events waiting for the coordinator thread, at most.
-const EVENT_QUEUE: usize = 4096;
+/// Events waiting for the coordinator thread, at most: two per node per
+/// switch at 4096 nodes and more (an event is a few hundred bytes).
+const EVENT_QUEUE: usize = 65536;
+
+/// How long an admitted node waits for the others joining with it: the
+/// O(nodes) part of a join is done once per batch.
+const JOIN_BATCH: Duration = Duration::from_millis(50);
 
 /// After a start, how long a front end's Attach waits for its job to be
 /// adopted from the nodes as they rejoin, and how long submissions wait
@@ -183,9 +194,13 @@ pub struct Coordinator {
     /// adoption grace has passed): jobs are accepted from then on.
     adoption_over: bool,
     status_clock: StatusClock,
-    /// Nodes that joined in this pass, not yet in the allocator's cluster
-    /// nor welcomed (nodes.rs, `flush_joins`).
-    joined: Vec<NodeId>,
+    /// Nodes admitted but not yet in `nodes`, the allocator's cluster nor
+    /// welcomed, and since when the oldest waits (nodes.rs, `flush_joins`).
+    joining: Vec<(ConnId, Node)>,
+    joining_since: Option<Instant>,
+    /// CLOCK_MONOTONIC ns when the agent loop last found the event queue
+    /// full (0: never): it stopped reading the nodes until there was room.
+    queue_full_ns: Arc<AtomicU64>,
 }
 
 fn settings(k: &ClusterKnobs) -> Settings {
@@ -199,20 +214,26 @@ fn settings(k: &ClusterKnobs) -> Settings {
 
 /// Runs gangd until `shutdown` is set.
 pub fn run(cfg: Config, shutdown: Arc<AtomicBool>) -> Result<()> {
-    // Bounded: connection threads wait (and their peers with them) rather
+    // Bounded: the agent loop and the front ends' threads wait (and their
+    // peers with them) rather
     // than letting a flood of frames grow gangd's memory.
     let (tx, rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
     let listener =
         TcpListener::bind(cfg.listen).with_context(|| format!("listening on {}", cfg.listen))?;
+    let queue_full_ns = Arc::new(AtomicU64::new(0));
     let post = {
-        let tx = tx.clone();
+        let (tx, full) = (tx.clone(), queue_full_ns.clone());
         move |ev: NetEvent| {
-            let _ = tx.send(Event::Net(ev));
+            if let Err(mpsc::TrySendError::Full(ev)) = tx.try_send(Event::Net(ev)) {
+                full.store(gang_wire::time::monotonic_ns(), Ordering::Relaxed);
+                let _ = tx.send(ev);
+            }
         }
     };
     net::serve_agents(listener, cfg.tls.clone(), post.clone())?;
     net::serve_clients(&cfg.socket, post)?;
     let mut co = Coordinator::new(cfg)?;
+    co.queue_full_ns = queue_full_ns;
     let (ktx, krx) = mpsc::channel::<KnobWrite>();
     let _mount = match &co.cfg.knob_dir {
         Some(dir) => {
@@ -291,7 +312,9 @@ impl Coordinator {
             pending_attach: Vec::new(),
             epoch: Instant::now(),
             status_clock: StatusClock::default(),
-            joined: Vec::new(),
+            joining: Vec::new(),
+            joining_since: None,
+            queue_full_ns: Arc::new(AtomicU64::new(0)),
             cfg,
         })
     }
@@ -303,6 +326,7 @@ impl Coordinator {
     fn run_loop(&mut self, rx: &Receiver<Event>, shutdown: &AtomicBool) {
         let mut next_heartbeat = Instant::now();
         let mut last_timers = Instant::now();
+        let mut last_check_ns = 0;
         while !shutdown.load(Ordering::Relaxed) {
             let wait = self.rotation.next_wakeup(self.knobs.slot_ms, self.now_us());
             let wait = Duration::from_micros(wait).min(Duration::from_millis(50));
@@ -322,13 +346,23 @@ impl Coordinator {
                     Err(_) => break,
                 }
             }
-            self.flush_joins();
             let now = Instant::now();
+            if self
+                .joining_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= JOIN_BATCH)
+            {
+                self.flush_joins();
+            }
             // The loop did not get here for two heartbeats (one event took
             // that long): the heartbeats it owed never went out.
-            let stalled = now.saturating_duration_since(last_timers) > 2 * self.cfg.heartbeat;
+            let loop_stalled = now.saturating_duration_since(last_timers) > 2 * self.cfg.heartbeat;
             last_timers = now;
-            if now >= next_heartbeat || stalled {
+            if now >= next_heartbeat || loop_stalled {
+                // Or the agent loop waited for room in the queue since the
+                // last check: the nodes' answers waited unread.
+                let full_ns = self.queue_full_ns.load(Ordering::Relaxed);
+                let stalled = loop_stalled || full_ns > last_check_ns;
+                last_check_ns = gang_wire::time::monotonic_ns();
                 self.refresh_last_seen();
                 self.heartbeats(stalled);
                 next_heartbeat = Instant::now() + self.cfg.heartbeat;
@@ -339,11 +373,10 @@ impl Coordinator {
                 self.write_status();
             }
         }
-        self.flush_joins();
         self.write_status();
     }
 
-    /// A node is heard when its reader thread reads a frame, not when this
+    /// A node is heard when the agent loop reads a frame, not when this
     /// loop gets to it: a frame still queued behind other events counts
     /// (net/mod.rs, `Link::heard_ns`).
     fn refresh_last_seen(&mut self) {
@@ -361,20 +394,6 @@ impl Coordinator {
     }
 
     fn handle(&mut self, ev: Event) {
-        // Every event but a join and a node's heartbeat answer may look at
-        // the allocator: the nodes joined so far must be in it.
-        let batched = match &ev {
-            Event::Net(NetEvent::AgentJoined { .. }) => true,
-            Event::Net(NetEvent::Agent { msg, .. }) => matches!(
-                msg,
-                gang_wire::proto::FromAgent::Heartbeat { .. }
-                    | gang_wire::proto::FromAgent::ClockStatus { .. }
-            ),
-            _ => false,
-        };
-        if !batched {
-            self.flush_joins();
-        }
         match ev {
             Event::Knob(w) => {
                 let verdict = self.set_knobs(w.knobs);
@@ -395,6 +414,8 @@ impl Coordinator {
             Event::Net(NetEvent::AgentGone { conn, why }) => {
                 if let Some(node) = self.conn_node.remove(&conn) {
                     self.node_lost(node, &why);
+                } else {
+                    self.joining.retain(|(c, _)| *c != conn);
                 }
             }
             Event::Net(NetEvent::ClientJoined { conn, link, cred }) => {

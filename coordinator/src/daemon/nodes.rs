@@ -11,10 +11,12 @@
 //! heartbeats, and its loss (its jobs fail, its switch part is dropped).
 //!
 //! A join costs O(1) on its own: the name is looked up in `node_ids`, the
-//! node's CPUs are checked alone, and the O(nodes) part (the cluster
-//! rebuild, the state file's fsync) is done once for every node that
-//! joined in a pass of the event loop (`flush_joins`), which then sends
-//! their Welcome: the node is in the state file before it hears it is in.
+//! node's CPUs are checked alone, and the node waits in `joining`, unseen
+//! by the rest of gangd. The O(nodes) part (the cluster rebuild, the state
+//! file's fsync) is done once for every node waiting (`flush_joins`, when
+//! the oldest has waited JOIN_BATCH: mod.rs), which then puts them in
+//! `nodes` and sends their Welcome: a node is in the state file before it
+//! hears it is in, and in the cluster from the moment it hears it.
 //!
 //! Liveness: a node is lost when a heartbeat sent to it has gone
 //! unanswered (nothing at all heard from the node since) for the node
@@ -223,7 +225,10 @@ impl Coordinator {
     ) {
         let name = hello.node.clone();
         let known = self.node_ids.get(&name);
-        if known.is_some_and(|id| self.nodes.contains_key(id)) {
+        let linked = |id: &NodeId| {
+            self.nodes.contains_key(id) || self.joining.iter().any(|(_, n)| n.id == *id)
+        };
+        if known.is_some_and(linked) {
             let reason = format!("a node named {name} is already connected");
             warn!("refusing agent: {reason}");
             link.send(&ToAgent::Refused { reason });
@@ -253,16 +258,12 @@ impl Coordinator {
             node.link.close();
             return;
         }
-        // Recorded before the node hears it is in (flush_joins): a restart
-        // right after still waits for it (and its jobs).
-        self.state.note_node(&name);
         info!(
             "node {name} joined as node {} ({addr}, {} CPUs, agent {})",
             id.0, hello.nr_cpus, hello.agent_version
         );
-        self.conn_node.insert(conn, id);
-        self.nodes.insert(id, node);
-        self.joined.push(id);
+        self.joining.push((conn, node));
+        self.joining_since.get_or_insert_with(Instant::now);
         if !hello.jobs.is_empty() {
             // Adoption places the jobs on the node: it must be in the
             // cluster first.
@@ -277,10 +278,19 @@ impl Coordinator {
     /// The O(nodes) part of the joins of this pass, once: the state file
     /// written, the cluster rebuilt, then each node welcomed.
     pub(super) fn flush_joins(&mut self) {
-        if self.joined.is_empty() {
+        self.joining_since = None;
+        if self.joining.is_empty() {
             return;
         }
-        let joined = std::mem::take(&mut self.joined);
+        let mut joined = Vec::with_capacity(self.joining.len());
+        for (conn, node) in std::mem::take(&mut self.joining) {
+            // Recorded before the node hears it is in: a restart right
+            // after still waits for it (and its jobs).
+            self.state.note_node(&node.name);
+            self.conn_node.insert(conn, node.id);
+            joined.push(node.id);
+            self.nodes.insert(node.id, node);
+        }
         if let Err(e) = self.state.flush() {
             warn!(
                 "cannot record {} joined node(s) in the state directory: {e}",
@@ -417,7 +427,7 @@ impl Coordinator {
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
             FromAgent::ClockStatus { report } => n.clock = Some(report),
-            // Answered by the connection's threads (net/), never posted.
+            // Answered by the agent loop (net/), never posted.
             FromAgent::ClockProbe { .. } => {}
             FromAgent::Frozen { .. }
             | FromAgent::Running { .. }
