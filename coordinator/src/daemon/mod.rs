@@ -26,9 +26,13 @@
 //!
 //! What costs O(nodes) is done once per batch, not once per event
 //! (docs/scale.md): nodes that join wait (unseen by the rest of gangd)
-//! until the oldest has waited JOIN_BATCH, then are recorded in the state
-//! file (one fsync), put in the allocator's cluster (one rebuild) and
-//! welcomed together (nodes.rs, `flush_joins`); the status files are
+//! until the loop has nothing else queued and the last batch's work (its
+//! rebuild, not its fsync) is under a tenth of the time since, or the
+//! oldest has waited JOIN_BATCH
+//! (`join_flush_due`); then they are recorded in the state file (one
+//! fsync), put in the allocator's cluster (one rebuild) and welcomed
+//! together (nodes.rs, `flush_joins`). A lone join is welcomed at once;
+//! a flood costs gangd at most about a tenth of its time in rebuilds; the status files are
 //! rewritten at most once a second (`StatusClock`). A node is declared
 //! silent only against heartbeats that went out while gangd kept up
 //! (nodes.rs, `Node::silent`): after a pass that took seconds (a huge
@@ -154,9 +158,21 @@ enum Event {
 /// switch at 4096 nodes and more (an event is a few hundred bytes).
 const EVENT_QUEUE: usize = 65536;
 
-/// How long an admitted node waits for the others joining with it: the
+/// The longest an admitted node waits for the others joining with it: the
 /// O(nodes) part of a join is done once per batch.
 const JOIN_BATCH: Duration = Duration::from_millis(50);
+
+/// Whether the nodes waiting to join are added now: the oldest has waited
+/// JOIN_BATCH, or the loop is idle (`drained`) and the last batch took
+/// under a tenth of the time since it ended.
+fn join_flush_due(
+    oldest_waited: Duration,
+    drained: bool,
+    since_last: Duration,
+    last_cost: Duration,
+) -> bool {
+    oldest_waited >= JOIN_BATCH || (drained && since_last >= 10 * last_cost)
+}
 
 /// After a start, how long a front end's Attach waits for its job to be
 /// adopted from the nodes as they rejoin, and how long submissions wait
@@ -198,6 +214,8 @@ pub struct Coordinator {
     /// welcomed, and since when the oldest waits (nodes.rs, `flush_joins`).
     joining: Vec<(ConnId, Node)>,
     joining_since: Option<Instant>,
+    /// When the last batch of joins ended and what it cost.
+    last_join_flush: (Instant, Duration),
     /// CLOCK_MONOTONIC ns when the agent loop last found the event queue
     /// full (0: never): it stopped reading the nodes until there was room.
     queue_full_ns: Arc<AtomicU64>,
@@ -314,6 +332,7 @@ impl Coordinator {
             status_clock: StatusClock::default(),
             joining: Vec::new(),
             joining_since: None,
+            last_join_flush: (Instant::now(), Duration::ZERO),
             queue_full_ns: Arc::new(AtomicU64::new(0)),
             cfg,
         })
@@ -340,18 +359,29 @@ impl Coordinator {
             // still run, or no heartbeat goes out and every node looks
             // silent.
             let pass_end = Instant::now() + MAX_DRAIN;
+            let mut drained = false;
             while Instant::now() < pass_end {
                 match rx.try_recv() {
                     Ok(ev) => self.handle(ev),
-                    Err(_) => break,
+                    Err(_) => {
+                        drained = true;
+                        break;
+                    }
                 }
             }
             let now = Instant::now();
-            if self
-                .joining_since
-                .is_some_and(|t| now.saturating_duration_since(t) >= JOIN_BATCH)
-            {
-                self.flush_joins();
+            if let Some(since) = self.joining_since {
+                let (last_end, last_cost) = self.last_join_flush;
+                let due = join_flush_due(
+                    now.saturating_duration_since(since),
+                    drained,
+                    now.saturating_duration_since(last_end),
+                    last_cost,
+                );
+                if due {
+                    let cost = self.flush_joins();
+                    self.last_join_flush = (Instant::now(), cost);
+                }
             }
             // The loop did not get here for two heartbeats (one event took
             // that long): the heartbeats it owed never went out.
@@ -448,6 +478,21 @@ pub fn user_name(uid: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn joins_are_added_at_once_when_idle_and_batched_under_a_flood() {
+        let ms = Duration::from_millis;
+        // Idle, the last batch long ago: at once.
+        assert!(join_flush_due(ms(0), true, ms(1000), ms(3)));
+        // Events still queued: wait for the others...
+        assert!(!join_flush_due(ms(10), false, ms(1000), ms(3)));
+        // ...but never past JOIN_BATCH.
+        assert!(join_flush_due(JOIN_BATCH, false, ms(0), ms(3)));
+        // Idle, but the last batch (3 ms) ended 20 ms ago: rebuilds would
+        // take more than a tenth of the loop, so wait.
+        assert!(!join_flush_due(ms(1), true, ms(20), ms(3)));
+        assert!(join_flush_due(ms(1), true, ms(30), ms(3)));
+    }
 
     #[test]
     fn the_status_is_written_at_once_then_at_most_once_a_period() {

@@ -275,12 +275,14 @@ impl Coordinator {
         }
     }
 
-    /// The O(nodes) part of the joins of this pass, once: the state file
-    /// written, the cluster rebuilt, then each node welcomed.
-    pub(super) fn flush_joins(&mut self) {
+    /// The O(nodes) part of the joins waiting, once: the state file
+    /// written, the cluster rebuilt, then each node welcomed. Returns the
+    /// time the rebuild and what follows it took (the fsync is I/O, not
+    /// the loop's work: mod.rs paces batches by this).
+    pub(super) fn flush_joins(&mut self) -> std::time::Duration {
         self.joining_since = None;
         if self.joining.is_empty() {
-            return;
+            return std::time::Duration::ZERO;
         }
         let mut joined = Vec::with_capacity(self.joining.len());
         for (conn, node) in std::mem::take(&mut self.joining) {
@@ -297,6 +299,7 @@ impl Coordinator {
                 joined.len()
             );
         }
+        let work = Instant::now();
         if !self.rebuild_cluster(None, None) {
             // Cannot happen (each node was checked alone, names and ids
             // are unique); refuse them rather than run without them.
@@ -309,7 +312,7 @@ impl Coordinator {
                 }
             }
             self.conn_node.retain(|_, id| self.nodes.contains_key(id));
-            return;
+            return work.elapsed();
         }
         let knobs = self.knobs.message();
         for id in &joined {
@@ -321,6 +324,7 @@ impl Coordinator {
         self.check_adoption();
         self.placement_changed();
         self.publish_status();
+        work.elapsed()
     }
 
     /// Rebuilds the allocator's cluster from the live nodes, plus `add`,
