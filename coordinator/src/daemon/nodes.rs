@@ -22,7 +22,9 @@
 //! unanswered (nothing at all heard from the node since) for the node
 //! timeout (`Node::silent`). Silence is counted from a heartbeat actually
 //! sent, not from the last frame heard, so a loop that could not send
-//! heartbeats for seconds does not find every node silent afterwards.
+//! heartbeats for seconds does not find every node silent afterwards; and
+//! a node whose link still holds output queued for it (its heartbeat is
+//! behind that) is asked again rather than counted silent.
 //!
 //! Known faults: a node's id is kept by name for gangd's lifetime only
 //! (a restart hands ids out again in join order).
@@ -398,8 +400,11 @@ impl Coordinator {
     /// `stalled` loop, silence is counted again from this heartbeat.
     pub(super) fn heartbeats(&mut self, stalled: bool) {
         let (timeout, now) = (self.cfg.node_timeout, Instant::now());
-        if stalled {
-            for n in self.nodes.values_mut() {
+        for n in self.nodes.values_mut() {
+            // A heartbeat behind gangd's own backlog of output (a big
+            // placement) has not reached the node yet; a node that does not
+            // read at all is dropped by the link's output cap instead.
+            if stalled || n.link.backlog() > 0 {
                 n.ask_again();
             }
         }

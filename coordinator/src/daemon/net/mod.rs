@@ -220,6 +220,12 @@ impl Link {
         true
     }
 
+    /// Bytes queued for the peer and not yet handed to its socket (or
+    /// TLS): what a message sent now waits behind.
+    pub fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// `len` queued bytes left the queue (written, or handed to TLS).
     pub(super) fn uncount(&self, len: usize) {
         self.queued.fetch_sub(len, Ordering::Relaxed);
