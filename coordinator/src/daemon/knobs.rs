@@ -9,7 +9,8 @@
 //! The coordinator's side (`impl Coordinator`): a knob write checked
 //! against the allocator and applied (the nodes hear it at the next slot
 //! boundary), and the status files (nodes, jobs, switch statistics)
-//! republished after every change.
+//! republished after a change, at most once a second (mod.rs,
+//! `StatusClock`).
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
@@ -127,7 +128,17 @@ impl Coordinator {
         Ok(())
     }
 
-    pub(super) fn publish_status(&self) {
+    /// The status files changed: they are rewritten now if they were not
+    /// in the last second, else at the end of that second (mod.rs,
+    /// `StatusClock`): each write is O(nodes) strings.
+    pub(super) fn publish_status(&mut self) {
+        if self.status_clock.changed(std::time::Instant::now()) {
+            self.write_status();
+        }
+    }
+
+    /// Rewrites what the status files show.
+    pub(super) fn write_status(&self) {
         let mut s = self.status.lock().unwrap();
         s.nodes = self.nodes.values().map(|n| n.status_line()).collect();
         s.jobs = self.jobs.len();

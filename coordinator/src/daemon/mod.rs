@@ -1,9 +1,9 @@
 //! gangd: the coordinator daemon (see coordinator/DESIGN.md).
 //!
 //! One thread owns everything: the allocator, the nodes, the jobs and the
-//! slot switch in flight. Connection threads (net/) and knob writes
-//! (knobs.rs) post events to it; it answers by queueing messages on the
-//! connections' links, which never block it.
+//! slot switch in flight. The agent loop and the front ends' threads
+//! (net/) and knob writes (knobs.rs) post events to it; it answers by
+//! queueing messages on the connections' links, which never block it.
 //!
 //! This file holds the event loop: `run` starts the listeners and the knob
 //! files, `run_loop` waits for an event or the next due time, `handle`
@@ -22,12 +22,31 @@
 //!
 //! A pass handles queued events for at most MAX_DRAIN, so the timers run
 //! under a flood of events; a node's liveness is the time its frames were
-//! read by its connection thread, not handled here (refresh_last_seen).
+//! read by the agent loop (net/), not handled here (refresh_last_seen).
+//!
+//! What costs O(nodes) is done once per batch, not once per event
+//! (docs/scale.md): nodes that join wait (unseen by the rest of gangd)
+//! until the loop has nothing else queued and the last batch's work (its
+//! rebuild, not its fsync) is under a tenth of the time since, or the
+//! oldest has waited JOIN_BATCH
+//! (`join_flush_due`); then they are recorded in the state file (one
+//! fsync), put in the allocator's cluster (one rebuild) and welcomed
+//! together (nodes.rs, `flush_joins`). A lone join is welcomed at once;
+//! a flood costs gangd at most about a tenth of its time in rebuilds; the status files are
+//! rewritten at most once a second (`StatusClock`). A node is declared
+//! silent only against heartbeats that went out while gangd kept up
+//! (nodes.rs, `Node::silent`): after a pass that took seconds (a huge
+//! placement), or while the agent loop waited for room in the event
+//! queue (its reads of the nodes' answers waited with it), every node is
+//! asked again instead of dropped.
 //!
 //! Known faults: one thread does everything, so a slow allocator call
-//! delays the switch; the loop wakes at least every 50 ms. A loop that
-//! stays behind still grows its queue: the events' own cost (a join is
-//! O(nodes)) is the fault, see docs/scale.md.
+//! delays the switch; the loop wakes at least every 50 ms. The status
+//! files may be a second behind; a node's Welcome up to JOIN_BATCH late.
+//! A queue that fills between every two heartbeats would keep every node
+//! from being found silent (the queue holds 64 Ki events; at 4096 nodes
+//! a switch posts 8 Ki). A node's loss still rebuilds the cluster
+//! (O(nodes)).
 
 pub mod adoption;
 mod clients;
@@ -43,7 +62,7 @@ mod traces;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -64,11 +83,46 @@ use jobs::Job;
 use knobs::{KnobFiles, KnobWrite, Status};
 use net::{ConnId, Cred, Link, NetEvent};
 
+use nodes::Node;
+use traces::TraceRun;
+
 /// The longest one pass of the event loop spends on queued events before
 /// it runs its timers (heartbeats, deadlines, the slot switch).
 const MAX_DRAIN: Duration = Duration::from_millis(50);
-use nodes::Node;
-use traces::TraceRun;
+
+/// The status files are rewritten at most this often.
+const STATUS_PERIOD: Duration = Duration::from_secs(1);
+
+/// When the status files are rewritten: at once after a change if the
+/// last write is a period old, else once at the end of the period, so an
+/// operator sees every change within STATUS_PERIOD and a flood of changes
+/// costs one write per period.
+#[derive(Debug, Default)]
+struct StatusClock {
+    written: Option<Instant>,
+    due: bool,
+}
+
+impl StatusClock {
+    /// Something shown changed at `now`; true: write now.
+    fn changed(&mut self, now: Instant) -> bool {
+        self.due = true;
+        self.tick(now)
+    }
+
+    /// The loop's timer at `now`; true: write now.
+    fn tick(&mut self, now: Instant) -> bool {
+        let ready = self
+            .written
+            .is_none_or(|w| now.saturating_duration_since(w) >= STATUS_PERIOD);
+        if self.due && ready {
+            self.due = false;
+            self.written = Some(now);
+            return true;
+        }
+        false
+    }
+}
 
 /// How gangd is started.
 pub struct Config {
@@ -100,8 +154,25 @@ enum Event {
     Knob(KnobWrite),
 }
 
-/// Events waiting for the coordinator thread, at most.
-const EVENT_QUEUE: usize = 4096;
+/// Events waiting for the coordinator thread, at most: two per node per
+/// switch at 4096 nodes and more (an event is a few hundred bytes).
+const EVENT_QUEUE: usize = 65536;
+
+/// The longest an admitted node waits for the others joining with it: the
+/// O(nodes) part of a join is done once per batch.
+const JOIN_BATCH: Duration = Duration::from_millis(50);
+
+/// Whether the nodes waiting to join are added now: the oldest has waited
+/// JOIN_BATCH, or the loop is idle (`drained`) and the last batch took
+/// under a tenth of the time since it ended.
+fn join_flush_due(
+    oldest_waited: Duration,
+    drained: bool,
+    since_last: Duration,
+    last_cost: Duration,
+) -> bool {
+    oldest_waited >= JOIN_BATCH || (drained && since_last >= 10 * last_cost)
+}
 
 /// After a start, how long a front end's Attach waits for its job to be
 /// adopted from the nodes as they rejoin, and how long submissions wait
@@ -138,6 +209,16 @@ pub struct Coordinator {
     /// Set once every node known before the start has rejoined (or the
     /// adoption grace has passed): jobs are accepted from then on.
     adoption_over: bool,
+    status_clock: StatusClock,
+    /// Nodes admitted but not yet in `nodes`, the allocator's cluster nor
+    /// welcomed, and since when the oldest waits (nodes.rs, `flush_joins`).
+    joining: Vec<(ConnId, Node)>,
+    joining_since: Option<Instant>,
+    /// When the last batch of joins ended and what it cost.
+    last_join_flush: (Instant, Duration),
+    /// CLOCK_MONOTONIC ns when the agent loop last found the event queue
+    /// full (0: never): it stopped reading the nodes until there was room.
+    queue_full_ns: Arc<AtomicU64>,
 }
 
 fn settings(k: &ClusterKnobs) -> Settings {
@@ -151,20 +232,26 @@ fn settings(k: &ClusterKnobs) -> Settings {
 
 /// Runs gangd until `shutdown` is set.
 pub fn run(cfg: Config, shutdown: Arc<AtomicBool>) -> Result<()> {
-    // Bounded: connection threads wait (and their peers with them) rather
+    // Bounded: the agent loop and the front ends' threads wait (and their
+    // peers with them) rather
     // than letting a flood of frames grow gangd's memory.
     let (tx, rx) = mpsc::sync_channel::<Event>(EVENT_QUEUE);
     let listener =
         TcpListener::bind(cfg.listen).with_context(|| format!("listening on {}", cfg.listen))?;
+    let queue_full_ns = Arc::new(AtomicU64::new(0));
     let post = {
-        let tx = tx.clone();
+        let (tx, full) = (tx.clone(), queue_full_ns.clone());
         move |ev: NetEvent| {
-            let _ = tx.send(Event::Net(ev));
+            if let Err(mpsc::TrySendError::Full(ev)) = tx.try_send(Event::Net(ev)) {
+                full.store(gang_wire::time::monotonic_ns(), Ordering::Relaxed);
+                let _ = tx.send(ev);
+            }
         }
     };
     net::serve_agents(listener, cfg.tls.clone(), post.clone())?;
     net::serve_clients(&cfg.socket, post)?;
     let mut co = Coordinator::new(cfg)?;
+    co.queue_full_ns = queue_full_ns;
     let (ktx, krx) = mpsc::channel::<KnobWrite>();
     let _mount = match &co.cfg.knob_dir {
         Some(dir) => {
@@ -242,6 +329,11 @@ impl Coordinator {
             next_trace: 1,
             pending_attach: Vec::new(),
             epoch: Instant::now(),
+            status_clock: StatusClock::default(),
+            joining: Vec::new(),
+            joining_since: None,
+            last_join_flush: (Instant::now(), Duration::ZERO),
+            queue_full_ns: Arc::new(AtomicU64::new(0)),
             cfg,
         })
     }
@@ -252,6 +344,8 @@ impl Coordinator {
 
     fn run_loop(&mut self, rx: &Receiver<Event>, shutdown: &AtomicBool) {
         let mut next_heartbeat = Instant::now();
+        let mut last_timers = Instant::now();
+        let mut last_check_ns = 0;
         while !shutdown.load(Ordering::Relaxed) {
             let wait = self.rotation.next_wakeup(self.knobs.slot_ms, self.now_us());
             let wait = Duration::from_micros(wait).min(Duration::from_millis(50));
@@ -265,23 +359,54 @@ impl Coordinator {
             // still run, or no heartbeat goes out and every node looks
             // silent.
             let pass_end = Instant::now() + MAX_DRAIN;
+            let mut drained = false;
             while Instant::now() < pass_end {
                 match rx.try_recv() {
                     Ok(ev) => self.handle(ev),
-                    Err(_) => break,
+                    Err(_) => {
+                        drained = true;
+                        break;
+                    }
                 }
             }
-            if Instant::now() >= next_heartbeat {
+            let now = Instant::now();
+            if let Some(since) = self.joining_since {
+                let (last_end, last_cost) = self.last_join_flush;
+                let due = join_flush_due(
+                    now.saturating_duration_since(since),
+                    drained,
+                    now.saturating_duration_since(last_end),
+                    last_cost,
+                );
+                if due {
+                    let cost = self.flush_joins();
+                    self.last_join_flush = (Instant::now(), cost);
+                }
+            }
+            // The loop did not get here for two heartbeats (one event took
+            // that long): the heartbeats it owed never went out.
+            let loop_stalled = now.saturating_duration_since(last_timers) > 2 * self.cfg.heartbeat;
+            last_timers = now;
+            if now >= next_heartbeat || loop_stalled {
+                // Or the agent loop waited for room in the queue since the
+                // last check: the nodes' answers waited unread.
+                let full_ns = self.queue_full_ns.load(Ordering::Relaxed);
+                let stalled = loop_stalled || full_ns > last_check_ns;
+                last_check_ns = gang_wire::time::monotonic_ns();
                 self.refresh_last_seen();
-                self.heartbeats();
+                self.heartbeats(stalled);
                 next_heartbeat = Instant::now() + self.cfg.heartbeat;
             }
             self.check_deadlines();
             self.drive_switch();
+            if self.status_clock.tick(Instant::now()) {
+                self.write_status();
+            }
         }
+        self.write_status();
     }
 
-    /// A node is heard when its reader thread reads a frame, not when this
+    /// A node is heard when the agent loop reads a frame, not when this
     /// loop gets to it: a frame still queued behind other events counts
     /// (net/mod.rs, `Link::heard_ns`).
     fn refresh_last_seen(&mut self) {
@@ -319,6 +444,8 @@ impl Coordinator {
             Event::Net(NetEvent::AgentGone { conn, why }) => {
                 if let Some(node) = self.conn_node.remove(&conn) {
                     self.node_lost(node, &why);
+                } else {
+                    self.joining.retain(|(c, _)| *c != conn);
                 }
             }
             Event::Net(NetEvent::ClientJoined { conn, link, cred }) => {
@@ -346,4 +473,44 @@ pub fn user_name(uid: u32) -> String {
         .flatten()
         .map(|u| u.name)
         .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_are_added_at_once_when_idle_and_batched_under_a_flood() {
+        let ms = Duration::from_millis;
+        // Idle, the last batch long ago: at once.
+        assert!(join_flush_due(ms(0), true, ms(1000), ms(3)));
+        // Events still queued: wait for the others...
+        assert!(!join_flush_due(ms(10), false, ms(1000), ms(3)));
+        // ...but never past JOIN_BATCH.
+        assert!(join_flush_due(JOIN_BATCH, false, ms(0), ms(3)));
+        // Idle, but the last batch (3 ms) ended 20 ms ago: rebuilds would
+        // take more than a tenth of the loop, so wait.
+        assert!(!join_flush_due(ms(1), true, ms(20), ms(3)));
+        assert!(join_flush_due(ms(1), true, ms(30), ms(3)));
+    }
+
+    #[test]
+    fn the_status_is_written_at_once_then_at_most_once_a_period() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut c = StatusClock::default();
+        assert!(!c.tick(at(0)), "nothing changed, nothing to write");
+        assert!(c.changed(at(0)), "the first change is written at once");
+        // A flood of changes within the period: none written...
+        for ms in 1..1000 {
+            assert!(!c.changed(at(ms)));
+            assert!(!c.tick(at(ms)));
+        }
+        // ...until the period is over: one write for all of them.
+        assert!(c.tick(at(1000)));
+        assert!(!c.tick(at(1001)), "written: nothing due");
+        assert!(!c.tick(at(5000)));
+        // A change long after the last write is written at once again.
+        assert!(c.changed(at(5000)));
+    }
 }

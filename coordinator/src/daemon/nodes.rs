@@ -10,6 +10,22 @@
 //! welcomed, its live jobs adopted), its messages dispatched, its
 //! heartbeats, and its loss (its jobs fail, its switch part is dropped).
 //!
+//! A join costs O(1) on its own: the name is looked up in `node_ids`, the
+//! node's CPUs are checked alone, and the node waits in `joining`, unseen
+//! by the rest of gangd. The O(nodes) part (the cluster rebuild, the state
+//! file's fsync) is done once for every node waiting (`flush_joins`, when
+//! the oldest has waited JOIN_BATCH: mod.rs), which then puts them in
+//! `nodes` and sends their Welcome: a node is in the state file before it
+//! hears it is in, and in the cluster from the moment it hears it.
+//!
+//! Liveness: a node is lost when a heartbeat sent to it has gone
+//! unanswered (nothing at all heard from the node since) for the node
+//! timeout (`Node::silent`). Silence is counted from a heartbeat actually
+//! sent, not from the last frame heard, so a loop that could not send
+//! heartbeats for seconds does not find every node silent afterwards; and
+//! a node whose link still holds output queued for it (its heartbeat is
+//! behind that) is asked again rather than counted silent.
+//!
 //! Known faults: a node's id is kept by name for gangd's lifetime only
 //! (a restart hands ids out again in join order).
 
@@ -45,6 +61,8 @@ pub struct Node {
     pub nr_cpus: u32,
     pub housekeeping: Vec<u32>,
     pub last_seen: Instant,
+    /// The first heartbeat sent after `last_seen`: silence runs from here.
+    asked_at: Option<Instant>,
     next_seq: u64,
     /// Heartbeats in flight: (seq, gangd's monotonic ns when sent).
     sent: VecDeque<(u64, u64)>,
@@ -73,6 +91,7 @@ impl Node {
             nr_cpus,
             housekeeping,
             last_seen: Instant::now(),
+            asked_at: None,
             next_seq: 1,
             sent: VecDeque::new(),
             samples: VecDeque::new(),
@@ -81,7 +100,12 @@ impl Node {
         }
     }
 
-    pub fn send_heartbeat(&mut self) {
+    /// Sends a heartbeat at `now`; silence is counted from the first one
+    /// the node has not answered (nor sent anything since).
+    pub fn send_heartbeat(&mut self, now: Instant) {
+        if self.asked_at.is_none_or(|a| a <= self.last_seen) {
+            self.asked_at = Some(now);
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         self.sent.push_back((seq, monotonic_ns()));
@@ -89,6 +113,19 @@ impl Node {
             self.sent.pop_front();
         }
         self.link.send(&ToAgent::Heartbeat { seq });
+    }
+
+    /// Whether the node has left a heartbeat unanswered (and said nothing
+    /// else) for longer than `timeout` at `now`.
+    pub fn silent(&self, now: Instant, timeout: std::time::Duration) -> bool {
+        self.asked_at
+            .is_some_and(|a| a > self.last_seen && now.saturating_duration_since(a) > timeout)
+    }
+
+    /// Forgets the heartbeats sent so far for silence: gangd could not
+    /// send them in time or read their answers (its loop stalled).
+    pub fn ask_again(&mut self) {
+        self.asked_at = None;
     }
 
     /// An answer: the node's clock was `node_ns` somewhere inside the round
@@ -147,6 +184,16 @@ impl Node {
     }
 }
 
+/// What the allocator's cluster knows of a node.
+fn node_spec(n: &Node) -> matrix::NodeSpec {
+    matrix::NodeSpec {
+        id: n.id.0,
+        name: n.name.clone(),
+        nr_cpus: n.nr_cpus,
+        housekeeping: n.housekeeping.clone(),
+    }
+}
+
 /// The cluster clock columns of a node's status line: its source, state,
 /// offset (cluster − node, ns) and error bound (ns), "-" before the first
 /// report.
@@ -179,7 +226,11 @@ impl Coordinator {
         hello: net::Hello,
     ) {
         let name = hello.node.clone();
-        if self.nodes.values().any(|n| n.name == name) {
+        let known = self.node_ids.get(&name);
+        let linked = |id: &NodeId| {
+            self.nodes.contains_key(id) || self.joining.iter().any(|(_, n)| n.id == *id)
+        };
+        if known.is_some_and(linked) {
             let reason = format!("a node named {name} is already connected");
             warn!("refusing agent: {reason}");
             link.send(&ToAgent::Refused { reason });
@@ -199,32 +250,83 @@ impl Coordinator {
         let id = *self.node_ids.entry(name.clone()).or_insert(next);
         let mut node = Node::new(id, name.clone(), link, addr, hello.nr_cpus, housekeeping);
         node.gangd_addr = local;
-        if !self.rebuild_cluster(Some(&node), None) {
+        // The node alone: names and ids are unique by the checks above, so
+        // it fits the cluster iff it is valid on its own (matrix.rs).
+        if let Err(e) = Cluster::new(vec![node_spec(&node)]) {
+            warn!("refusing node {name}: {e}");
             node.link.send(&ToAgent::Refused {
                 reason: format!("node {name} does not fit the matrix"),
             });
             node.link.close();
             return;
         }
-        // Recorded before the node hears it is in: a restart right after
-        // still waits for it (and its jobs).
-        if let Err(e) = self.state.add_node(&name) {
-            warn!("cannot record node {name} in the state directory: {e}");
-        }
-        node.link.send(&ToAgent::Welcome { node_id: id });
-        node.link.send(&self.knobs.message());
         info!(
             "node {name} joined as node {} ({addr}, {} CPUs, agent {})",
             id.0, hello.nr_cpus, hello.agent_version
         );
-        self.conn_node.insert(conn, id);
-        self.nodes.insert(id, node);
-        for lj in &hello.jobs {
-            self.adopt(id, &name, lj, &hello.schedule);
+        self.joining.push((conn, node));
+        self.joining_since.get_or_insert_with(Instant::now);
+        if !hello.jobs.is_empty() {
+            // Adoption places the jobs on the node: it must be in the
+            // cluster first.
+            self.flush_joins();
+            for lj in &hello.jobs {
+                self.adopt(id, &name, lj, &hello.schedule);
+            }
+            self.placement_changed();
+        }
+    }
+
+    /// The O(nodes) part of the joins waiting, once: the state file
+    /// written, the cluster rebuilt, then each node welcomed. Returns the
+    /// time the rebuild and what follows it took (the fsync is I/O, not
+    /// the loop's work: mod.rs paces batches by this).
+    pub(super) fn flush_joins(&mut self) -> std::time::Duration {
+        self.joining_since = None;
+        if self.joining.is_empty() {
+            return std::time::Duration::ZERO;
+        }
+        let mut joined = Vec::with_capacity(self.joining.len());
+        for (conn, node) in std::mem::take(&mut self.joining) {
+            // Recorded before the node hears it is in: a restart right
+            // after still waits for it (and its jobs).
+            self.state.note_node(&node.name);
+            self.conn_node.insert(conn, node.id);
+            joined.push(node.id);
+            self.nodes.insert(node.id, node);
+        }
+        if let Err(e) = self.state.flush() {
+            warn!(
+                "cannot record {} joined node(s) in the state directory: {e}",
+                joined.len()
+            );
+        }
+        let work = Instant::now();
+        if !self.rebuild_cluster(None, None) {
+            // Cannot happen (each node was checked alone, names and ids
+            // are unique); refuse them rather than run without them.
+            for id in joined {
+                if let Some(n) = self.nodes.remove(&id) {
+                    n.link.send(&ToAgent::Refused {
+                        reason: format!("node {} does not fit the matrix", n.name),
+                    });
+                    n.link.close();
+                }
+            }
+            self.conn_node.retain(|_, id| self.nodes.contains_key(id));
+            return work.elapsed();
+        }
+        let knobs = self.knobs.message();
+        for id in &joined {
+            if let Some(n) = self.nodes.get(id) {
+                n.link.send(&ToAgent::Welcome { node_id: *id });
+                n.link.send(&knobs);
+            }
         }
         self.check_adoption();
         self.placement_changed();
         self.publish_status();
+        work.elapsed()
     }
 
     /// Rebuilds the allocator's cluster from the live nodes, plus `add`,
@@ -235,12 +337,7 @@ impl Coordinator {
             .values()
             .filter(|n| Some(n.id) != remove)
             .chain(add)
-            .map(|n| matrix::NodeSpec {
-                id: n.id.0,
-                name: n.name.clone(),
-                nr_cpus: n.nr_cpus,
-                housekeeping: n.housekeeping.clone(),
-            })
+            .map(node_spec)
             .collect();
         match Cluster::new(specs) {
             Ok(c) => {
@@ -299,12 +396,22 @@ impl Coordinator {
         self.publish_status();
     }
 
-    pub(super) fn heartbeats(&mut self) {
-        let timeout = self.cfg.node_timeout;
+    /// Drops the silent nodes and sends every node a heartbeat; after a
+    /// `stalled` loop, silence is counted again from this heartbeat.
+    pub(super) fn heartbeats(&mut self, stalled: bool) {
+        let (timeout, now) = (self.cfg.node_timeout, Instant::now());
+        for n in self.nodes.values_mut() {
+            // A heartbeat behind gangd's own backlog of output (a big
+            // placement) has not reached the node yet; a node that does not
+            // read at all is dropped by the link's output cap instead.
+            if stalled || n.link.backlog() > 0 {
+                n.ask_again();
+            }
+        }
         let silent: Vec<NodeId> = self
             .nodes
             .values()
-            .filter(|n| n.last_seen.elapsed() > timeout)
+            .filter(|n| n.silent(now, timeout))
             .map(|n| n.id)
             .collect();
         for id in silent {
@@ -313,8 +420,9 @@ impl Coordinator {
                 &format!("silent for more than {} ms", timeout.as_millis()),
             );
         }
+        let now = Instant::now();
         for n in self.nodes.values_mut() {
-            n.send_heartbeat();
+            n.send_heartbeat(now);
         }
     }
 
@@ -328,7 +436,7 @@ impl Coordinator {
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
             FromAgent::ClockStatus { report } => n.clock = Some(report),
-            // Answered by the connection's threads (net/), never posted.
+            // Answered by the agent loop (net/), never posted.
             FromAgent::ClockProbe { .. } => {}
             FromAgent::Frozen { .. }
             | FromAgent::Running { .. }
@@ -402,6 +510,43 @@ mod tests {
             8,
             vec![0],
         )
+    }
+
+    #[test]
+    fn a_node_is_silent_only_a_timeout_after_a_heartbeat_it_left_unanswered() {
+        let timeout = std::time::Duration::from_millis(3000);
+        let ms = std::time::Duration::from_millis;
+        let mut n = node();
+        let t0 = n.last_seen;
+        // Never asked: however long gangd took to get round to it.
+        assert!(!n.silent(t0 + ms(10_000), timeout));
+        n.send_heartbeat(t0 + ms(10_000));
+        assert!(!n.silent(t0 + ms(13_000), timeout));
+        // More heartbeats do not move the start of the silence.
+        n.send_heartbeat(t0 + ms(10_500));
+        assert!(n.silent(t0 + ms(13_001), timeout));
+        // Heard (anything) after the first unanswered heartbeat: not
+        // silent, and the next heartbeat starts the count again.
+        n.last_seen = t0 + ms(12_000);
+        assert!(!n.silent(t0 + ms(20_000), timeout));
+        n.send_heartbeat(t0 + ms(20_000));
+        assert!(!n.silent(t0 + ms(23_000), timeout));
+        assert!(n.silent(t0 + ms(23_001), timeout));
+    }
+
+    #[test]
+    fn after_a_stall_silence_counts_from_the_next_heartbeat() {
+        let timeout = std::time::Duration::from_millis(3000);
+        let ms = std::time::Duration::from_millis;
+        let mut n = node();
+        let t0 = n.last_seen;
+        n.send_heartbeat(t0 + ms(100));
+        // gangd's loop stalls 7 s (the answer may be unread): it asks again.
+        n.ask_again();
+        assert!(!n.silent(t0 + ms(7_100), timeout));
+        n.send_heartbeat(t0 + ms(7_100));
+        assert!(!n.silent(t0 + ms(10_100), timeout));
+        assert!(n.silent(t0 + ms(10_101), timeout));
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub struct Persisted {
 pub struct State {
     path: PathBuf,
     pub data: Persisted,
+    /// `data` holds nodes not yet written (note_node; flush writes them).
+    unsaved: bool,
 }
 
 impl State {
@@ -79,12 +81,16 @@ impl State {
             },
             Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
         };
-        Ok(State { path, data })
+        Ok(State {
+            path,
+            data,
+            unsaved: false,
+        })
     }
 
     /// Writes the state durably: temporary file, fsync, rename, fsync of
     /// the directory.
-    pub fn save(&self) -> io::Result<()> {
+    pub fn save(&mut self) -> io::Result<()> {
         let tmp = self.path.with_extension("json.tmp");
         let mut f = OpenOptions::new()
             .write(true)
@@ -98,6 +104,7 @@ impl State {
         if let Some(dir) = self.path.parent() {
             File::open(dir)?.sync_all()?;
         }
+        self.unsaved = false;
         Ok(())
     }
 
@@ -112,13 +119,24 @@ impl State {
         self.save().inspect_err(|_| self.data.next_job = old)
     }
 
-    /// Records a node that joined; true if it is new.
-    pub fn add_node(&mut self, name: &str) -> io::Result<bool> {
+    /// Records a node that joined, written by the next `flush` (or any
+    /// save): gangd notes every node of a pass of its loop, then writes
+    /// once. True if it is new.
+    pub fn note_node(&mut self, name: &str) -> bool {
         if self.data.nodes.contains(name) || self.data.nodes.len() >= MAX_NODES {
-            return Ok(false);
+            return false;
         }
         self.data.nodes.insert(name.to_string());
-        self.save().map(|()| true)
+        self.unsaved = true;
+        true
+    }
+
+    /// Writes the nodes noted since the last save, if any.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.unsaved {
+            self.save()?;
+        }
+        Ok(())
     }
 }
 
@@ -152,11 +170,31 @@ mod tests {
         let mut s = State::open(&d).unwrap();
         s.reserve_ids_below(8).unwrap();
         s.reserve_ids_below(5).unwrap(); // never goes back
-        assert!(s.add_node("n0").unwrap());
-        assert!(!s.add_node("n0").unwrap());
+        assert!(s.note_node("n0"));
+        assert!(!s.note_node("n0"));
+        s.flush().unwrap();
         let again = State::open(&d).unwrap();
         assert_eq!(again.data.next_job, 8);
         assert_eq!(again.data.nodes.iter().collect::<Vec<_>>(), ["n0"]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn noted_nodes_are_written_once_by_the_flush() {
+        let d = dir("flush");
+        let mut s = State::open(&d).unwrap();
+        for n in ["n0", "n1", "n2"] {
+            assert!(s.note_node(n));
+        }
+        assert!(!d.join("state.json").exists(), "noted, not yet written");
+        s.flush().unwrap();
+        let again = State::open(&d).unwrap();
+        assert_eq!(again.data.nodes.len(), 3);
+        // Nothing noted since: a flush writes nothing (the file may even
+        // be gone without an error).
+        fs::remove_file(d.join("state.json")).unwrap();
+        s.flush().unwrap();
+        assert!(!d.join("state.json").exists());
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -21,6 +21,12 @@
 //! The rotation (rotation.rs) starts one switch at a time and feeds it;
 //! see mod.rs for the whole path of a switch.
 //!
+//! The machine keeps a count of the nodes still owing the current phase's
+//! answer (`owing`), so an answer costs O(log N) (the node's map entry),
+//! not a scan of every node: with the answers arriving in node order a
+//! scan per answer was O(N²) per switch (docs/scale.md, 16 M node checks
+//! per switch at 4096 nodes).
+//!
 //! Known faults: a dropped node's late answer is counted as unexpected and
 //! ignored, so a node that was only slow stays behind until the next
 //! switch (or the rotation's catch-up switch); times are gangd's alone
@@ -135,6 +141,9 @@ pub struct SlotSwitch {
     spec: SwitchSpec,
     phase: Phase,
     nodes: BTreeMap<NodeId, NodeState>,
+    /// Nodes neither failed nor done with the current phase's answer
+    /// (Frozen while Freezing, Running while Switching); 0 once Done.
+    owing: usize,
     start_us: u64,
     /// Start of the current phase (Freeze or Switch sent).
     phase_start_us: u64,
@@ -153,7 +162,7 @@ impl SlotSwitch {
     /// messages (Freeze to every node, or Switch to every node with
     /// Barrier::Off).
     pub fn start(spec: SwitchSpec, now_us: u64) -> (Self, Outbox) {
-        let nodes = spec
+        let nodes: BTreeMap<NodeId, NodeState> = spec
             .nodes
             .iter()
             .map(|&n| (n, NodeState::default()))
@@ -165,6 +174,7 @@ impl SlotSwitch {
         let mut sw = SlotSwitch {
             spec,
             phase,
+            owing: nodes.len(),
             nodes,
             start_us: now_us,
             phase_start_us: now_us,
@@ -296,6 +306,9 @@ impl SlotSwitch {
         };
         st.rec.frozen = Some(report);
         st.rec.frozen_at_us = Some(at);
+        // Expected only while Freezing: every live node has answered
+        // Frozen before the phase moves on.
+        self.owing -= 1;
         let mut out = Outbox::new();
         self.advance(&mut out);
         out
@@ -319,6 +332,8 @@ impl SlotSwitch {
         };
         st.rec.running_at_us = Some(at);
         st.rec.agent_switch_us = Some(switch_us);
+        // Expected only while Switching (Done means no live node owes).
+        self.owing -= 1;
         let mut out = Outbox::new();
         self.advance(&mut out);
         out
@@ -334,6 +349,7 @@ impl SlotSwitch {
             for st in self.nodes.values_mut() {
                 if st.failed.is_none() && owes(phase, st) {
                     st.failed = Some(Failure::Silent(phase));
+                    self.owing -= 1;
                 }
             }
             self.advance(&mut out);
@@ -350,6 +366,11 @@ impl SlotSwitch {
         let phase = self.phase;
         if let Some(st) = self.nodes.get_mut(&node) {
             if phase != Phase::Done && st.failed.is_none() && st.rec.running_at_us.is_none() {
+                // Lost while Freezing after its Frozen: it owed nothing
+                // more in this phase.
+                if owes(phase, st) {
+                    self.owing -= 1;
+                }
                 st.failed = Some(Failure::Lost(phase));
                 self.advance(&mut out);
             }
@@ -366,7 +387,7 @@ impl SlotSwitch {
     /// live node owes a Frozen, Switching → Done once none owes a Running.
     fn advance(&mut self, out: &mut Outbox) {
         let now = self.now_us;
-        if self.phase == Phase::Freezing && !self.pending(Phase::Freezing) {
+        if self.phase == Phase::Freezing && self.owing == 0 {
             self.freeze_us = Some(now - self.start_us);
             self.phase = Phase::Switching;
             self.phase_start_us = now;
@@ -374,19 +395,14 @@ impl SlotSwitch {
             for (&node, st) in &self.nodes {
                 if st.failed.is_none() {
                     out.push((node, ToAgent::Switch { gen, slot, slot_ms }));
+                    self.owing += 1;
                 }
             }
         }
-        if self.phase == Phase::Switching && !self.pending(Phase::Switching) {
+        if self.phase == Phase::Switching && self.owing == 0 {
             self.phase = Phase::Done;
             self.record = Some(self.make_record());
         }
-    }
-
-    fn pending(&self, phase: Phase) -> bool {
-        self.nodes
-            .values()
-            .any(|st| st.failed.is_none() && owes(phase, st))
     }
 
     fn make_record(&self) -> SwitchRecord {

@@ -48,6 +48,8 @@ use gang_wire::proto::tls::{ca, ClientTls};
 
 use agents::Pool;
 
+/// Joiner threads (the TLS handshakes and the wait for Welcome).
+const JOINERS: usize = 8;
 #[derive(Debug, Parser)]
 #[command(about = "gangd under N fake agents on loopback: one CSV line of measurements")]
 pub struct Opts {
@@ -207,7 +209,10 @@ fn run(opts: &Opts) -> Result<()> {
     let pid = gangd.child.id();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let probe = (opts.probe_ms > 0).then(|| Duration::from_millis(opts.probe_ms));
-    let pool = Pool::new(addr, opts.workers, 2, probe);
+    // As many joins in flight as gangd admits from one address
+    // (limits::HANDSHAKES_PER_ADDR): real nodes join in parallel, and a
+    // joiner waits for its Welcome, which gangd sends once per batch.
+    let pool = Pool::new(addr, opts.workers, JOINERS, probe);
     let result = phases::run(opts, pid, &pool, &tls);
     pool.stop();
     drop(gangd);

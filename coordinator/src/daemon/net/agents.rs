@@ -1,230 +1,404 @@
-//! The agent port: TLS admission of nodes, then one reader thread per node.
+//! The agent port: one event loop thread (mio, edge-triggered) for every
+//! node's link, from the TLS handshake to the end of the connection
+//! (agent_conn.rs holds one connection's state machine).
 //!
-//! A connection is admitted in three steps, all before one deadline
-//! (limits::HANDSHAKE_DEADLINE): a place among the handshakes in flight
-//! (capped per address and in all), the TLS 1.3 handshake in which the
-//! node's certificate is verified against the cluster CA and its
-//! revocation list, and the node's Hello. The node's name is the one in
-//! its certificate. Only then does the coordinator hear of it; every
-//! refusal is a log line, and the TLS layer tells the peer why (an alert).
-//! A node's clock probes are answered from its reader thread (mod.rs).
+//! The loop waits on the listener, every agent socket and a waker. An
+//! accept takes a place among the handshakes in flight (capped per
+//! address and in all, limits.rs) or is closed at once; each connection
+//! must finish its TLS handshake and send its Hello before
+//! limits::HANDSHAKE_DEADLINE (the loop's timeout is the nearest one,
+//! and only the connections still handshaking are checked). Only then
+//! does the coordinator hear of it; every refusal is a log line, and the
+//! peer is told why (a TLS alert or ToAgent::Refused).
+//!
+//! The coordinator's frames and closes come through `ToLoop` (mod.rs):
+//! the waker fires once per batch, the loop takes the whole batch, queues
+//! each frame on its connection and writes every connection it touched.
+//! A connection that ends (its peer, an error, or gangd's close) is
+//! posted as AgentGone once it had been posted as AgentJoined.
+//!
+//! Known faults: accept errors (out of descriptors) pause accepting with
+//! a growing backoff, as the accept thread did, without stopping the
+//! links already up; `post` blocking on the coordinator's full queue
+//! stops every link for that time (agent_conn.rs).
 
-use std::io::{self, BufReader};
-use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, Shutdown};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Result};
-use log::{info, warn};
+use anyhow::{Context, Result};
+use log::warn;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::limits::{self, AcceptBackoff, Caps, Held, Throttle};
-use super::{next_conn, Hello, Link, NetEvent};
-use gang_wire::proto::tls::{self, rustls, ServerTls, Session, SessionReader, SessionWriter};
-use gang_wire::proto::{encode, read_frame, FrameDecoder, FromAgent, ToAgent};
-use gang_wire::time::monotonic_ns;
+use super::agent_conn::{AgentConn, Ctx, End};
+use super::limits::{self, AcceptBackoff, Caps, Throttle};
+use super::{next_conn, Cmd, ConnId, NetEvent, ToLoop};
+use gang_wire::proto::tls::{rustls, ServerTls};
+
+const WAKER: Token = Token(usize::MAX);
+const LISTENER: Token = Token(usize::MAX - 1);
 
 /// Accepts agents on `listener`; every event goes through `post`.
 pub fn serve_agents(
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     tls: Arc<ServerTls>,
     post: impl Fn(NetEvent) + Send + Sync + Clone + 'static,
 ) -> Result<()> {
-    let caps = Caps::<IpAddr>::new(limits::HANDSHAKES_PER_ADDR, limits::HANDSHAKES_TOTAL);
-    thread::Builder::new().name("agents".into()).spawn(move || {
-        let mut backoff = AcceptBackoff::new("agent");
-        let mut over_log = Throttle::new(Duration::from_secs(5));
-        loop {
-            let stream = match listener.accept() {
-                Ok((s, _)) => {
-                    backoff.succeeded();
-                    s
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    backoff.wait(&e);
-                    continue;
-                }
-            };
-            let Ok(peer) = stream.peer_addr() else {
-                continue;
-            };
-            let held = match caps.admit(peer.ip()) {
-                Ok(h) => h,
-                Err(over) => {
-                    if let Some(more) = over_log.allow(Instant::now()) {
-                        warn!("agent connection from {peer} closed at once: {over} in their handshakes (and {more} more like it since the last line)");
-                    }
-                    let _ = stream.shutdown(Shutdown::Both);
-                    continue;
-                }
-            };
-            let (tls, post) = (tls.clone(), post.clone());
-            let spawned = thread::Builder::new()
-                .name("agent-rx".into())
-                .spawn(move || agent_connection(stream, &tls, held, post));
-            if let Err(e) = spawned {
-                warn!("no thread for the agent connection from {peer}: {e}");
-            }
-        }
-    })?;
+    listener.set_nonblocking(true)?;
+    let mut listener = TcpListener::from_std(listener);
+    let poll = Poll::new().context("creating the agent loop's poll")?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let to_loop = Arc::new(ToLoop::new(Waker::new(poll.registry(), WAKER)?));
+    let mut lp = AgentLoop {
+        poll,
+        listener,
+        tls,
+        to_loop,
+        conns: HashMap::new(),
+        handshaking: HashSet::new(),
+        caps: Caps::new(limits::HANDSHAKES_PER_ADDR, limits::HANDSHAKES_TOTAL),
+        backoff: AcceptBackoff::new("agent"),
+        accept_paused_until: None,
+        over_log: Throttle::new(Duration::from_secs(5)),
+        buf: vec![0u8; 64 << 10],
+    };
+    thread::Builder::new()
+        .name("agents".into())
+        .spawn(move || lp.run(&post))?;
     Ok(())
 }
 
-fn agent_connection(
-    stream: TcpStream,
-    tls: &ServerTls,
-    handshake: Held<IpAddr>,
-    post: impl Fn(NetEvent),
-) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".into());
-    let addr = stream
-        .peer_addr()
-        .map(|a| a.ip())
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    let local = stream
-        .local_addr()
-        .map(|a| a.ip())
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    // Switch messages are small and latency-bound.
-    let _ = stream.set_nodelay(true);
-    let (session, hello) = match admit(stream, tls) {
-        Ok(ok) => ok,
-        Err(e) => {
-            warn!("agent connection from {peer} refused: {e:#}");
-            return;
-        }
-    };
-    drop(handshake);
-    let conn = next_conn();
-    let closer_session = session.clone();
-    let closer: Arc<dyn Fn() + Send + Sync> = Arc::new(move || closer_session.close());
-    let link = Link::new(
-        SessionWriter(session.clone()),
-        closer,
-        format!("agent{conn}"),
-    );
-    info!(
-        "agent {} ({peer}) admitted: its certificate is the cluster's",
-        hello.node
-    );
-    let echo = link.clone();
-    post(NetEvent::AgentJoined {
-        conn,
-        link,
-        addr,
-        local,
-        hello,
-    });
-    let mut reader = BufReader::with_capacity(
-        256 << 10,
-        SessionReader {
-            session: session.clone(),
-            timeout: None,
-        },
-    );
-    let why = loop {
-        match read_frame::<FromAgent>(&mut reader) {
-            // t2 as soon as the probe is read; answered from here and the
-            // writer thread, never queued behind the main loop (mod.rs).
-            Ok(Some(FromAgent::ClockProbe { seq, t1 })) => {
-                let t2 = monotonic_ns();
-                echo.echo_clock(seq, t1, t2);
-            }
-            Ok(Some(msg)) => {
-                echo.heard();
-                post(NetEvent::Agent { conn, msg })
-            }
-            Ok(None) => break "connection closed".to_string(),
-            Err(e) => break format!("{e}"),
-        }
-    };
-    session.close();
-    post(NetEvent::AgentGone { conn, why });
+struct AgentLoop {
+    poll: Poll,
+    listener: TcpListener,
+    tls: Arc<ServerTls>,
+    to_loop: Arc<ToLoop>,
+    conns: HashMap<ConnId, AgentConn>,
+    /// Connections not yet linked: the only ones with a deadline.
+    handshaking: HashSet<ConnId>,
+    caps: Caps<IpAddr>,
+    backoff: AcceptBackoff,
+    accept_paused_until: Option<Instant>,
+    over_log: Throttle,
+    buf: Vec<u8>,
 }
 
-/// TLS, the node's name from its certificate, then its Hello, all before
-/// the handshake deadline.
-fn admit(stream: TcpStream, tls: &ServerTls) -> Result<(Arc<Session>, Hello)> {
-    let deadline = Instant::now() + limits::HANDSHAKE_DEADLINE;
-    let conn =
-        rustls::ServerConnection::new(tls.config()).map_err(|e| anyhow!("TLS server: {e}"))?;
-    let session = Arc::new(
-        tls::handshake(stream, conn, deadline).map_err(|e| anyhow!("TLS handshake: {e}"))?,
-    );
-    let node = match session.with_connection(tls::peer_node) {
-        Ok(n) => n,
-        Err(e) => {
-            refuse(&session, &format!("{e:#}"));
-            bail!("{e:#}");
-        }
-    };
-    let first = read_first(&session, deadline)
-        .map_err(|e| anyhow!("node {node}: waiting for its hello: {e}"))?;
-    match first {
-        FromAgent::Hello {
-            nr_cpus,
-            housekeeping_cpus,
-            agent_version,
-            jobs,
-            schedule,
-        } => Ok((
-            session,
-            Hello {
-                node,
-                nr_cpus,
-                housekeeping_cpus,
-                agent_version,
-                jobs,
-                schedule,
-            },
-        )),
-        other => {
-            let reason = format!("expected hello, got {}", kind(&other));
-            refuse(&session, &reason);
-            bail!("node {node}: {reason}")
-        }
-    }
-}
-
-/// The first message, read before `deadline` however slowly it trickles.
-fn read_first(session: &Session, deadline: Instant) -> Result<FromAgent> {
-    let mut decoder = FrameDecoder::<FromAgent>::new();
-    let mut buf = vec![0u8; 16 << 10];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            bail!("not sent in {} s", limits::HANDSHAKE_DEADLINE.as_secs());
-        }
-        match session.read_timeout(&mut buf, Some(left)) {
-            Ok(0) => bail!("the node closed the connection"),
-            Ok(n) => {
-                if let Some(first) = decoder.feed(&buf[..n])?.into_iter().next() {
-                    return Ok(first);
+impl AgentLoop {
+    fn run(&mut self, post: &dyn Fn(NetEvent)) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = self.timeout(Instant::now());
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    warn!("the agent loop's poll failed: {e}");
+                    thread::sleep(Duration::from_millis(10));
+                }
+                continue;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.commands(post),
+                    LISTENER => self.accept(),
+                    Token(t) => self.ready(t as ConnId, post),
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => bail!("{e}"),
+            let now = Instant::now();
+            if self.accept_paused_until.is_some_and(|t| now >= t) {
+                self.accept_paused_until = None;
+                self.accept();
+            }
+            self.expire(now);
+        }
+    }
+
+    /// Until the nearest handshake deadline or the end of an accept pause.
+    fn timeout(&self, now: Instant) -> Option<Duration> {
+        self.handshaking
+            .iter()
+            .filter_map(|c| self.conns.get(c).and_then(|c| c.deadline))
+            .chain(self.accept_paused_until)
+            .min()
+            .map(|t| t.saturating_duration_since(now) + Duration::from_millis(1))
+    }
+
+    fn accept(&mut self) {
+        if self.accept_paused_until.is_some() {
+            return;
+        }
+        loop {
+            let (mut sock, peer) = match self.listener.accept() {
+                Ok(s) => {
+                    self.backoff.succeeded();
+                    s
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let pause = self.backoff.failed(&e);
+                    self.accept_paused_until = Some(Instant::now() + pause);
+                    return;
+                }
+            };
+            let held = match self.caps.admit(peer.ip()) {
+                Ok(h) => h,
+                Err(over) => {
+                    if let Some(more) = self.over_log.allow(Instant::now()) {
+                        warn!("agent connection from {peer} closed at once: {over} in their handshakes (and {more} more like it since the last line)");
+                    }
+                    let _ = sock.shutdown(Shutdown::Both);
+                    continue;
+                }
+            };
+            let tls = match rustls::ServerConnection::new(self.tls.config()) {
+                Ok(t) => t,
+                Err(e) => {
+                    warn!("agent connection from {peer} refused: TLS server: {e}");
+                    continue;
+                }
+            };
+            // Switch messages are small and latency-bound.
+            let _ = sock.set_nodelay(true);
+            let conn = next_conn();
+            if let Err(e) = self.poll.registry().register(
+                &mut sock,
+                Token(conn as usize),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                warn!("agent connection from {peer} dropped: cannot poll it: {e}");
+                continue;
+            }
+            let c = AgentConn::new(conn, sock, peer, tls, held, Instant::now());
+            self.conns.insert(conn, c);
+            self.handshaking.insert(conn);
+        }
+    }
+
+    /// A connection's socket is ready: read what came (the loop is
+    /// edge-triggered, so everything), write what waits.
+    fn ready(&mut self, conn: ConnId, post: &dyn Fn(NetEvent)) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let mut cx = Ctx {
+            post,
+            to_loop: &self.to_loop,
+            buf: &mut self.buf,
+        };
+        let step = c.on_readable(&mut cx);
+        self.settle(conn, step, post);
+    }
+
+    /// The coordinator's frames and closes, in order; then every touched
+    /// connection written.
+    fn commands(&mut self, post: &dyn Fn(NetEvent)) {
+        let mut touched = HashSet::new();
+        for (conn, cmd) in self.to_loop.take() {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
+            match cmd {
+                Cmd::Frame(frame) => {
+                    c.queue(frame);
+                    touched.insert(conn);
+                }
+                Cmd::Close => {
+                    touched.remove(&conn);
+                    c.close();
+                    self.settle(conn, Err(End::Gone("closed by gangd".into())), post);
+                }
+            }
+        }
+        for conn in touched {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                let step = c.flush();
+                self.settle(conn, step, post);
+            }
+        }
+    }
+
+    /// After a step: drop an ended connection (logged or posted).
+    fn settle(&mut self, conn: ConnId, step: Result<(), End>, post: &dyn Fn(NetEvent)) {
+        let Err(end) = step else {
+            if self.conns.get(&conn).is_some_and(|c| c.is_linked()) {
+                self.handshaking.remove(&conn);
+            }
+            return;
+        };
+        let Some(mut c) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.handshaking.remove(&conn);
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        match end {
+            End::Refused(why) => warn!("agent connection from {} refused: {why}", c.peer),
+            End::Gone(why) => {
+                if let Some(link) = c.link() {
+                    link.set_closed();
+                }
+                post(NetEvent::AgentGone { conn, why });
+            }
+        }
+    }
+
+    /// Connections past their handshake deadline are refused.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<ConnId> = self
+            .handshaking
+            .iter()
+            .copied()
+            .filter(|c| {
+                self.conns
+                    .get(c)
+                    .is_some_and(|c| c.deadline.is_some_and(|d| now >= d))
+            })
+            .collect();
+        for conn in late {
+            if let Some(mut c) = self.conns.remove(&conn) {
+                self.handshaking.remove(&conn);
+                let _ = self.poll.registry().deregister(&mut c.sock);
+                let why = c.deadline_reason();
+                c.close();
+                warn!("agent connection from {} refused: {why}", c.peer);
+            }
         }
     }
 }
 
-fn refuse(session: &Session, reason: &str) {
-    if let Ok(frame) = encode(&ToAgent::Refused {
-        reason: reason.to_string(),
-    }) {
-        let _ = session.write_all(&frame);
-    }
-    session.close();
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_wire::proto::tls::testing::{connect, TestCa};
+    use gang_wire::proto::tls::{Session, SessionReader};
+    use gang_wire::proto::{encode, read_frame, FromAgent, ToAgent};
+    use std::sync::mpsc::{self, Receiver};
 
-/// A message's type, for logs.
-fn kind(msg: &FromAgent) -> String {
-    serde_json::to_value(msg)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
-        .unwrap_or_else(|| "?".into())
+    fn start(ca: &TestCa) -> (std::net::SocketAddr, Receiver<NetEvent>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::sync_channel(1024);
+        let post = move |ev| {
+            let _ = tx.send(ev);
+        };
+        serve_agents(listener, ca.server(), post).unwrap();
+        (addr, rx)
+    }
+
+    fn hello() -> FromAgent {
+        FromAgent::Hello {
+            nr_cpus: 4,
+            housekeeping_cpus: "0".into(),
+            agent_version: "test".into(),
+            jobs: vec![],
+            schedule: vec![],
+        }
+    }
+
+    fn next(rx: &Receiver<NetEvent>) -> NetEvent {
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("an event within 10 s")
+    }
+
+    fn read(session: &Arc<Session>) -> ToAgent {
+        let mut r = SessionReader {
+            session: session.clone(),
+            timeout: Some(Duration::from_secs(10)),
+        };
+        read_frame::<ToAgent>(&mut r).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_node_is_linked_after_tls_and_its_hello_and_its_probes_never_reach_the_coordinator() {
+        let ca = TestCa::new("agent-loop-link");
+        let (addr, rx) = start(&ca);
+        let s = connect(addr, &ca.client("n1")).unwrap();
+        s.write_all(&encode(&hello()).unwrap()).unwrap();
+        let NetEvent::AgentJoined {
+            conn, link, hello, ..
+        } = next(&rx)
+        else {
+            panic!("expected AgentJoined")
+        };
+        assert_eq!(hello.node, "n1", "the name is the certificate's");
+        // A probe is answered by the loop: t2 ≤ t3, both gangd's.
+        s.write_all(&encode(&FromAgent::ClockProbe { seq: 5, t1: 42 }).unwrap())
+            .unwrap();
+        match read(&s) {
+            ToAgent::ClockEcho { seq, t1, t2, t3 } => {
+                assert_eq!((seq, t1), (5, 42));
+                assert!(t2 > 0 && t2 <= t3);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Anything else is the coordinator's, and the node is heard.
+        s.write_all(&encode(&FromAgent::Heartbeat { seq: 1, mono_ns: 9 }).unwrap())
+            .unwrap();
+        match next(&rx) {
+            NetEvent::Agent { conn: c, msg } => {
+                assert_eq!(c, conn);
+                assert!(matches!(msg, FromAgent::Heartbeat { seq: 1, .. }));
+            }
+            _ => panic!("expected the heartbeat"),
+        }
+        assert!(link.heard_ns() > 0);
+        // The coordinator's frames arrive in order; its close ends the link.
+        for seq in 1..=3 {
+            assert!(link.send(&ToAgent::Heartbeat { seq }));
+        }
+        for seq in 1..=3 {
+            assert!(matches!(read(&s), ToAgent::Heartbeat { seq: s } if s == seq));
+        }
+        link.close();
+        match next(&rx) {
+            NetEvent::AgentGone { conn: c, .. } => assert_eq!(c, conn),
+            _ => panic!("expected AgentGone"),
+        }
+        assert!(!link.send(&ToAgent::Heartbeat { seq: 4 }), "gone");
+    }
+
+    #[test]
+    fn a_first_frame_other_than_hello_is_refused_and_never_reaches_the_coordinator() {
+        let ca = TestCa::new("agent-loop-nohello");
+        let (addr, rx) = start(&ca);
+        let s = connect(addr, &ca.client("n2")).unwrap();
+        s.write_all(&encode(&FromAgent::Heartbeat { seq: 1, mono_ns: 1 }).unwrap())
+            .unwrap();
+        match read(&s) {
+            ToAgent::Refused { reason } => assert!(reason.contains("expected hello"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    }
+
+    #[test]
+    fn a_node_that_never_reads_is_dropped_once_its_output_passes_the_cap() {
+        let ca = TestCa::new("agent-loop-cap");
+        let (addr, rx) = start(&ca);
+        let s = connect(addr, &ca.client("n3")).unwrap();
+        s.write_all(&encode(&hello()).unwrap()).unwrap();
+        let NetEvent::AgentJoined { conn, link, .. } = next(&rx) else {
+            panic!("expected AgentJoined")
+        };
+        // Never read: 512 KiB frames until gangd gives up on the node.
+        let big = ToAgent::Refused {
+            reason: "x".repeat(512 << 10),
+        };
+        let mut sent = 0usize;
+        while link.send(&big) {
+            sent += 1;
+            assert!(sent < 1000, "never dropped: gangd holds it all");
+        }
+        assert!(
+            sent * (512 << 10) <= super::super::MAX_QUEUED + (16 << 20),
+            "dropped near the cap, not long after ({sent} frames)"
+        );
+        match next(&rx) {
+            NetEvent::AgentGone { conn: c, .. } => assert_eq!(c, conn),
+            _ => panic!("expected AgentGone"),
+        }
+    }
 }

@@ -1,27 +1,36 @@
-//! gangd's connections. Each connection has a reader thread that decodes
-//! frames and posts them to the coordinator's channel, and a writer thread
-//! fed through a [`Link`], so the coordinator never blocks on a slow or
-//! stopped peer (a front end suspended by Ctrl-Z stops reading its output).
+//! gangd's connections, and the [`Link`] the coordinator sends through.
 //!
-//! - agents.rs: the agent port; nodes are admitted by TLS with a
-//!   certificate of the cluster CA before the coordinator hears of them.
+//! - agents.rs + agent_conn.rs: the agent port. Every node's link lives
+//!   on one event loop thread (mio): TLS 1.3 driven by hand over
+//!   non-blocking sockets, frames cut by gang-wire's FrameDecoder. Nodes
+//!   are admitted by TLS with a certificate of the cluster CA before the
+//!   coordinator hears of them. Two threads per node (a reader and a
+//!   writer, fed through a channel) were gangd's cost at scale: 2 × N
+//!   threads and a channel wake-up per message per node dominated its CPU
+//!   at 1024 nodes (docs/scale.md).
 //! - clients.rs: the front ends' Unix socket; the user is the socket's
-//!   peer (SO_PEERCRED).
+//!   peer (SO_PEERCRED). Front ends are few (one per `gang` command) and
+//!   follow a job for hours, so they stay on a reader and a writer thread
+//!   each: a thread per connection is no cost there.
 //! - limits.rs: what an untrusted peer may cost (caps per address and per
 //!   uid, whole-handshake deadlines, backoff on accept errors).
 //!
-//! A malformed frame drops its connection, never the daemon.
+//! A malformed frame drops its connection, never the daemon. The
+//! coordinator never blocks on a peer: a `Link` queues (to the agent
+//! loop, which is woken once per batch of messages, or to a front end's
+//! writer thread), and a peer with more than MAX_QUEUED bytes waiting is
+//! closed, logged, rather than grow gangd's memory.
 //!
 //! Clock probes (FromAgent::ClockProbe) never reach the coordinator: the
-//! agent's reader thread reads t2 as it decodes one and hands the echo to
-//! the writer thread (`Link::echo_clock`), which reads t3 just before it
-//! writes the frame. The echo therefore waits behind frames already queued
-//! for that node (a Schedule, output of nothing else: gangd sends agents
-//! only small messages) but never behind the main loop. t3 is read before
-//! the frame is encoded and written, t2 after it was read and decoded:
-//! both errors widen the exchange, which the node's estimate allows for
-//! (gang_wire::cluster_clock::Sample), never narrow it.
+//! agent loop reads t2 as it decodes one and queues the echo on that
+//! link, stamping t3 just before it hands the frame to TLS. The echo
+//! waits behind frames already queued for that node (gangd sends agents
+//! only small messages) but never behind the coordinator. t3 is read
+//! before the frame is encrypted and written, t2 after it was read and
+//! decoded: both errors widen the exchange, which the node's estimate
+//! allows for (gang_wire::cluster_clock::Sample), never narrow it.
 
+mod agent_conn;
 mod agents;
 mod clients;
 pub mod limits;
@@ -31,14 +40,14 @@ pub use clients::serve_clients;
 
 use std::io::Write;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 use log::warn;
 
-use gang_wire::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement, ToAgent};
+use gang_wire::proto::{encode, FromAgent, FromClient, LiveJob, Message, Placement};
 use gang_wire::time::monotonic_ns;
 
 /// A connection's number, unique for gangd's lifetime.
@@ -47,17 +56,6 @@ pub type ConnId = u64;
 /// Most bytes queued for one peer. Past it, a peer is too slow: its
 /// connection is closed rather than letting gangd's memory grow.
 const MAX_QUEUED: usize = 64 << 20;
-
-/// What a connection's writer thread writes.
-enum Out {
-    Frame(Vec<u8>),
-    /// A ClockEcho, encoded by the writer with t3 read just before.
-    ClockEcho {
-        seq: u64,
-        t1: u64,
-        t2: u64,
-    },
-}
 
 /// What a queued ClockEcho counts against MAX_QUEUED (its frame is
 /// smaller): a node flooding probes without reading fills its queue and
@@ -68,57 +66,110 @@ const ECHO_QUEUED: usize = 128;
 /// named Link: src/agent/link.rs).
 #[derive(Clone)]
 pub struct Link {
-    tx: Sender<Out>,
+    route: Route,
+    /// Bytes queued and not yet handed to the socket (or TLS).
     queued: Arc<AtomicUsize>,
-    closer: Arc<dyn Fn() + Send + Sync>,
-    /// CLOCK_MONOTONIC ns when the reader thread last read a frame for the
-    /// coordinator (0: none yet). See [`Link::heard_ns`].
+    /// Set once the connection is gone: sends fail at once.
+    closed: Arc<AtomicBool>,
+    /// CLOCK_MONOTONIC ns when a frame for the coordinator was last read
+    /// (0: none yet). See [`Link::heard_ns`].
     heard: Arc<AtomicU64>,
 }
 
+#[derive(Clone)]
+enum Route {
+    /// A writer thread of its own (front ends).
+    Thread {
+        tx: Sender<Vec<u8>>,
+        closer: Arc<dyn Fn() + Send + Sync>,
+    },
+    /// The agent loop (agents.rs).
+    Loop { conn: ConnId, to: Arc<ToLoop> },
+}
+
+/// What the coordinator asks of the agent loop: a frame to send, or a
+/// link to close. The loop is woken when the queue turns non-empty, so a
+/// switch's Freeze to every node is one wake-up, not N.
+pub(super) struct ToLoop {
+    cmds: Mutex<Vec<(ConnId, Cmd)>>,
+    waker: mio::Waker,
+}
+
+pub(super) enum Cmd {
+    Frame(Vec<u8>),
+    Close,
+}
+
+impl ToLoop {
+    pub(super) fn new(waker: mio::Waker) -> Self {
+        Self {
+            cmds: Mutex::new(Vec::new()),
+            waker,
+        }
+    }
+
+    fn push(&self, conn: ConnId, cmd: Cmd) {
+        let mut q = self.cmds.lock().unwrap();
+        let wake = q.is_empty();
+        q.push((conn, cmd));
+        drop(q);
+        if wake {
+            if let Err(e) = self.waker.wake() {
+                warn!("cannot wake the agent loop: {e}");
+            }
+        }
+    }
+
+    /// Everything queued so far, in order.
+    pub(super) fn take(&self) -> Vec<(ConnId, Cmd)> {
+        std::mem::take(&mut *self.cmds.lock().unwrap())
+    }
+}
+
 impl Link {
+    /// A link with a writer thread of its own writing to `sink`; `closer`
+    /// ends the connection.
     pub(super) fn new(
         mut sink: impl Write + Send + 'static,
         closer: Arc<dyn Fn() + Send + Sync>,
         name: String,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<Out>();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let q = queued.clone();
-        let close = closer.clone();
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let link = Self::with_route(Route::Thread {
+            tx,
+            closer: closer.clone(),
+        });
+        let (q, closed) = (link.queued.clone(), link.closed.clone());
         let _ = thread::Builder::new()
             .name(format!("{name}-tx"))
             .spawn(move || {
-                for out in rx {
-                    let frame = match out {
-                        Out::Frame(frame) => {
-                            q.fetch_sub(frame.len(), Ordering::Relaxed);
-                            frame
-                        }
-                        Out::ClockEcho { seq, t1, t2 } => {
-                            q.fetch_sub(ECHO_QUEUED, Ordering::Relaxed);
-                            let t3 = monotonic_ns();
-                            match encode(&ToAgent::ClockEcho { seq, t1, t2, t3 }) {
-                                Ok(f) => f,
-                                Err(_) => continue,
-                            }
-                        }
-                    };
+                for frame in rx {
+                    q.fetch_sub(frame.len(), Ordering::Relaxed);
                     if sink.write_all(&frame).is_err() {
                         break;
                     }
                 }
-                close();
+                closed.store(true, Ordering::Relaxed);
+                closer();
             });
+        link
+    }
+
+    /// A link of the agent loop's connection `conn`.
+    pub(super) fn on_loop(conn: ConnId, to: Arc<ToLoop>) -> Self {
+        Self::with_route(Route::Loop { conn, to })
+    }
+
+    fn with_route(route: Route) -> Self {
         Self {
-            tx,
-            queued,
-            closer,
+            route,
+            queued: Arc::new(AtomicUsize::new(0)),
+            closed: Arc::new(AtomicBool::new(false)),
             heard: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// The reader thread read a frame it posts to the coordinator.
+    /// A frame for the coordinator was read from the peer.
     pub(super) fn heard(&self) {
         self.heard.store(monotonic_ns(), Ordering::Relaxed);
     }
@@ -143,16 +194,21 @@ impl Link {
                 return false;
             }
         };
-        self.queue(frame.len(), Out::Frame(frame))
+        if self.closed.load(Ordering::Relaxed) || !self.count(frame.len()) {
+            return false;
+        }
+        match &self.route {
+            Route::Thread { tx, .. } => tx.send(frame).is_ok(),
+            Route::Loop { conn, to } => {
+                to.push(*conn, Cmd::Frame(frame));
+                true
+            }
+        }
     }
 
-    /// Answers a node's ClockProbe `seq`, `t1` read by gangd at `t2`: the
-    /// writer thread stamps t3 (see the top of this file).
-    pub fn echo_clock(&self, seq: u64, t1: u64, t2: u64) -> bool {
-        self.queue(ECHO_QUEUED, Out::ClockEcho { seq, t1, t2 })
-    }
-
-    fn queue(&self, len: usize, out: Out) -> bool {
+    /// Counts `len` more bytes queued; past MAX_QUEUED the peer is not
+    /// reading: the link is closed (logged) and false returned.
+    pub(super) fn count(&self, len: usize) -> bool {
         if self.queued.fetch_add(len, Ordering::Relaxed) + len > MAX_QUEUED {
             warn!(
                 "a peer is not reading: more than {} MiB queued, closing it",
@@ -161,11 +217,34 @@ impl Link {
             self.close();
             return false;
         }
-        self.tx.send(out).is_ok()
+        true
+    }
+
+    /// Bytes queued for the peer and not yet handed to its socket (or
+    /// TLS): what a message sent now waits behind.
+    pub fn backlog(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// `len` queued bytes left the queue (written, or handed to TLS).
+    pub(super) fn uncount(&self, len: usize) {
+        self.queued.fetch_sub(len, Ordering::Relaxed);
+    }
+
+    /// The connection is gone (the agent loop dropped it).
+    pub(super) fn set_closed(&self) {
+        self.closed.store(true, Ordering::Relaxed);
     }
 
     pub fn close(&self) {
-        (self.closer)();
+        match &self.route {
+            Route::Thread { closer, .. } => closer(),
+            Route::Loop { conn, to } => {
+                if !self.closed.load(Ordering::Relaxed) {
+                    to.push(*conn, Cmd::Close);
+                }
+            }
+        }
     }
 }
 
