@@ -7,32 +7,19 @@ use super::*;
 
 /// SpawnRank as another user, in `cwd`.
 fn spawn_as(uid: u32, gid: u32, cwd: &str, job: u64, argv: &[&str]) -> ToAgent {
-    match spawn_rank(job, 0, argv, &[("PATH", "/usr/bin:/bin")]) {
-        ToAgent::SpawnRank {
-            job,
-            name,
-            rank,
-            size,
-            argv,
-            env,
-            peers,
-            limits,
-            ..
-        } => ToAgent::SpawnRank {
-            job,
-            name,
-            rank,
-            size,
-            argv,
-            env,
-            cwd: cwd.into(),
-            uid,
-            gid,
-            peers,
-            limits,
-        },
-        _ => unreachable!(),
+    let mut m = spawn_rank(job, 0, argv, &[("PATH", "/usr/bin:/bin")]);
+    if let ToAgent::SpawnRank {
+        cwd: c,
+        uid: u,
+        gid: g,
+        ..
+    } = &mut m
+    {
+        *c = cwd.into();
+        *u = uid;
+        *g = gid;
     }
+    m
 }
 
 /// A user of this host with a supplementary group: (uid, primary gid,

@@ -35,38 +35,17 @@ fn two_nodes(size: u32, here: u32) -> PeerTable {
 
 /// A SpawnRank of this gangd: no list of its own.
 fn spawn_of_table(job: u64, rank: u32, size: u32, script: &str) -> ToAgent {
-    match spawn_rank(
+    let mut m = spawn_rank(
         job,
         rank,
         &["sh", "-c", script],
         &[("PATH", "/usr/bin:/bin")],
-    ) {
-        ToAgent::SpawnRank {
-            job,
-            name,
-            rank,
-            argv,
-            env,
-            cwd,
-            uid,
-            gid,
-            limits,
-            ..
-        } => ToAgent::SpawnRank {
-            job,
-            name,
-            rank,
-            size,
-            argv,
-            env,
-            cwd,
-            uid,
-            gid,
-            peers: vec![],
-            limits,
-        },
-        _ => unreachable!(),
+    );
+    if let ToAgent::SpawnRank { size: s, peers, .. } = &mut m {
+        *s = size;
+        peers.clear();
     }
+    m
 }
 
 #[test]
