@@ -22,9 +22,12 @@
 //! the tokens, so every rank stops after the same round.
 //!
 //! --stop-reading R:S makes rank R stop reading after S seconds and sleep
-//! until it is killed: a peer that stops reading (issue 12). Its
-//! predecessor's data can then never drain (its socket keeps unsent bytes)
-//! and the other ranks wait for rounds that do not come, up to --timeout.
+//! until it is killed: a peer that stops reading (issue 12). Rank R's
+//! receive buffer is fixed small (STOPPER_RCVBUF, no autotuning) from the
+//! start, so a token larger than it can never fit there: its predecessor's
+//! socket keeps unsent bytes for good (with an autotuned buffer of several
+//! MiB the last token would simply land in it and the link look drained).
+//! The other ranks wait for rounds that do not come, up to --timeout.
 //!
 //! Prints one JSON line and exits 0:
 //!   {"rank":r,"size":n,"rounds":R,"bytes":B,"elapsed_s":...,"ok":true,...}
@@ -43,6 +46,28 @@ const TOKEN_MAGIC: &[u8; 4] = b"RTOK";
 const HELLO_MAGIC: &[u8; 4] = b"RHEL";
 const NO_STOP: u64 = u64::MAX;
 const CONNECT_FOR: Duration = Duration::from_secs(30);
+/// The receive buffer of a rank that will stop reading (the kernel doubles
+/// it for its bookkeeping); tokens larger than this stay queued upstream.
+const STOPPER_RCVBUF: libc::c_int = 64 * 1024;
+
+/// Fixes a socket's receive buffer (no autotuning from then on).
+fn fix_rcvbuf(fd: std::os::fd::RawFd, bytes: libc::c_int) -> io::Result<()> {
+    // SAFETY: a plain setsockopt on a socket we own, with an int option.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &bytes as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
 
 struct Rank {
     rank: usize,
@@ -247,6 +272,12 @@ fn main() {
 
     let listener = TcpListener::bind(("0.0.0.0", me.port))
         .unwrap_or_else(|e| die(Some(r), format!("listening on port {}: {e}", me.port)));
+    let stopper = stop_reading.is_some_and(|(who, _)| who == r);
+    if stopper {
+        // On the listener, so the accepted link has it from its first byte.
+        fix_rcvbuf(listener.as_raw_fd(), STOPPER_RCVBUF)
+            .unwrap_or_else(|e| die(Some(r), format!("SO_RCVBUF: {e}")));
+    }
     // The successor's backlog takes our connection even before it accepts,
     // so connecting first cannot deadlock.
     let mut out = connect(&me, timeout);
@@ -258,6 +289,10 @@ fn main() {
         .unwrap_or_else(|e| die(Some(r), format!("hello to rank {}: {e}", (r + 1) % me.size)));
     let mut inp = accept(&me, &listener, timeout);
     drop(listener);
+    if stopper {
+        fix_rcvbuf(inp.as_raw_fd(), STOPPER_RCVBUF)
+            .unwrap_or_else(|e| die(Some(r), format!("SO_RCVBUF: {e}")));
+    }
 
     let patterns: Vec<Vec<u8>> = (0..me.size).map(|o| pattern(o, bytes - HDR)).collect();
 
@@ -302,7 +337,9 @@ fn main() {
         }
         if let Some((_, after)) = stop_reading.filter(|&(who, _)| who == r) {
             if start.elapsed().as_secs_f64() >= after {
-                eprintln!("ring: rank {r}: stops reading after round {k}, as asked (--stop-reading)");
+                eprintln!(
+                    "ring: rank {r}: stops reading after round {k}, as asked (--stop-reading)"
+                );
                 loop {
                     thread::sleep(Duration::from_secs(3600));
                 }

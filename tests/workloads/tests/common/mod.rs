@@ -36,6 +36,8 @@ pub struct Job {
     /// Stop this rank (SIGSTOP) after this long; it is killed once the
     /// others are over.
     pub stop: Option<(usize, Duration)>,
+    /// The ranks' ports (default: free ones chosen at run time).
+    pub ports: Option<Vec<u16>>,
 }
 
 impl Job {
@@ -50,13 +52,14 @@ impl Job {
             limit: Duration::from_secs(30),
             kill: None,
             stop: None,
+            ports: None,
         }
     }
 
     /// Runs the job; returns the ranks' results in `start` order and the
     /// time until the last one exited.
     pub fn run(&self) -> (Vec<Out>, Duration) {
-        let ports = free_ports(self.n);
+        let ports = self.ports.clone().unwrap_or_else(|| free_ports(self.n));
         let peers = ports
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
@@ -344,4 +347,22 @@ pub fn bad_args(bin: &'static str, lists: &[&[&str]]) {
         assert!(err.contains("usage:"), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// The send queue (sent but unacknowledged plus not yet sent, in bytes) of
+/// every IPv4 TCP socket connected to 127.0.0.1:`port`, from /proc/net/tcp.
+pub fn send_queues_to(port: u16) -> Vec<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&remote.as_str()) && f.get(3) == Some(&"01")).then(|| {
+                let tx = f[4].split(':').next().unwrap();
+                u64::from_str_radix(tx, 16).expect("tx_queue")
+            })
+        })
+        .collect()
 }
