@@ -10,13 +10,15 @@
 #   scripts/bench_scale.sh [--quick] [--nodes "64 256 1024 4096"] [--steady 5]
 #                          [--arrivals 5] [--idle 2] [--barrier strict]
 #                          [--bg-per-node K] [--out DIR] [--certs DIR] [--no-build]
-#                          [--table-only]
+#                          [--table-only] [--compare LABEL=CSV]...
 #
 # --bg-per-node K: the three background jobs have K ranks on each node
 # instead of one per CPU (each SpawnRank carries every rank's address, so a
 # job over every CPU of 4096 nodes never gets placed; K = 1 lets the switch
 # be measured there). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
-# scale.csv and table.txt, and prints the table. The default run takes about
+# scale.csv, table.txt and scale.svg (the figures against N, drawn by gang-eval; --compare adds
+# another run's scale.csv as a line of its own, e.g. before=DIR/scale.csv), and prints the table.
+# The default run takes about
 # 3 minutes on 2 cores (most of it at 4096 nodes). Progress on stderr.
 # Every process it starts (gang-load, and the gangd gang-load started, by
 # the PID it wrote) is stopped on exit, failure and Ctrl-C included. The
@@ -27,6 +29,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4
+COMPARE=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --quick) NODES="64 256"; shift ;;
@@ -40,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --bg-per-node) BG=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --table-only) TABLE_ONLY=1; shift ;;
+        --compare) COMPARE+=("$2"); shift 2 ;;
         -h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1" ;;
     esac
@@ -63,16 +67,29 @@ print_table() {
     }' "$OUT/scale.csv" | tee "$OUT/table.txt"
 }
 
+BIN=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release
+
+# $OUT/scale.svg: this run (labelled "this run") and every --compare run.
+draw_figure() {
+    if [[ ! -x $BIN/gang-eval ]]; then
+        warn "no $BIN/gang-eval: no scale.svg (cargo build --release -p gang-eval)"
+        return 0
+    fi
+    "$BIN/gang-eval" scale "this run=$OUT/scale.csv" "${COMPARE[@]}" --out "$OUT" >/dev/null \
+        || die "gang-eval could not draw $OUT/scale.svg"
+    step "figure: $OUT/scale.svg"
+}
+
 if ((TABLE_ONLY)); then
     [[ -f $OUT/scale.csv ]] || die "no $OUT/scale.csv"
     print_table
+    draw_figure
     exit 0
 fi
 
-BIN=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release
 if ((BUILD)); then
-    step "building gangd and gang-load"
-    (export BPF_CLANG=${BPF_CLANG:-clang-19}; cargo build --release -p gang-coordinator --bins >&2)
+    step "building gangd, gang-load and gang-eval"
+    (export BPF_CLANG=${BPF_CLANG:-clang-19}; cargo build --release -p gang-coordinator -p gang-eval --bins >&2)
 fi
 for b in gangd gang-load; do [[ -x $BIN/$b ]] || die "$BIN/$b missing (build it, or drop --no-build)"; done
 
@@ -126,4 +143,5 @@ done
 [[ -f $CSV ]] || die "no N completed"
 
 print_table
+draw_figure
 step "CSV: $CSV; table: $OUT/table.txt"

@@ -26,7 +26,10 @@
 //! - [`lone`]: the lone-job table (MPL 1 against eevdf and bpfland, with
 //!   the ranks' rankprobe figures: issue 15).
 //!
-//! `src/main.rs` is only the command line (`gang-eval report|check|bench|lone`).
+//! - [`scale`]: the load harness's table (scripts/bench_scale.sh), read
+//!   back for the figure of gangd's costs against N (issue 14).
+//!
+//! `src/main.rs` is only the command line (`gang-eval report|check|bench|lone|scale`).
 
 pub mod bench;
 pub mod check;
@@ -35,6 +38,7 @@ pub mod lone;
 pub mod metrics;
 pub mod records;
 pub mod report;
+pub mod scale;
 pub mod targets;
 
 /// Policy names the evaluation knows (their colours are fixed).

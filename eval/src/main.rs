@@ -10,6 +10,9 @@
 //! `gang-eval bench DIR --nodes "1 2 3" ...`: the cluster benchmark's
 //! DIR/runs.csv, results.csv and table.txt (also printed) from its boots in
 //! DIR/n<N>/.
+//! `gang-eval scale [LABEL=]CSV... --out DIR`: DIR/scale.svg, the load
+//! harness's figures against N (scripts/bench_scale.sh's scale.csv), a line
+//! per run.
 //! Malformed input or bad arguments: exit 2.
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -44,6 +47,19 @@ enum Cmd {
     Bench(BenchArgs),
     /// The lone-job table: DIR/lone.txt (printed) and DIR/lone.csv.
     Lone(LoneArgs),
+    /// DIR/scale.svg: gangd's costs against the number of nodes, a line per run.
+    Scale(ScaleArgs),
+}
+
+#[derive(Args)]
+struct ScaleArgs {
+    /// scale.csv files of scripts/bench_scale.sh, as LABEL=PATH or PATH
+    /// (labelled by its directory).
+    #[arg(required = true)]
+    runs: Vec<String>,
+    /// Output directory (created if needed).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -292,7 +308,39 @@ fn lone(a: LoneArgs) -> ExitCode {
     match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gang-eval: cannot write lone.txt/lone.csv into {}: {e}", a.out.display());
+            eprintln!(
+                "gang-eval: cannot write lone.txt/lone.csv into {}: {e}",
+                a.out.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn scale(a: ScaleArgs) -> ExitCode {
+    let mut runs = Vec::new();
+    for arg in &a.runs {
+        let (label, path) = gang_eval::scale::label_and_path(arg);
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| format!("{path}: {e}"))
+            .and_then(|text| gang_eval::scale::parse(&path, &text));
+        match parsed {
+            Ok(rows) => runs.push(gang_eval::scale::ScaleRun { label, rows }),
+            Err(e) => {
+                eprintln!("gang-eval: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let svg = gang_eval::figures::scale_svg(&runs);
+    let out = a.out.join("scale.svg");
+    match std::fs::create_dir_all(&a.out).and_then(|_| std::fs::write(&out, svg)) {
+        Ok(()) => {
+            println!("{}", out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gang-eval: cannot write {}: {e}", out.display());
             ExitCode::from(1)
         }
     }
@@ -353,5 +401,6 @@ fn main() -> ExitCode {
         Cmd::Check(a) => run_check(a),
         Cmd::Bench(a) => bench(a),
         Cmd::Lone(a) => lone(a),
+        Cmd::Scale(a) => scale(a),
     }
 }

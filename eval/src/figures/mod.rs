@@ -8,6 +8,8 @@
 //!   switching policy, per workload at its highest MPL)
 //! - short_job.svg: how long does a short job take behind long ones, against
 //!   a FIFO queue and against running alone? (bars per policy)
+//! - scale.svg: what does gangd cost as the cluster grows? (the load
+//!   harness's figures against N, a line per run; issue 14)
 //!
 //! Every figure states its question in the title, labels its axes with
 //! units, has a legend and prints each value. A policy keeps one colour (the
@@ -32,6 +34,7 @@ mod axes;
 mod bars;
 mod makespan;
 mod page;
+mod scale;
 mod short_job;
 mod slowdown;
 mod style;
@@ -39,6 +42,7 @@ mod switch;
 
 pub use axes::Scale;
 pub use makespan::makespan_svg;
+pub use scale::{scale_svg, SCALE_TITLE};
 pub use short_job::short_job_svg;
 pub use slowdown::slowdown_svg;
 pub use style::{style, Marker, Style};

@@ -19,11 +19,11 @@ use crate::metrics::Analysis;
 use gang_plot::{element, Doc, PathData};
 
 /// A plotted mean (pixels), its max and value.
-struct Point {
-    x: f64,
-    y: f64,
-    max: Option<f64>,
-    v: f64,
+pub(super) struct Point {
+    pub x: f64,
+    pub y: f64,
+    pub max: Option<f64>,
+    pub v: f64,
 }
 
 /// A value label of one point.
@@ -45,7 +45,7 @@ fn spread(ys: &mut [(f64, usize)], gap: f64) {
 }
 
 /// Lines only between neighbouring present points: gaps stay gaps.
-fn lines(d: &mut Doc, pts: &[Option<Point>], colour: &str) {
+pub(super) fn lines(d: &mut Doc, pts: &[Option<Point>], colour: &str) {
     for run in pts.split(Option::is_none) {
         if run.len() < 2 {
             continue;
