@@ -21,6 +21,7 @@ pub mod events;
 pub mod freezer;
 pub mod gangs;
 pub mod knobs;
+pub mod park_bench;
 pub mod pmix_guard;
 pub mod preflight;
 pub mod slots;

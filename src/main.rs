@@ -182,6 +182,17 @@ enum Command {
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
     },
+    /// Time the steps of a park (freezer, cgroup ids, sock_diag) on one
+    /// gang, freezing and thawing it ROUNDS times: a test gang only.
+    ParkBench {
+        /// The gang's cgroup directory.
+        dir: PathBuf,
+        #[arg(long, default_value = "40")]
+        rounds: u32,
+        /// Pause between rounds, in ms.
+        #[arg(long, default_value = "50")]
+        pause_ms: u64,
+    },
 }
 
 fn main() {
@@ -201,6 +212,11 @@ fn run(opts: Opts) -> Result<()> {
             ref svg,
             ref socket,
         }) => return trace_command(seconds, json.as_ref(), svg.as_ref(), socket),
+        Some(Command::ParkBench {
+            ref dir,
+            rounds,
+            pause_ms,
+        }) => return scx_gang::park_bench::run(dir, rounds, Duration::from_millis(pause_ms)),
         Some(Command::Ctl {
             ref requests,
             interval_ms,
