@@ -14,6 +14,20 @@
 //! channel the loop polls). A Freeze or a Switch from outside (gangd went
 //! back to commands) ends the plan.
 //!
+//! A new column while a plan is followed (Request::Column: gangd's
+//! Schedule, sent before the Plan it goes with) is not installed at once:
+//! the nodes would run the new table's slots under the old plan, each from
+//! the moment its Schedule came. It is held, bound to the next plan of
+//! another id, and installed at that plan's first switch, at its boundary,
+//! in one step with the switch (`Switcher::column_at_switch`): the old
+//! table rules up to the boundary, the new one from it. That switch is
+//! carried out by the loop at the boundary (its timer), not by a BPF timer,
+//! so it is as late as the loop's wake-up. While a column waits, parks
+//! leave nothing running across the switch (the new table's slot numbers
+//! are not the old one's). A held column is installed at once if commands
+//! take over (Freeze, Switch, Unplan) or no new plan comes within
+//! COLUMN_WAIT.
+//!
 //! Known faults: the drain's answer is polled (1 ms), not woken on; a
 //! switch the switcher refused is abandoned (logged, no report), and the
 //! follower goes on with the next boundary.
@@ -27,7 +41,7 @@ use log::warn;
 
 use super::timed::{Action, Done, FollowConfig, Follower};
 use super::Switcher;
-use crate::control::{FrozenReport, Request};
+use crate::control::{FrozenReport, GangCpus, Request};
 
 /// Told every timed switch, with its park report (barrier = strict).
 pub type SwitchedSink = Arc<dyn Fn(&Done, Option<&FrozenReport>) + Send + Sync>;
@@ -36,6 +50,30 @@ pub type SwitchedSink = Arc<dyn Fn(&Done, Option<&FrozenReport>) + Send + Sync>;
 const MIN_LEAD: Duration = Duration::from_millis(2);
 /// How often the loop looks for a drain's answer.
 const DRAIN_POLL: Duration = Duration::from_millis(1);
+/// How long a column waits for the plan it goes with.
+pub const COLUMN_WAIT: Duration = Duration::from_secs(2);
+/// A boundary this close before a plan's effective instant is its first
+/// (the plan is converted again every second: its instants move by µs).
+const EFFECTIVE_SLACK_NS: u64 = 1_000_000;
+
+type Column = Vec<Vec<GangCpus>>;
+
+/// Where a column held back for a plan is.
+enum Held {
+    /// Came while a plan was followed, at this instant: waits for the
+    /// next plan of an id other than `plan_id`.
+    Staged { at_ns: u64, plan_id: Option<u64> },
+    /// That plan came: installed at its first switch at or after
+    /// `effective_ns`.
+    Bound { effective_ns: u64 },
+    /// That switch is due at `at_ns`: the loop carries it out then.
+    Due {
+        slot: u32,
+        gen: u64,
+        slot_ms: u32,
+        at_ns: u64,
+    },
+}
 
 pub struct Follow {
     follower: Follower,
@@ -44,6 +82,10 @@ pub struct Follow {
     /// The park report of the switch armed now.
     drain: Option<FrozenReport>,
     sink: Option<SwitchedSink>,
+    /// A column held back for a plan's first boundary, and where it is.
+    column: Option<(Column, Held)>,
+    /// The id of the plan followed.
+    plan_id: Option<u64>,
 }
 
 impl Follow {
@@ -61,12 +103,20 @@ impl Follow {
             drained_rx,
             drain: None,
             sink,
+            column: None,
+            plan_id: None,
         }
     }
 
     /// A request meant for the follower is taken (its answer); a Freeze or
-    /// Switch from outside ends the plan and goes on to `handle` (None).
-    pub fn take(&mut self, request: &Request) -> Option<Result<()>> {
+    /// Switch from outside ends the plan and goes on to `handle` (None),
+    /// after a held column is installed. `now`: CLOCK_MONOTONIC ns.
+    pub fn take(
+        &mut self,
+        sw: &mut dyn Switcher,
+        request: &Request,
+        now: u64,
+    ) -> Option<Result<()>> {
         match request {
             Request::Plan {
                 plan,
@@ -82,18 +132,46 @@ impl Follow {
                     fixed_lead_us: None,
                     clock_error_ns: *clock_error_ns,
                 });
-                Some(
-                    self.follower
-                        .set_plan(plan.clone(), *effective_ns)
-                        .map_err(|e| anyhow!("plan {} refused: {e}", plan.id)),
-                )
+                if let Err(e) = self.follower.set_plan(plan.clone(), *effective_ns) {
+                    return Some(Err(anyhow!("plan {} refused: {e}", plan.id)));
+                }
+                let new_plan = self.plan_id != Some(plan.id);
+                self.plan_id = Some(plan.id);
+                if let Some((_, held)) = &mut self.column {
+                    match held {
+                        Held::Staged { plan_id, .. } if new_plan || *plan_id != Some(plan.id) => {
+                            *held = Held::Bound {
+                                effective_ns: *effective_ns,
+                            }
+                        }
+                        // The same plan converted again, or one that
+                        // replaces it before its first boundary.
+                        Held::Bound { effective_ns: e } => *e = *effective_ns,
+                        _ => {}
+                    }
+                }
+                Some(Ok(()))
+            }
+            Request::Column { slots } if self.follower.following() => {
+                self.column = Some((
+                    slots.clone(),
+                    Held::Staged {
+                        at_ns: now,
+                        plan_id: self.plan_id,
+                    },
+                ));
+                Some(Ok(()))
             }
             Request::Unplan => {
+                self.install_held(sw, "the plan ended");
                 self.follower.clear();
+                self.plan_id = None;
                 Some(Ok(()))
             }
             Request::Freeze { .. } | Request::Switch { .. } => {
+                self.install_held(sw, "switch commands took over");
                 self.follower.clear();
+                self.plan_id = None;
                 self.drain = None;
                 None
             }
@@ -101,8 +179,27 @@ impl Follow {
         }
     }
 
+    /// A held column installed at once, if there is one.
+    fn install_held(&mut self, sw: &mut dyn Switcher, why: &str) {
+        if let Some((slots, _)) = self.column.take() {
+            log::info!("the schedule held for the next plan is installed now: {why}");
+            if let Err(e) = sw.column(slots, false) {
+                warn!("the schedule held for the next plan: {e:#}");
+            }
+        }
+    }
+
     /// One turn of the loop at `now` (CLOCK_MONOTONIC ns).
     pub fn turn(&mut self, sw: &mut dyn Switcher, now: u64) {
+        match self.column {
+            Some((_, Held::Staged { at_ns, .. }))
+                if now.saturating_sub(at_ns) > COLUMN_WAIT.as_nanos() as u64 =>
+            {
+                self.install_held(sw, "no plan came with it");
+            }
+            Some((_, Held::Due { at_ns, .. })) if now >= at_ns => self.switch_with_column(sw, now),
+            _ => {}
+        }
         while let Ok((gen, report)) = self.drained_rx.try_recv() {
             let timed_out = !report.drained;
             self.drain = Some(report);
@@ -123,6 +220,34 @@ impl Follow {
         }
     }
 
+    /// The plan's first switch, due now, with its column.
+    fn switch_with_column(&mut self, sw: &mut dyn Switcher, now: u64) {
+        let Some((
+            slots,
+            Held::Due {
+                slot, gen, slot_ms, ..
+            },
+        )) = self.column.take()
+        else {
+            return;
+        };
+        match sw.column_at_switch(slots, slot, gen, slot_ms) {
+            Ok(()) => {
+                if let Some(done) = self.follower.fired(gen, now) {
+                    let drain = self.drain.take();
+                    if let Some(sink) = &self.sink {
+                        sink(&done, drain.as_ref());
+                    }
+                }
+            }
+            Err(e) => {
+                warn!("timed switch {gen} to slot {slot} with the new schedule refused: {e:#}");
+                self.follower.abandon(gen);
+                self.drain = None;
+            }
+        }
+    }
+
     fn act(&mut self, sw: &mut dyn Switcher, action: Action, now: u64) {
         match action {
             Action::Park {
@@ -130,11 +255,10 @@ impl Follow {
                 to_slot,
                 timeout_ms,
             } => {
-                match sw.freeze(
-                    gen,
-                    Some(to_slot),
-                    Duration::from_millis(u64::from(timeout_ms)),
-                ) {
+                // The new table's slot numbers are not the old one's:
+                // nothing runs on across a switch into it.
+                let across = self.column.is_none().then_some(to_slot);
+                match sw.freeze(gen, across, Duration::from_millis(u64::from(timeout_ms))) {
                     Ok(job) => {
                         let tx = self.drained_tx.clone();
                         std::thread::spawn(move || {
@@ -163,6 +287,23 @@ impl Follow {
                 slot_ms,
                 at_ns,
             } => {
+                if let Some((_, held)) = &mut self.column {
+                    if let Held::Bound { effective_ns } = *held {
+                        if at_ns.saturating_add(EFFECTIVE_SLACK_NS) >= effective_ns {
+                            // The loop carries it out at the boundary.
+                            *held = Held::Due {
+                                slot,
+                                gen,
+                                slot_ms,
+                                at_ns,
+                            };
+                            if at_ns <= now {
+                                self.switch_with_column(sw, now);
+                            }
+                            return;
+                        }
+                    }
+                }
                 if let Err(e) = sw.switch(slot, gen, slot_ms, at_ns) {
                     warn!("timed switch {gen} to slot {slot} refused: {e:#}");
                     self.follower.abandon(gen);
@@ -180,6 +321,9 @@ impl Follow {
     pub fn wait(&self, now: u64) -> Option<Duration> {
         if self.follower.parking() {
             return Some(DRAIN_POLL);
+        }
+        if let Some((_, Held::Due { at_ns, .. })) = self.column {
+            return Some(Duration::from_nanos(at_ns.saturating_sub(now)));
         }
         let at = self.follower.next_wake(now)?;
         Some(Duration::from_nanos(at.saturating_sub(now)))

@@ -75,7 +75,7 @@ pub fn run(
 
 fn take(sw: &mut dyn Switcher, follow: &mut Follow, msg: Inbox, knobs: &SharedKnobs) {
     match msg {
-        Inbox::Request(p) => match follow.take(&p.request) {
+        Inbox::Request(p) => match follow.take(sw, &p.request, monotonic_ns()) {
             Some(result) => {
                 let _ = p.reply.send(match result {
                     Ok(()) => Response::ok(),

@@ -177,6 +177,21 @@ pub trait Switcher {
     /// A coordinator's column (Request::Column), or with `strict` an
     /// explicit schedule (Request::Schedule). All or nothing.
     fn column(&mut self, slots: Vec<Vec<GangCpus>>, strict: bool) -> Result<()>;
+    /// A plan's column at its first boundary (timed switching, follow.rs):
+    /// the column installed and `slot` in force at once, as one step, so
+    /// the old table rules up to the boundary and the new one from it. All
+    /// or nothing. The BPF mode writes the table and switches with no
+    /// re-switch of the slot in force between them.
+    fn column_at_switch(
+        &mut self,
+        slots: Vec<Vec<GangCpus>>,
+        slot: u32,
+        gen: u64,
+        slot_ms: u32,
+    ) -> Result<()> {
+        self.column(slots, false)?;
+        self.switch(slot, gen, slot_ms, 0)
+    }
     /// A switch command: `slot` is in force from now (or from `at_ns` on
     /// this node's CLOCK_MONOTONIC, if later), for `slot_ms` (0: unknown).
     fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32, at_ns: u64) -> Result<()>;

@@ -291,6 +291,19 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         }
     }
 
+    fn column_at_switch(
+        &mut self,
+        slots: Vec<Vec<GangCpus>>,
+        slot: u32,
+        gen: u64,
+        slot_ms: u32,
+    ) -> Result<()> {
+        self.rescan();
+        self.commanded_len_ns = u64::from(slot_ms) * 1_000_000;
+        self.take_command();
+        self.install_column_then(slots, Some((slot, gen)))
+    }
+
     fn switch(&mut self, slot: u32, gen: u64, slot_ms: u32, at_ns: u64) -> Result<()> {
         self.commanded_len_ns = u64::from(slot_ms) * 1_000_000;
         if self.mode == Mode::Standalone {

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use log::{info, warn};
 
 use crate::bpf_intf::*;
@@ -135,6 +135,13 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     /// Writes the table into BPF and re-installs the slot in force so every
     /// CPU follows the new table at once.
     pub(super) fn push_table(&mut self) -> Result<()> {
+        self.push_table_then(None)
+    }
+
+    /// Writes the table into BPF, then switches: to `then` (slot,
+    /// generation: a plan's boundary, timed switching), or else re-installs
+    /// the slot in force, so every CPU follows the new table at once.
+    pub(super) fn push_table_then(&mut self, then: Option<(u32, u64)>) -> Result<()> {
         let masks: Vec<u32> = (0..MAX_GANGS as GangId)
             .map(|g| self.table.slot_mask(g))
             .collect();
@@ -152,12 +159,14 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
         self.warn_if_slots_shortened();
         let n = self.nr_slots() as u32;
-        if n > 0 {
-            self.switch_slot(
+        match then {
+            Some((slot, gen)) => self.switch_slot(slot, gen, gang_switch_cause_SWITCH_TIMED)?,
+            None if n > 0 => self.switch_slot(
                 if cur < n { cur } else { 0 },
                 gen + 1,
                 gang_switch_cause_SWITCH_COMMAND,
-            )?;
+            )?,
+            None => {}
         }
         Ok(())
     }
@@ -235,8 +244,26 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
     /// The coordinator's column (see Request::Column). All or nothing.
     pub(super) fn install_column(&mut self, slots: Vec<Vec<GangCpus>>) -> Result<()> {
+        self.install_column_then(slots, None)
+    }
+
+    /// The column, then the switch `then` (slot, generation) instead of
+    /// the slot in force again: a plan's first boundary, which brings its
+    /// column (`Switcher::column_at_switch`). All or nothing: a column
+    /// refused, or a slot it does not have, leaves the old table in force.
+    pub(super) fn install_column_then(
+        &mut self,
+        slots: Vec<Vec<GangCpus>>,
+        then: Option<(u32, u64)>,
+    ) -> Result<()> {
         // Checks the slot count too (check_column).
         let (table, absent) = self.column_table(&slots, true)?;
+        if let Some((slot, _)) = then {
+            let n = table.nr_slots().max(slots.len());
+            if slot as usize >= n {
+                bail!("slot {slot} does not exist (the new schedule has {n} slots)");
+            }
+        }
         if !absent.is_empty() {
             info!(
                 "schedule: {} have no tasks here (yet): their CPUs stay free until they do",
@@ -247,7 +274,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         self.table = table;
         self.min_slots = slots.len();
         self.column = Some(slots);
-        self.push_table()?;
+        self.push_table_then(then)?;
         self.thaw();
         Ok(())
     }

@@ -425,7 +425,7 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
             drain_timeout_ms: 5,
             clock_error_ns: 0,
         };
-        assert!(follow.take(&plan).unwrap().is_ok());
+        assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
         let deadline = Instant::now() + Duration::from_secs(5);
         while reports.lock().unwrap().len() < 2 && Instant::now() < deadline {
             follow.turn(&mut sw, monotonic_ns());
@@ -461,8 +461,147 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
             slot_ms: 60,
             at_ns: 0,
         };
-        assert!(follow.take(&switch).is_none(), "handled by the switcher");
+        assert!(
+            follow.take(&mut sw, &switch, monotonic_ns()).is_none(),
+            "handled by the switcher"
+        );
         assert_eq!(follow.wait(monotonic_ns()), None);
         let _ = fs::remove_dir_all(&root);
     }
+}
+
+/// A plan of `slots` slot numbers, `slot_ms` each, from `epoch` on.
+#[cfg(test)]
+fn plan_request(id: u64, epoch: u64, first_gen: u64, slots: &[u32]) -> Request {
+    use gang_wire::plan::{Plan, PlannedSlot};
+    Request::Plan {
+        plan: Plan {
+            id,
+            epoch_ns: epoch,
+            slot_ms: 60,
+            slots: slots.iter().map(|&slot| PlannedSlot { slot }).collect(),
+            first_gen: gang_wire::proto::Gen(first_gen),
+        },
+        effective_ns: epoch,
+        strict: false,
+        drain_timeout_ms: 5,
+        clock_error_ns: 0,
+    }
+}
+
+/// gangd sends a node's new Schedule, then the Plan it goes with, which
+/// takes effect at a boundary ahead. Installed on receipt, the new table
+/// would run under the old plan until then (each node from the moment its
+/// Schedule came): it is held, and installed at the new plan's first
+/// boundary, with that switch.
+#[test]
+fn a_column_that_comes_with_a_plan_takes_effect_at_its_first_boundary() {
+    use crate::switching::follow::Follow;
+    use crate::switching::timed::Done;
+    use std::sync::Mutex;
+
+    let root = gang_root("column-at-plan", &["job1", "job2", "job3"]);
+    let (mut sw, knobs) = switcher(&root);
+    let id = |sw: &BpfSwitcher<FakeBpf>, g: &str| sw.registry.get(g).unwrap().id;
+    let old = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
+    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let seen = reports.clone();
+    let mut follow = Follow::new(Some(Arc::new(
+        move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+    )));
+    // The loop's turns until `n` switches were reported; the armed timer
+    // fires at once (barrier off arms half a slot ahead); `each` looks on.
+    let run_until = |follow: &mut Follow,
+                     sw: &mut BpfSwitcher<FakeBpf>,
+                     n: usize,
+                     each: &mut dyn FnMut(&BpfSwitcher<FakeBpf>)| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reports.lock().unwrap().len() < n && Instant::now() < deadline {
+            follow.turn(sw, monotonic_ns());
+            sw.bpf.fire_armed();
+            each(sw);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let epoch = monotonic_ns() + 20_000_000;
+    let plan1 = plan_request(1, epoch, 10, &[0, 1]);
+    assert!(follow
+        .take(&mut sw, &plan1, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    run_until(&mut follow, &mut sw, 1, &mut |_| {});
+    assert_eq!(reports.lock().unwrap().len(), 1);
+
+    // The new column while plan 1 is followed: held, the old table stays.
+    let new = column(&[&[("job3", "0-3")], &[("job1", "0-3")]]);
+    let taken = follow.take(&mut sw, &Request::Column { slots: new }, monotonic_ns());
+    assert!(taken.unwrap().is_ok());
+    assert_eq!(
+        sw.table.owner(0, 0),
+        Some(id(&sw, "job1")),
+        "not installed on receipt"
+    );
+    // Plan 1 converted again (same id): the column still waits.
+    let again = plan_request(1, epoch, 10, &[0, 1]);
+    assert!(follow
+        .take(&mut sw, &again, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    // Plan 2 from a boundary 150 ms ahead.
+    let effective = monotonic_ns() + 150_000_000;
+    let plan2 = plan_request(2, effective, 20, &[0, 1]);
+    assert!(follow
+        .take(&mut sw, &plan2, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    let job3 = id(&sw, "job3");
+    let mut changed_at = None;
+    let reports_before = reports.lock().unwrap().len();
+    run_until(&mut follow, &mut sw, reports_before + 1, &mut |sw| {
+        if changed_at.is_none() && sw.table.owner(0, 0) == Some(job3) {
+            changed_at = Some(monotonic_ns());
+        }
+    });
+    let got = reports.lock().unwrap().clone();
+    let first = got.last().unwrap();
+    assert_eq!((first.gen, first.slot), (20, 0), "{got:?}");
+    let at = changed_at.expect("the new table was installed");
+    assert!(
+        at >= effective,
+        "installed {} µs before the boundary",
+        (effective - at) / 1000
+    );
+    assert_eq!(
+        sw.bpf.cur,
+        (0, 20),
+        "the boundary's switch, with the new table"
+    );
+    assert_eq!(sw.table.owner(1, 0), Some(id(&sw, "job1")));
+
+    // A column held when commands take over is installed at once.
+    let last = column(&[&[("job2", "0-3")]]);
+    assert!(follow
+        .take(&mut sw, &Request::Column { slots: last }, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    assert_eq!(sw.table.owner(0, 0), Some(job3));
+    let switch = Request::Switch {
+        slot: 0,
+        gen: 99,
+        slot_ms: 60,
+        at_ns: 0,
+    };
+    assert!(follow.take(&mut sw, &switch, monotonic_ns()).is_none());
+    assert_eq!(
+        sw.table.owner(0, 0),
+        Some(id(&sw, "job2")),
+        "installed before the command"
+    );
+    // Without a plan, a column is installed on receipt, as always.
+    let plain = column(&[&[("job1", "0-3")]]);
+    assert!(follow
+        .take(&mut sw, &Request::Column { slots: plain }, monotonic_ns())
+        .is_none());
+    let _ = fs::remove_dir_all(&root);
 }
