@@ -63,9 +63,14 @@ enum Held {
     /// Came while a plan was followed, at this instant: waits for the
     /// next plan of an id other than `plan_id`.
     Staged { at_ns: u64, plan_id: Option<u64> },
-    /// That plan came: installed at its first switch at or after
-    /// `effective_ns`.
-    Bound { effective_ns: u64 },
+    /// That plan came: installed at its first switch, into `first`
+    /// (generation, slot: its boundary at or after its effective instant),
+    /// or at any later one. A switch of the old plan still in progress
+    /// (its own generation and slot) is not it, even at the same instant.
+    Bound {
+        first: Option<(u64, u32)>,
+        effective_ns: u64,
+    },
     /// That switch is due at `at_ns`: the loop carries it out then.
     Due {
         slot: u32,
@@ -137,16 +142,21 @@ impl Follow {
                 }
                 let new_plan = self.plan_id != Some(plan.id);
                 self.plan_id = Some(plan.id);
+                let bound = Held::Bound {
+                    first: plan
+                        .boundaries(effective_ns.saturating_sub(EFFECTIVE_SLACK_NS), 1)
+                        .first()
+                        .map(|b| (b.gen.0, b.slot)),
+                    effective_ns: *effective_ns,
+                };
                 if let Some((_, held)) = &mut self.column {
                     match held {
                         Held::Staged { plan_id, .. } if new_plan || *plan_id != Some(plan.id) => {
-                            *held = Held::Bound {
-                                effective_ns: *effective_ns,
-                            }
+                            *held = bound
                         }
                         // The same plan converted again, or one that
                         // replaces it before its first boundary.
-                        Held::Bound { effective_ns: e } => *e = *effective_ns,
+                        Held::Bound { .. } => *held = bound,
                         _ => {}
                     }
                 }
@@ -231,7 +241,7 @@ impl Follow {
         else {
             return;
         };
-        match sw.column_at_switch(slots, slot, gen, slot_ms) {
+        match sw.column_at_switch(slots.clone(), slot, gen, slot_ms) {
             Ok(()) => {
                 if let Some(done) = self.follower.fired(gen, now) {
                     let drain = self.drain.take();
@@ -244,6 +254,10 @@ impl Follow {
                 warn!("timed switch {gen} to slot {slot} with the new schedule refused: {e:#}");
                 self.follower.abandon(gen);
                 self.drain = None;
+                // The column is gangd's all the same: in force now.
+                if let Err(e) = sw.column(slots, false) {
+                    warn!("the new schedule: {e:#}");
+                }
             }
         }
     }
@@ -288,8 +302,16 @@ impl Follow {
                 at_ns,
             } => {
                 if let Some((_, held)) = &mut self.column {
-                    if let Held::Bound { effective_ns } = *held {
-                        if at_ns.saturating_add(EFFECTIVE_SLACK_NS) >= effective_ns {
+                    if let Held::Bound {
+                        first,
+                        effective_ns,
+                    } = *held
+                    {
+                        let its = match first {
+                            Some((g, s)) => gen > g || (gen == g && slot == s),
+                            None => at_ns.saturating_add(EFFECTIVE_SLACK_NS) >= effective_ns,
+                        };
+                        if its {
                             // The loop carries it out at the boundary.
                             *held = Held::Due {
                                 slot,

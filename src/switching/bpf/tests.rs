@@ -28,6 +28,10 @@ struct FakeBpf {
     armed: Option<(u32, u64)>,
     /// The last one that fired: (gen, ns).
     fired: (u64, u64),
+    /// Tables written so far, and (slot, gen, tables written by then) of
+    /// every switch: which table each switch went into.
+    tables: u32,
+    switched_after: Vec<(u32, u64, u32)>,
 }
 
 impl FakeBpf {
@@ -57,6 +61,7 @@ impl BpfScheduler for FakeBpf {
     fn set_ranks(&mut self, _ranks: &[u32]) {}
     fn write_table(&mut self, _table: &SlotTable, _masks: &[u32], nr_slots: u32) -> (u32, u64) {
         self.nr_slots = nr_slots;
+        self.tables += 1;
         self.cur
     }
     fn write_knobs(&mut self, _knobs: &NodeKnobs) {}
@@ -82,6 +87,7 @@ impl BpfScheduler for FakeBpf {
             }
         }
         self.switched.push((slot, gen, slot_len_ns));
+        self.switched_after.push((slot, gen, self.tables));
         Ok(())
     }
     fn rehome_gang(&mut self, gang: GangId) -> Result<()> {
@@ -473,6 +479,18 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
 /// A plan of `slots` slot numbers, `slot_ms` each, from `epoch` on.
 #[cfg(test)]
 fn plan_request(id: u64, epoch: u64, first_gen: u64, slots: &[u32]) -> Request {
+    plan_request_with(id, epoch, first_gen, slots, false, 5)
+}
+
+#[cfg(test)]
+fn plan_request_with(
+    id: u64,
+    epoch: u64,
+    first_gen: u64,
+    slots: &[u32],
+    strict: bool,
+    drain_timeout_ms: u32,
+) -> Request {
     use gang_wire::plan::{Plan, PlannedSlot};
     Request::Plan {
         plan: Plan {
@@ -483,8 +501,8 @@ fn plan_request(id: u64, epoch: u64, first_gen: u64, slots: &[u32]) -> Request {
             first_gen: gang_wire::proto::Gen(first_gen),
         },
         effective_ns: epoch,
-        strict: false,
-        drain_timeout_ms: 5,
+        strict,
+        drain_timeout_ms,
         clock_error_ns: 0,
     }
 }
@@ -603,5 +621,96 @@ fn a_column_that_comes_with_a_plan_takes_effect_at_its_first_boundary() {
     assert!(follow
         .take(&mut sw, &Request::Column { slots: plain }, monotonic_ns())
         .is_none());
+    let _ = fs::remove_dir_all(&root);
+}
+
+/// The old plan's switch still in progress when the new plan comes (its
+/// park outlasts the new plan's effective instant, here the same boundary
+/// with another slot) is carried out with the old table, as it was
+/// planned; the column goes with the new plan's own next switch.
+#[test]
+fn the_old_plans_switch_in_progress_keeps_the_old_table() {
+    use crate::switching::follow::Follow;
+    use crate::switching::timed::Done;
+    use std::sync::Mutex;
+
+    let root = gang_root("column-old-step", &["job1", "job2", "job3"]);
+    let (mut sw, knobs) = switcher(&root);
+    let id = |sw: &BpfSwitcher<FakeBpf>, g: &str| sw.registry.get(g).unwrap().id;
+    let old = column(&[&[("job1", "0-3")], &[("job2", "0-3")], &[("job3", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
+    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let seen = reports.clone();
+    let mut follow = Follow::new(Some(Arc::new(
+        move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+    )));
+    // Strict; the fake freezer never reports frozen, so each park lasts
+    // its 300 ms timeout: the switch to gen 11 (slot 1) is parked for long.
+    let epoch = monotonic_ns() + 30_000_000;
+    let plan1 = plan_request_with(1, epoch, 10, &[0, 1, 2], true, 300);
+    assert!(follow
+        .take(&mut sw, &plan1, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut sent = false;
+    let mut old_tables = 0;
+    while reports.lock().unwrap().len() < 3 && Instant::now() < deadline {
+        let now = monotonic_ns();
+        follow.turn(&mut sw, now);
+        if let Some((_, gen)) = sw.bpf.armed {
+            if now >= epoch + (gen - 10) * 60_000_000 {
+                sw.bpf.fire_armed();
+            }
+        }
+        // While the park for gen 11 waits: the new column and plan 2,
+        // effective at that very boundary, where its gen 11 is slot 0.
+        let parking = follow.wait(now) == Some(Duration::from_millis(1));
+        if parking && !sent && reports.lock().unwrap().len() == 1 {
+            sent = true;
+            old_tables = sw.bpf.tables;
+            let new = column(&[&[("job3", "0-3")], &[("job1", "0-3")]]);
+            assert!(follow
+                .take(&mut sw, &Request::Column { slots: new }, now)
+                .unwrap()
+                .is_ok());
+            let plan2 = plan_request_with(2, epoch + 60_000_000, 11, &[0, 1], true, 300);
+            assert!(follow.take(&mut sw, &plan2, now).unwrap().is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(sent, "the park for gen 11 was never seen");
+    let got = reports.lock().unwrap().clone();
+    assert!(got.len() >= 3, "{got:?}");
+    assert_eq!(
+        (got[1].gen, got[1].slot),
+        (11, 1),
+        "the old plan's switch: {got:?}"
+    );
+    let into = |gen: u64| {
+        let found = sw.bpf.switched_after.iter().find(|x| x.1 == gen);
+        found.map(|&(_, _, tables)| tables)
+    };
+    assert_eq!(
+        into(11),
+        Some(old_tables),
+        "the old plan's switch, into the old table"
+    );
+    assert_eq!(
+        into(got[2].gen),
+        Some(old_tables + 1),
+        "the new plan's, into the new one"
+    );
+    assert!(got[2].gen > 11, "{got:?}");
+    assert_eq!(
+        sw.table.owner(0, 0),
+        Some(id(&sw, "job3")),
+        "the new table is in force"
+    );
+    assert!(
+        sw.bpf.switched.iter().any(|&(s, g, _)| (s, g) == (1, 11)),
+        "{:?}",
+        sw.bpf.switched
+    );
     let _ = fs::remove_dir_all(&root);
 }
