@@ -16,7 +16,11 @@
 //! file's fsync) is done once for every node waiting (`flush_joins`, when
 //! the oldest has waited JOIN_BATCH: mod.rs), which then puts them in
 //! `nodes` and sends their Welcome: a node is in the state file before it
-//! hears it is in, and in the cluster from the moment it hears it.
+//! hears it is in, and in the cluster from the moment it hears it. With
+//! the Welcome a node gets the node directory (every node's id, name and
+//! address: gang-wire's proto/directory.rs), and every other node the
+//! entries of the nodes that joined, so that a job's peer table can name
+//! nodes by id (`welcome`).
 //!
 //! Liveness: a node is lost when a heartbeat sent to it has gone
 //! unanswered (nothing at all heard from the node since) for the node
@@ -38,12 +42,13 @@ use log::{info, warn};
 
 use crate::matrix::{self, Cluster};
 use crate::switch::barrier::Outbox;
+use gang_wire::proto::directory::{self, DirEntry};
 use gang_wire::proto::{
     ClockReport, ClockSource, ClockState, ExitStatus, FromAgent, NodeId, ToAgent, ToClient,
 };
 
 use super::jobs::Ending;
-use super::net::{self, ConnId, Link};
+use super::net::{self, ConnId, Frame, Link};
 use super::{Coordinator, JobId};
 
 /// Heartbeats kept for the clock estimate.
@@ -316,17 +321,59 @@ impl Coordinator {
             self.conn_node.retain(|_, id| self.nodes.contains_key(id));
             return work.elapsed();
         }
-        let knobs = self.knobs.message();
-        for id in &joined {
-            if let Some(n) = self.nodes.get(id) {
-                n.link.send(&ToAgent::Welcome { node_id: *id });
-                n.link.send(&knobs);
-            }
-        }
+        self.welcome(&joined);
         self.check_adoption();
         self.placement_changed();
         self.publish_status();
         work.elapsed()
+    }
+
+    /// Welcomes the nodes just `joined`: each gets its Welcome, its id
+    /// in the node directory and the whole directory, then the knobs;
+    /// every other node gets the joined nodes' entries (directory.rs in
+    /// gang-wire), before any job can name them. Each directory chunk is
+    /// encoded once for all the nodes it goes to.
+    fn welcome(&self, joined: &[NodeId]) {
+        let entry = |n: &Node| DirEntry(n.id, n.name.clone(), n.addr.to_string());
+        let frames = |entries: Vec<DirEntry>| -> Vec<Frame> {
+            directory::chunks(entries)
+                .into_iter()
+                .filter_map(|nodes| {
+                    Frame::new(&ToAgent::NodeDirectory {
+                        you: None,
+                        reset: false,
+                        nodes,
+                    })
+                })
+                .collect()
+        };
+        let whole = frames(self.nodes.values().map(entry).collect());
+        let added = frames(
+            joined
+                .iter()
+                .filter_map(|id| self.nodes.get(id))
+                .map(entry)
+                .collect(),
+        );
+        let knobs = Frame::new(&self.knobs.message());
+        let new: std::collections::BTreeSet<NodeId> = joined.iter().copied().collect();
+        for n in self.nodes.values() {
+            if !new.contains(&n.id) {
+                for f in &added {
+                    n.link.send_frame(f);
+                }
+                continue;
+            }
+            n.link.send(&ToAgent::Welcome { node_id: n.id });
+            n.link.send(&ToAgent::NodeDirectory {
+                you: Some(n.id),
+                reset: true,
+                nodes: Vec::new(),
+            });
+            for f in whole.iter().chain(&knobs) {
+                n.link.send_frame(f);
+            }
+        }
     }
 
     /// Rebuilds the allocator's cluster from the live nodes, plus `add`,

@@ -12,11 +12,13 @@
 //!
 //! Reading: TLS records are read until the socket would block (the loop
 //! is edge-triggered), each batch decrypted and fed to the FrameDecoder,
-//! which bounds a frame (MAX_PAYLOAD). Writing: frames wait in `out`
-//! (counted in the Link's queue, MAX_QUEUED) and are handed to rustls
-//! only once rustls has written everything before them to the socket, so
-//! what gangd holds for a peer that does not read is bounded by the
-//! Link's cap plus one batch (OUT_BATCH) in rustls.
+//! which bounds a frame (MAX_PAYLOAD). Writing: frames wait in `urgent`
+//! (heartbeats, clock echoes: mod.rs) or `bulk` (everything else), both
+//! counted in the Link's queue (MAX_QUEUED), and are handed to rustls
+//! only once rustls has written everything before them to the socket,
+//! urgent ones first, so what gangd holds for a peer that does not read
+//! is bounded by the Link's cap plus one batch (OUT_BATCH) in rustls, and
+//! an urgent frame waits behind at most that batch.
 //!
 //! Known faults: `post` blocks when the coordinator's queue is full, and
 //! with it every link of the loop (the same back-pressure the reader
@@ -26,13 +28,14 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
 
 use log::info;
 use mio::net::TcpStream;
 
 use super::limits::{self, Held};
-use super::{ConnId, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
+use super::{ConnId, Frame, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
 use gang_wire::proto::tls::{self, rustls};
 use gang_wire::proto::{encode, FrameDecoder, FromAgent, ToAgent};
 use gang_wire::time::monotonic_ns;
@@ -42,7 +45,7 @@ const OUT_BATCH: usize = 256 << 10;
 
 /// What waits to be handed to TLS.
 enum Out {
-    Frame(Vec<u8>),
+    Frame(Arc<[u8]>),
     /// A ClockEcho, encoded with t3 read just before it goes to TLS.
     ClockEcho {
         seq: u64,
@@ -79,7 +82,9 @@ pub struct AgentConn {
     /// Before it: the handshake and the Hello (None once Linked).
     pub deadline: Option<Instant>,
     decoder: FrameDecoder<FromAgent>,
-    out: VecDeque<Out>,
+    /// Frames that go ahead of `bulk` (mod.rs).
+    urgent: VecDeque<Out>,
+    bulk: VecDeque<Out>,
 }
 
 /// What the loop lends a connection for one step.
@@ -111,7 +116,8 @@ impl AgentConn {
             stage: Stage::Handshake(held),
             deadline: Some(now + limits::HANDSHAKE_DEADLINE),
             decoder: FrameDecoder::new(),
-            out: VecDeque::new(),
+            urgent: VecDeque::new(),
+            bulk: VecDeque::new(),
         }
     }
 
@@ -223,7 +229,7 @@ impl AgentConn {
                     if !link.count(ECHO_QUEUED) {
                         return Err(self.end("not reading its clock echoes".into()));
                     }
-                    self.out.push_back(Out::ClockEcho { seq, t1, t2 });
+                    self.urgent.push_back(Out::ClockEcho { seq, t1, t2 });
                     Ok(())
                 }
                 msg => {
@@ -284,8 +290,13 @@ impl AgentConn {
     }
 
     /// A frame from the coordinator.
-    pub fn queue(&mut self, frame: Vec<u8>) {
-        self.out.push_back(Out::Frame(frame));
+    pub fn queue(&mut self, frame: Frame) {
+        let q = if frame.urgent {
+            &mut self.urgent
+        } else {
+            &mut self.bulk
+        };
+        q.push_back(Out::Frame(frame.bytes));
     }
 
     /// Writes what rustls holds, then hands it the next batch of frames,
@@ -299,15 +310,15 @@ impl AgentConn {
                 Ok(true) => {}
                 Err(e) => return Err(self.end(format!("{e}"))),
             }
-            if self.out.is_empty() {
+            if self.urgent.is_empty() && self.bulk.is_empty() {
                 return Ok(());
             }
             let mut handed = 0;
             while handed < OUT_BATCH {
-                let Some(out) = self.out.pop_front() else {
+                let Some(out) = self.urgent.pop_front().or_else(|| self.bulk.pop_front()) else {
                     break;
                 };
-                let (frame, counted) = match out {
+                let (frame, counted): (Arc<[u8]>, usize) = match out {
                     Out::Frame(f) => {
                         let n = f.len();
                         (f, n)
@@ -315,8 +326,8 @@ impl AgentConn {
                     Out::ClockEcho { seq, t1, t2 } => {
                         let t3 = monotonic_ns();
                         match encode(&ToAgent::ClockEcho { seq, t1, t2, t3 }) {
-                            Ok(f) => (f, ECHO_QUEUED),
-                            Err(_) => (Vec::new(), ECHO_QUEUED),
+                            Ok(f) => (f.into(), ECHO_QUEUED),
+                            Err(_) => (Arc::from(Vec::new()), ECHO_QUEUED),
                         }
                     }
                 };
