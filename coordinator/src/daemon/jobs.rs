@@ -264,6 +264,9 @@ impl Coordinator {
     }
 
     pub(super) fn spawn(&mut self, id: JobId) {
+        // The job's nodes know every node of it before its map names them.
+        let nodes: Vec<NodeId> = self.jobs[&id].nodes().into_iter().collect();
+        self.sync_directory(&nodes, 0);
         let j = self.jobs.get_mut(&id).expect("job of the table");
         // Each rank takes its node's next port, in rank order; every node
         // gets the same map (nodes by id, by runs: O(1) bytes for a job
