@@ -82,9 +82,33 @@ pub struct AgentConn {
     /// Before it: the handshake and the Hello (None once Linked).
     pub deadline: Option<Instant>,
     decoder: FrameDecoder<FromAgent>,
-    /// Frames that go ahead of `bulk` (mod.rs).
+    out: Queues,
+}
+
+/// What waits for TLS: urgent frames (mod.rs) go ahead of bulk ones
+/// queued before them; each queue keeps its order.
+#[derive(Default)]
+struct Queues {
     urgent: VecDeque<Out>,
     bulk: VecDeque<Out>,
+}
+
+impl Queues {
+    fn push(&mut self, out: Out, urgent: bool) {
+        if urgent {
+            self.urgent.push_back(out)
+        } else {
+            self.bulk.push_back(out)
+        }
+    }
+
+    fn pop(&mut self) -> Option<Out> {
+        self.urgent.pop_front().or_else(|| self.bulk.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.urgent.is_empty() && self.bulk.is_empty()
+    }
 }
 
 /// What the loop lends a connection for one step.
@@ -116,8 +140,7 @@ impl AgentConn {
             stage: Stage::Handshake(held),
             deadline: Some(now + limits::HANDSHAKE_DEADLINE),
             decoder: FrameDecoder::new(),
-            urgent: VecDeque::new(),
-            bulk: VecDeque::new(),
+            out: Queues::default(),
         }
     }
 
@@ -229,7 +252,7 @@ impl AgentConn {
                     if !link.count(ECHO_QUEUED) {
                         return Err(self.end("not reading its clock echoes".into()));
                     }
-                    self.urgent.push_back(Out::ClockEcho { seq, t1, t2 });
+                    self.out.push(Out::ClockEcho { seq, t1, t2 }, true);
                     Ok(())
                 }
                 msg => {
@@ -291,12 +314,7 @@ impl AgentConn {
 
     /// A frame from the coordinator.
     pub fn queue(&mut self, frame: Frame) {
-        let q = if frame.urgent {
-            &mut self.urgent
-        } else {
-            &mut self.bulk
-        };
-        q.push_back(Out::Frame(frame.bytes));
+        self.out.push(Out::Frame(frame.bytes), frame.urgent);
     }
 
     /// Writes what rustls holds, then hands it the next batch of frames,
@@ -310,12 +328,12 @@ impl AgentConn {
                 Ok(true) => {}
                 Err(e) => return Err(self.end(format!("{e}"))),
             }
-            if self.urgent.is_empty() && self.bulk.is_empty() {
+            if self.out.is_empty() {
                 return Ok(());
             }
             let mut handed = 0;
             while handed < OUT_BATCH {
-                let Some(out) = self.urgent.pop_front().or_else(|| self.bulk.pop_front()) else {
+                let Some(out) = self.out.pop() else {
                     break;
                 };
                 let (frame, counted): (Arc<[u8]>, usize) = match out {
@@ -404,4 +422,38 @@ fn kind(msg: &FromAgent) -> String {
         .ok()
         .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
         .unwrap_or_else(|| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(out: Option<Out>) -> Option<u8> {
+        match out? {
+            Out::Frame(f) => Some(f[0]),
+            Out::ClockEcho { seq, .. } => Some(seq as u8),
+        }
+    }
+
+    #[test]
+    fn urgent_frames_go_ahead_of_bulk_and_each_queue_keeps_its_order() {
+        let mut q = Queues::default();
+        let f = |b: u8| Out::Frame(Arc::from(vec![b]));
+        q.push(f(1), false);
+        q.push(f(2), false);
+        q.push(f(10), true);
+        q.push(
+            Out::ClockEcho {
+                seq: 11,
+                t1: 0,
+                t2: 0,
+            },
+            true,
+        );
+        q.push(f(3), false);
+        q.push(f(12), true);
+        let order: Vec<u8> = std::iter::from_fn(|| frame(q.pop())).collect();
+        assert_eq!(order, vec![10, 11, 12, 1, 2, 3]);
+        assert!(q.is_empty());
+    }
 }
