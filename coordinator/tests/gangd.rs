@@ -376,26 +376,36 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
             ag.spawned(a).len() == 1 && ag.spawned(b).len() == 1
         });
     }
-    // Every node gets the job's table once, before its SpawnRanks: every
-    // rank, in rank order, one per node, each node knowing its index.
+    // Every node gets the job's map once, the same bytes for all, before
+    // its SpawnRanks; with the node directory it got at its Welcome it
+    // expands to every rank, in rank order, one per node.
+    let mut maps = Vec::new();
     for (i, ag) in agents.iter().enumerate() {
         let got = ag.got();
-        let tables: Vec<(usize, u32, &PeerTable)> = got
+        let mut dir = Directory::default();
+        for m in &got {
+            if let ToAgent::NodeDirectory { you, reset, nodes } = m {
+                dir.apply(*you, *reset, nodes).unwrap();
+            }
+        }
+        assert_eq!(dir.len(), 3, "node {i} knows every node");
+        let tables: Vec<(usize, &JobMap)> = got
             .iter()
             .enumerate()
             .filter_map(|(at, m)| match m {
-                ToAgent::JobPeers { job, node, table } if *job == a => Some((at, *node, table)),
+                ToAgent::JobPeers { job, map } if *job == a => Some((at, map)),
                 _ => None,
             })
             .collect();
         assert_eq!(tables.len(), 1, "node {i}: {tables:?}");
-        let (at, node, table) = tables[0];
+        let (at, table) = tables[0];
+        maps.push(table.clone());
         let first_spawn = got
             .iter()
             .position(|m| matches!(m, ToAgent::SpawnRank { job, .. } if *job == a))
             .unwrap();
         assert!(at < first_spawn, "node {i}: the table comes first");
-        let list = table.expand().unwrap();
+        let list = table.expand(&dir).unwrap();
         let peers: Vec<&str> = list.split(',').collect();
         assert_eq!(peers.len(), 3, "{list}");
         assert!(peers.iter().all(|p| p.starts_with("127.0.0.1:")), "{list}");
@@ -411,8 +421,14 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
                 _ => None,
             })
             .collect();
-        assert_eq!(table.ranks_of(node as usize), spawned);
+        let mine: Vec<u32> = table
+            .ranks_of(dir.me().unwrap())
+            .iter()
+            .map(|&(r, _)| r)
+            .collect();
+        assert_eq!(mine, spawned);
     }
+    assert!(maps.windows(2).all(|w| w[0] == w[1]), "{maps:?}");
     wait_until("ten switches", || g.switches().len() >= 10);
     for ag in &agents {
         let got = ag.got();

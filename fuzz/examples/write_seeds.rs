@@ -102,4 +102,19 @@ fn main() {
         b"\x00none not in a gang (cgroup /user.slice)\n",
     );
     write("clock_answer", "cgroup", b"\x00/gangs/job3/rank0\n");
+
+    // A directory of three nodes, then a job over them, one run.
+    write(
+        "peer_map",
+        "three_nodes",
+        concat!(
+            r#"{"type":"node_directory","you":1,"reset":true,"nodes":[]}"#,
+            "\n",
+            r#"{"type":"node_directory","nodes":[[0,"n0","10.0.0.1"],[1,"n1","10.0.0.2"],[2,"n2","fd00::3"]]}"#,
+            "\n",
+            r#"{"type":"job_peers","job":4,"map":{"size":12,"runs":[[0,3,0,4,20000]]}}"#,
+            "\n",
+        )
+        .as_bytes(),
+    );
 }

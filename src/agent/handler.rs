@@ -7,13 +7,21 @@
 //! prepare::CHECK_TIMEOUT) delays the next job action, never a heartbeat. Freeze is answered by the freeze waiter when the drain is
 //! over, a trace by a thread of its own (trace.rs); the slot switch itself (Switch →
 //! Running) is one round trip to the main loop.
+//!
+//! The node directory (NodeDirectory: every node's id, name and address,
+//! gang-wire's proto/directory.rs) is kept here, on the reader thread: a
+//! job's JobPeers and PmiStart name nodes by id and are expanded against
+//! it here (`peers::expand`, `JobMap::layout`: O(ranks), bounded) before
+//! the job worker keeps the result.
 
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_wire::proto::{Barrier, ClockSource, FreezeReport, FromAgent, Gen, Placement, ToAgent};
+use gang_wire::proto::{
+    Barrier, ClockSource, Directory, FreezeReport, FromAgent, Gen, Placement, ToAgent,
+};
 use log::{info, warn};
 
 use crate::control::{self, Request};
@@ -25,6 +33,7 @@ use gang_wire::time::monotonic_ns;
 use super::cluster_clock::SharedClusterClock;
 use super::link::Link;
 use super::mainloop::{self, MainLoop};
+use super::peers;
 use super::plans::Plans;
 use super::ranks::{RankSpec, Ranks};
 use super::trace::Tracer;
@@ -63,6 +72,8 @@ pub struct Handler {
     cluster_clock: Arc<SharedClusterClock>,
     /// gangd's plan, followed by the main loop (timed switching).
     plans: Arc<Plans>,
+    /// The cluster's nodes, as gangd last said (NodeDirectory).
+    directory: Directory,
 }
 
 /// Logs a failure and tells gangd, naming the node.
@@ -112,6 +123,7 @@ impl Handler {
             job_worker,
             cluster_clock,
             plans,
+            directory: Directory::default(),
         })
     }
 
@@ -172,9 +184,17 @@ impl Handler {
                     link.send(FromAgent::Prepared { job, error });
                 });
             }
-            ToAgent::JobPeers { job, node, table } => {
-                self.job_action(move |ranks| ranks.peers().set(job, node, &table))
+            ToAgent::NodeDirectory { you, reset, nodes } => {
+                if let Err(e) = self.directory.apply(you, reset, &nodes) {
+                    self.error(e);
+                }
             }
+            ToAgent::JobPeers { job, map } => match peers::expand(job, &map, &self.directory) {
+                Ok((list, mine)) => {
+                    self.job_action(move |ranks| ranks.peers().set(job, list, mine))
+                }
+                Err(e) => self.error(e),
+            },
             ToAgent::SpawnRank {
                 job,
                 name,
@@ -237,7 +257,15 @@ impl Handler {
                 ranks,
                 preset,
                 layout,
+                map,
             } => {
+                // This gangd's layout is the job's map; an older one's is
+                // the list itself.
+                let layout = match map.map(|m| m.layout(&self.directory)).transpose() {
+                    Ok(Some(l)) => l,
+                    Ok(None) => layout,
+                    Err(e) => return self.error(format!("PMI for job {job}: {e}")),
+                };
                 if let Err(e) = self
                     .ranks
                     .pmi()

@@ -1,9 +1,11 @@
 //! The jobs' peer tables on this node: what a rank is told of its peers.
 //!
 //! gangd sends a job's table once per node (ToAgent::JobPeers, before the
-//! job's SpawnRanks; gang_wire::proto::peers has the format). The job
-//! worker checks and expands it at once (`set`) into the list ranks have
-//! always had, and each rank started gets it (`env`): in GANG_PEERS when it
+//! job's SpawnRanks; gang_wire::proto::peers has the format): nodes by id,
+//! their addresses in the node directory the handler keeps (gang-wire's
+//! proto/directory.rs). The handler checks and expands it at once
+//! (`expand`) into the list ranks have always had, the job worker keeps
+//! it (`set`), and each rank started gets it (`env`): in GANG_PEERS when it
 //! fits in one environment string (MAX_ARG_STRLEN), else in a file named by
 //! GANG_PEERS_FILE, written once per job, owned by the job's user and
 //! readable by nobody else (mode 0400 in a root-owned directory below
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use gang_wire::proto::peers::{fits_in_env, PEERS_ENV, PEERS_FILE_ENV};
-use gang_wire::proto::{JobId, PeerTable, NODE_MAX_GANGS};
+use gang_wire::proto::{Directory, JobId, JobMap, NODE_MAX_GANGS};
 
 /// Most tables held at once: a node runs at most NODE_MAX_GANGS jobs, and
 /// a job's table may come while the previous job here is still ending.
@@ -56,6 +58,24 @@ pub struct PeerTables {
     /// Where the files go (below /run, one directory per node name).
     dir: PathBuf,
     jobs: Mutex<BTreeMap<JobId, Entry>>,
+}
+
+/// JobPeers: checks `map` against the node directory and expands it
+/// into every rank's list and this node's ranks with their ports; `Err`
+/// says what is wrong (a map off the network is bounded: gang-wire's
+/// proto/peers.rs).
+pub fn expand(
+    job: JobId,
+    map: &JobMap,
+    dir: &Directory,
+) -> Result<(String, Vec<(u32, u16)>), String> {
+    let me = dir
+        .me()
+        .ok_or_else(|| format!("job {job}: a peer table before gangd sent the node directory"))?;
+    let list = map
+        .expand(dir)
+        .map_err(|e| format!("job {job}: refusing its {e}"))?;
+    Ok((list, map.ranks_of(me)))
 }
 
 /// A node's name as a directory name: agents sharing a host (tests) never
@@ -95,24 +115,12 @@ impl PeerTables {
         self.dir.join(format!("job{}", job.0))
     }
 
-    /// JobPeers: checks and expands `table`, of which this node is node
-    /// `node`. A table of the same job replaces the one held.
-    pub fn set(&self, job: JobId, node: u32, table: &PeerTable) -> Result<(), String> {
-        if node as usize >= table.nodes.len() {
-            return Err(format!(
-                "job {job}: peer table of {} nodes, this node is said to be node {node}",
-                table.nodes.len()
-            ));
-        }
-        let list = table
-            .expand()
-            .map_err(|e| format!("job {job}: refusing its {e}"))?;
-        let ranks = table.ranks_of(node as usize);
-        let ports = ranks
-            .iter()
-            .filter_map(|&r| Some((r, table.port_of(r)?)))
-            .collect();
-        self.insert(job, list, ports, ranks.into_iter().collect())
+    /// JobPeers, expanded (`expand`): `list` for every rank, `mine` this
+    /// node's ranks and ports. A table of the same job replaces the one
+    /// held.
+    pub fn set(&self, job: JobId, list: String, mine: Vec<(u32, u16)>) -> Result<(), String> {
+        let unstarted = mine.iter().map(|&(r, _)| r).collect();
+        self.insert(job, list, mine.into_iter().collect(), unstarted)
     }
 
     fn insert(

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use gang_wire::proto::tls::testing::{self as tls_testing, TestCa};
 use gang_wire::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
 use gang_wire::proto::{
-    read_frame, write_frame, Bytes, ClockSource, ClockState, ExitStatus, FromAgent, Gen, JobId,
-    LiveJob, NodeId, Placement, Stream, ToAgent, MAX_OUTPUT_CHUNK,
+    read_frame, write_frame, Bytes, ClockSource, ClockState, DirEntry, ExitStatus, FromAgent, Gen,
+    JobId, LiveJob, NodeId, Placement, Stream, ToAgent, MAX_OUTPUT_CHUNK,
 };
 use gang_wire::trace::{EventKind, TraceEvent, TraceMeta};
 
@@ -189,6 +189,25 @@ impl Gangd {
             },
         )
         .unwrap();
+        // The node directory, as gangd sends it after the Welcome: nodes
+        // 0..4 named node<i>, at 10.0.0.<i + 1>.
+        let nodes = (0..4)
+            .map(|i| DirEntry(NodeId(i), format!("node{i}"), format!("10.0.0.{}", i + 1)))
+            .collect();
+        for m in [
+            ToAgent::NodeDirectory {
+                you: Some(NodeId(node_id)),
+                reset: true,
+                nodes: Vec::new(),
+            },
+            ToAgent::NodeDirectory {
+                you: None,
+                reset: false,
+                nodes,
+            },
+        ] {
+            write_frame(&mut SessionWriter(session.clone()), &m).unwrap();
+        }
         Ok(Conn {
             session,
             reader,

@@ -13,7 +13,9 @@ use gang_wire::pmi::job::{MAX_BAD_LINES, MAX_KEYS_PER_RANK, MAX_KVS_BYTES, VALLE
 use gang_wire::pmi::{
     cluster, node, parse_line, parse_request, ClusterPmi, JobConfig, Line, NodePmi, MAX_LINE,
 };
-use gang_wire::proto::{encode, FromAgent, JobId, NodeId, PmiPut, ToAgent};
+use gang_wire::proto::{
+    encode, DirEntry, Directory, FromAgent, JobId, JobMap, NodeId, PmiPut, ToAgent,
+};
 use proptest::prelude::*;
 
 const JOB: JobId = JobId(7);
@@ -36,7 +38,32 @@ impl Sim {
     fn new(placement: &[u32]) -> Sim {
         let gangd = ClusterPmi::new(JOB, placement.iter().map(|&n| NodeId(n)).collect());
         let mut nodes = BTreeMap::new();
-        for a in gangd.start(|n| format!("n{}", n.0)) {
+        // Each node's ranks on its next ports, as gangd gives them; the
+        // layout every node gets is the map's, which lists each node's
+        // ranks in the order of gangd's nodes.
+        let mut next = BTreeMap::new();
+        let ports: Vec<(NodeId, u16)> = placement
+            .iter()
+            .map(|&n| {
+                let p = next.entry(n).or_insert(20000u16);
+                *p += 1;
+                (NodeId(n), *p - 1)
+            })
+            .collect();
+        let map = JobMap::from_ranks(&ports);
+        let mut dir = Directory::default();
+        let entries: Vec<DirEntry> = next
+            .keys()
+            .map(|&n| DirEntry(NodeId(n), format!("n{n}"), "10.0.0.1".into()))
+            .collect();
+        dir.apply(None, true, &entries).unwrap();
+        let layout = map.layout(&dir).unwrap();
+        let names: Vec<String> = gangd.nodes().map(|n| format!("n{}", n.0)).collect();
+        assert_eq!(
+            layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+            names
+        );
+        for a in gangd.start(&map) {
             let cluster::Action::ToNode(
                 n,
                 ToAgent::PmiStart {
@@ -51,6 +78,7 @@ impl Sim {
             else {
                 panic!("{a:?}")
             };
+            assert!(layout.contains(&(format!("n{}", n.0), ranks.clone())));
             let mut config = JobConfig::new(job.0, size);
             config.kvsname = kvsname;
             config.preset = preset;

@@ -155,13 +155,32 @@ fn clock_report() -> impl Strategy<Value = ClockReport> {
         )
 }
 
-/// Any table, sound or not (the wire carries both; peers.rs checks).
-fn peer_table() -> impl Strategy<Value = PeerTable> {
-    let run = (any::<u32>(), any::<u32>(), any::<u16>()).prop_map(|(r, c, p)| PortRun(r, c, p));
-    let node =
-        (text(), prop::collection::vec(run, 0..3)).prop_map(|(addr, runs)| PeerNode { addr, runs });
-    (any::<u32>(), prop::collection::vec(node, 0..3))
-        .prop_map(|(size, nodes)| PeerTable { size, nodes })
+/// Any map, sound or not (the wire carries both; peers.rs checks).
+fn job_map() -> impl Strategy<Value = JobMap> {
+    let run = (
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u16>(),
+    )
+        .prop_map(|(n, c, r, k, p)| NodeRun(n, c, r, k, p));
+    (any::<u32>(), prop::collection::vec(run, 0..3)).prop_map(|(size, runs)| JobMap { size, runs })
+}
+
+/// Any directory message, sound or not (directory.rs checks).
+fn node_directory() -> impl Strategy<Value = ToAgent> {
+    let entry = (any::<u32>(), text(), text()).prop_map(|(id, n, a)| DirEntry(NodeId(id), n, a));
+    (
+        prop::option::of(any::<u32>()),
+        any::<bool>(),
+        prop::collection::vec(entry, 0..3),
+    )
+        .prop_map(|(you, reset, nodes)| ToAgent::NodeDirectory {
+            you: you.map(NodeId),
+            reset,
+            nodes,
+        })
 }
 
 fn to_agent() -> impl Strategy<Value = ToAgent> {
@@ -244,11 +263,8 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
             .prop_map(|(seq, t1, t2, t3)| ToAgent::ClockEcho { seq, t1, t2, t3 }),
         any::<u64>().prop_map(|seq| ToAgent::Heartbeat { seq }),
         (any::<u64>(), any::<u64>()).prop_map(|(id, ms)| ToAgent::Trace { id, ms }),
-        (job(), any::<u32>(), peer_table()).prop_map(|(job, node, table)| ToAgent::JobPeers {
-            job,
-            node,
-            table
-        }),
+        (job(), job_map()).prop_map(|(job, map)| ToAgent::JobPeers { job, map }),
+        node_directory(),
         (job(), strings(), env(), text(), any::<u32>(), any::<u32>()).prop_map(
             |(job, argv, env, cwd, uid, gid)| ToAgent::Prepare {
                 job,
@@ -626,21 +642,16 @@ fn every_message_type_has_a_sample_and_round_trips() {
             uid: 1000,
             gid: 1000,
         },
+        ToAgent::NodeDirectory {
+            you: Some(NodeId(1)),
+            reset: true,
+            nodes: vec![DirEntry(NodeId(0), "n0".into(), "10.0.0.1".into())],
+        },
         ToAgent::JobPeers {
             job,
-            node: 1,
-            table: PeerTable {
+            map: JobMap {
                 size: 4,
-                nodes: vec![
-                    PeerNode {
-                        addr: "10.0.0.1".into(),
-                        runs: vec![PortRun(0, 2, 20000)],
-                    },
-                    PeerNode {
-                        addr: "10.0.0.2".into(),
-                        runs: vec![PortRun(2, 2, 20000)],
-                    },
-                ],
+                runs: vec![NodeRun(0, 2, 0, 2, 20000)],
             },
         },
         ToAgent::SpawnRank {
@@ -685,6 +696,19 @@ fn every_message_type_has_a_sample_and_round_trips() {
             ranks: vec![0, 1],
             preset: vec![("PMI_process_mapping".into(), "(vector,(0,2,2))".into())],
             layout: vec![("node0".into(), vec![0, 1]), ("node1".into(), vec![2, 3])],
+            map: None,
+        },
+        ToAgent::PmiStart {
+            job,
+            kvsname: "kvs_7_0".into(),
+            size: 4,
+            ranks: vec![0, 1],
+            preset: vec![],
+            layout: vec![],
+            map: Some(JobMap {
+                size: 4,
+                runs: vec![NodeRun(0, 2, 0, 2, 20000)],
+            }),
         },
         ToAgent::PmiBarrierOut {
             job,

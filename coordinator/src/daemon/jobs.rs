@@ -3,8 +3,8 @@
 //! The coordinator's side (`impl Coordinator`): after every change of the
 //! allocator (`placement_changed`), jobs that got a place are prepared on
 //! their nodes (Prepare, each node answers Prepared), then spawned (the
-//! job's peer table once per node, JobPeers, then SpawnRank per rank, with
-//! the job's PMI service); the rotation hears
+//! job's peer map, JobPeers, the same bytes for every node, its PMI
+//! service, PmiStart, then SpawnRank per rank); the rotation hears
 //! that the matrix changed. A job ends once no rank is left: by
 //! themselves, a rank failing (the others are SIGKILLed), a node lost, or
 //! a request (kill, Ctrl-C, the front end gone); its front end gets the
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 
 use crate::alloc::JobState as AllocState;
-use gang_wire::proto::{ExitStatus, JobId, NodeId, PeerTable, RankFailure, ToAgent, ToClient};
+use gang_wire::proto::{ExitStatus, JobId, JobMap, NodeId, RankFailure, ToAgent, ToClient};
 
-use super::net::{ConnId, Cred};
+use super::net::{ConnId, Cred, Frame};
 use super::Coordinator;
 
 /// A SIGKILL'd rank that never reports is given up on after this long.
@@ -264,9 +264,14 @@ impl Coordinator {
     }
 
     pub(super) fn spawn(&mut self, id: JobId) {
+        // The job's nodes know every node of it before its map names them.
+        let nodes: Vec<NodeId> = self.jobs[&id].nodes().into_iter().collect();
+        self.sync_directory(&nodes, 0);
         let j = self.jobs.get_mut(&id).expect("job of the table");
         // Each rank takes its node's next port, in rank order; every node
-        // gets the whole table once (O(nodes)), its SpawnRanks no list.
+        // gets the same map (nodes by id, by runs: O(1) bytes for a job
+        // over whole nodes), encoded once; then its PmiStart; its
+        // SpawnRanks carry no list.
         let mut ports = Vec::with_capacity(j.rank_node.len());
         for &n in &j.rank_node {
             let node = self
@@ -275,27 +280,22 @@ impl Coordinator {
                 .expect("a preparing job's nodes are live");
             ports.push((n, node.next_port()));
         }
-        let (table, table_nodes) =
-            PeerTable::from_ranks(&ports, |n| self.nodes[&n].addr.to_string());
+        let map = JobMap::from_ranks(&ports);
         let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
-        let names = |n: NodeId| {
-            self.nodes
-                .get(&n)
-                .map_or_else(|| n.to_string(), |node| node.name.clone())
-        };
-        for a in pmi.start(names) {
+        if let Some(frame) = Frame::new(&ToAgent::JobPeers {
+            job: id,
+            map: map.clone(),
+        }) {
+            for n in pmi.nodes() {
+                self.nodes[&n].link.send_frame(&frame);
+            }
+        }
+        for a in pmi.start(&map) {
             if let gang_wire::pmi::cluster::Action::ToNode(n, m) = a {
                 self.nodes[&n].link.send(&m);
             }
         }
         j.pmi = Some(pmi);
-        for (i, n) in table_nodes.into_iter().enumerate() {
-            self.nodes[&n].link.send(&ToAgent::JobPeers {
-                job: id,
-                node: i as u32,
-                table: table.clone(),
-            });
-        }
         for (rank, &n) in j.rank_node.iter().enumerate() {
             let env = j.env.clone();
             self.nodes[&n].link.send(&ToAgent::SpawnRank {

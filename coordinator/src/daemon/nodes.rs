@@ -16,7 +16,12 @@
 //! file's fsync) is done once for every node waiting (`flush_joins`, when
 //! the oldest has waited JOIN_BATCH: mod.rs), which then puts them in
 //! `nodes` and sends their Welcome: a node is in the state file before it
-//! hears it is in, and in the cluster from the moment it hears it.
+//! hears it is in, and in the cluster from the moment it hears it. With
+//! the Welcome a node gets the node directory (every node's id, name and
+//! address: gang-wire's proto/directory.rs); every other node gets the
+//! entries of the nodes that joined within a second, and before a job
+//! names them (`sync_directory`), so that a job's peer table can name
+//! nodes by id.
 //!
 //! Liveness: a node is lost when a heartbeat sent to it has gone
 //! unanswered (nothing at all heard from the node since) for the node
@@ -38,16 +43,21 @@ use log::{info, warn};
 
 use crate::matrix::{self, Cluster};
 use crate::switch::barrier::Outbox;
+use gang_wire::proto::directory::{self, DirEntry};
 use gang_wire::proto::{
     ClockReport, ClockSource, ClockState, ExitStatus, FromAgent, NodeId, ToAgent, ToClient,
 };
 
 use super::jobs::Ending;
-use super::net::{self, ConnId, Link};
+use super::net::{self, ConnId, Frame, Link};
 use super::{Coordinator, JobId};
 
 /// Heartbeats kept for the clock estimate.
 const CLOCK_SAMPLES: usize = 16;
+/// During a storm of joins a node hears of the nodes that joined at most
+/// this often (and always before a job names them): a delta per join
+/// batch to every node was millions of frames at 4096 nodes.
+const DIRECTORY_PERIOD_NS: u64 = 1_000_000_000;
 /// Ports handed to ranks, per node, in turn.
 const RANK_PORTS: std::ops::Range<u16> = 20000..60000;
 
@@ -71,6 +81,11 @@ pub struct Node {
     next_port: u16,
     /// The node's last report of its cluster clock.
     pub clock: Option<ClockReport>,
+    /// When it was welcomed (monotonic ns): its directory entry is news to
+    /// every node whose directory is older (`sync_directory`).
+    pub joined_ns: u64,
+    /// The node's directory holds every node welcomed before this.
+    pub directory_ns: u64,
 }
 
 impl Node {
@@ -97,6 +112,8 @@ impl Node {
             samples: VecDeque::new(),
             next_port: RANK_PORTS.start,
             clock: None,
+            joined_ns: 0,
+            directory_ns: 0,
         }
     }
 
@@ -316,17 +333,73 @@ impl Coordinator {
             self.conn_node.retain(|_, id| self.nodes.contains_key(id));
             return work.elapsed();
         }
-        let knobs = self.knobs.message();
-        for id in &joined {
-            if let Some(n) = self.nodes.get(id) {
-                n.link.send(&ToAgent::Welcome { node_id: *id });
-                n.link.send(&knobs);
-            }
-        }
+        self.welcome(&joined);
         self.check_adoption();
         self.placement_changed();
         self.publish_status();
         work.elapsed()
+    }
+
+    /// Welcomes the nodes just `joined`: each gets its Welcome, its id
+    /// in the node directory and the whole directory, then the knobs (the
+    /// directory encoded once for all of them); the other nodes hear of
+    /// them within DIRECTORY_PERIOD_NS, and before any job names them
+    /// (`sync_directory`).
+    fn welcome(&mut self, joined: &[NodeId]) {
+        let now = monotonic_ns();
+        let whole = directory_frames(self.nodes.values().map(entry).collect());
+        let knobs = Frame::new(&self.knobs.message());
+        for id in joined {
+            let Some(n) = self.nodes.get_mut(id) else {
+                continue;
+            };
+            (n.joined_ns, n.directory_ns) = (now, now);
+            n.link.send(&ToAgent::Welcome { node_id: n.id });
+            n.link.send(&ToAgent::NodeDirectory {
+                you: Some(n.id),
+                reset: true,
+                nodes: Vec::new(),
+            });
+            for f in whole.iter().chain(&knobs) {
+                n.link.send_frame(f);
+            }
+        }
+        let all: Vec<NodeId> = self.nodes.keys().copied().collect();
+        self.sync_directory(&all, DIRECTORY_PERIOD_NS);
+    }
+
+    /// Sends each node of `ids` whose directory is at least `age_ns` old
+    /// the entries of the nodes welcomed since (0: every node behind).
+    /// Nodes brought up to date at the same time get the same frames,
+    /// encoded once.
+    pub(super) fn sync_directory(&mut self, ids: &[NodeId], age_ns: u64) {
+        let now = monotonic_ns();
+        let latest = self.nodes.values().map(|n| n.joined_ns).max().unwrap_or(0);
+        let mut behind: std::collections::BTreeMap<u64, Vec<NodeId>> = Default::default();
+        for id in ids {
+            if let Some(n) = self.nodes.get(id) {
+                if n.directory_ns < latest && now.saturating_sub(n.directory_ns) >= age_ns {
+                    behind.entry(n.directory_ns).or_default().push(n.id);
+                }
+            }
+        }
+        for (since, group) in behind {
+            let news = directory_frames(
+                self.nodes
+                    .values()
+                    .filter(|n| n.joined_ns > since)
+                    .map(entry)
+                    .collect(),
+            );
+            for id in group {
+                if let Some(n) = self.nodes.get_mut(&id) {
+                    for f in &news {
+                        n.link.send_frame(f);
+                    }
+                    n.directory_ns = now;
+                }
+            }
+        }
     }
 
     /// Rebuilds the allocator's cluster from the live nodes, plus `add`,
@@ -495,6 +568,25 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// A node's entry in the node directory.
+fn entry(n: &Node) -> DirEntry {
+    DirEntry(n.id, n.name.clone(), n.addr.to_string())
+}
+
+/// NodeDirectory messages of `entries`, encoded once for many links.
+fn directory_frames(entries: Vec<DirEntry>) -> Vec<Frame> {
+    directory::chunks(entries)
+        .into_iter()
+        .filter_map(|nodes| {
+            Frame::new(&ToAgent::NodeDirectory {
+                you: None,
+                reset: false,
+                nodes,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,34 +3,38 @@
 //! is too long for the environment, removed with the job; a table that
 //! lies refused with the reason; the store bounded.
 
-use gang_wire::proto::{PeerNode, PeerTable, PortRun};
+use gang_wire::proto::{DirEntry, Directory, JobMap, NodeRun};
 
 use super::*;
-use crate::agent::peers::{PeerTables, MAX_TABLES};
+use crate::agent::peers::{self, PeerTables, MAX_TABLES};
 
-/// `size` ranks: the first half on 10.0.0.1 from port 20000, the rest on
-/// this node, 10.0.0.2, from port 30000 (node 1 of the table).
-fn halves(size: u32) -> PeerTable {
+/// `size` ranks: the first half on node 0 (10.0.0.1) from port 20000, the
+/// rest on this node, node 1 (10.0.0.2), from port 30000.
+fn halves(size: u32) -> JobMap {
     two_nodes(size, size - size / 2)
 }
 
-/// `size` ranks: the last `here` on this node, 10.0.0.2 from port 30000
-/// (node 1 of the table), the others on 10.0.0.1 from port 20000.
-fn two_nodes(size: u32, here: u32) -> PeerTable {
+/// `size` ranks: the last `here` on this node, node 1 (10.0.0.2) from
+/// port 30000, the others on node 0 (10.0.0.1) from port 20000.
+fn two_nodes(size: u32, here: u32) -> JobMap {
     let half = size - here;
-    PeerTable {
+    JobMap {
         size,
-        nodes: vec![
-            PeerNode {
-                addr: "10.0.0.1".into(),
-                runs: vec![PortRun(0, half, 20000)],
-            },
-            PeerNode {
-                addr: "10.0.0.2".into(),
-                runs: vec![PortRun(half, size - half, 30000)],
-            },
+        runs: vec![
+            NodeRun(0, 1, 0, half, 20000),
+            NodeRun(1, 1, half, size - half, 30000),
         ],
     }
+}
+
+/// The directory the test gangd sends (tests.rs), as node 1.
+fn directory() -> Directory {
+    let mut d = Directory::default();
+    let nodes: Vec<DirEntry> = (0..4)
+        .map(|i| DirEntry(NodeId(i), format!("node{i}"), format!("10.0.0.{}", i + 1)))
+        .collect();
+    d.apply(Some(NodeId(1)), true, &nodes).unwrap();
+    d
 }
 
 /// A SpawnRank of this gangd: no list of its own.
@@ -56,8 +60,7 @@ fn a_rank_gets_the_expanded_table_in_gang_peers_and_its_own_port() {
     let mut conn = gangd.accept(1).unwrap();
     conn.send(ToAgent::JobPeers {
         job: JobId(21),
-        node: 1,
-        table: halves(4),
+        map: halves(4),
     });
     let script = r#"echo "$GANG_PEERS $GANG_PORT ${GANG_PEERS_FILE-nofile}""#;
     conn.send(spawn_of_table(21, 3, 4, script));
@@ -77,13 +80,12 @@ fn a_list_too_long_for_the_environment_is_a_file_of_the_users_gone_with_the_job(
     let _agent = start_agent("peers-file-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     // 10000 ranks × "10.0.0.x:2xxxx," ≈ 150 KB: more than MAX_ARG_STRLEN.
-    let table = two_nodes(10_000, 1);
-    let list = table.expand().unwrap();
+    let map = two_nodes(10_000, 1);
+    let list = map.expand(&directory()).unwrap();
     assert!(list.len() > 128 * 1024);
     conn.send(ToAgent::JobPeers {
         job: JobId(22),
-        node: 1,
-        table,
+        map,
     });
     let script = r#"echo "${GANG_PEERS-unset} $GANG_PORT $GANG_PEERS_FILE $(stat -c %a "$GANG_PEERS_FILE")"; cat "$GANG_PEERS_FILE""#;
     conn.send(spawn_of_table(22, 9999, 10_000, script));
@@ -111,17 +113,16 @@ fn a_table_that_lies_is_refused_and_its_ranks_exit_127_saying_why() {
     let gangd = Gangd::new(&ca);
     let _agent = start_agent("peers-bad-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    let mut table = halves(4);
-    table.nodes[1].runs[0] = PortRun(1, 3, 30000);
+    let mut map = halves(4);
+    map.runs[1] = NodeRun(1, 1, 1, 3, 30000);
     conn.send(ToAgent::JobPeers {
         job: JobId(23),
-        node: 1,
-        table,
+        map,
     });
     match conn.recv() {
         FromAgent::Error { message } => assert_eq!(
             message,
-            "peers-bad-node: job 23: refusing its peer table names rank 1 twice (again on node 1)"
+            "peers-bad-node: job 23: refusing its peer table names more than its 4 ranks"
         ),
         other => panic!("{other:?}"),
     }
@@ -148,11 +149,24 @@ fn tables() -> PeerTables {
     PeerTables::in_dir(std::env::temp_dir().join(format!("peer-tables-{}", std::process::id())))
 }
 
+/// JobPeers as the handler takes it: expanded against `dir`, then kept.
+fn set(t: &PeerTables, job: u64, map: &JobMap, dir: &Directory) -> Result<(), String> {
+    let (list, mine) = peers::expand(JobId(job), map, dir)?;
+    t.set(JobId(job), list, mine)
+}
+
+/// The directory of `directory()`, but as node `me`.
+fn as_node(me: u32) -> Directory {
+    let mut d = directory();
+    d.apply(Some(NodeId(me)), false, &[]).unwrap();
+    d
+}
+
 #[test]
 fn a_table_waits_for_every_rank_of_the_node_before_it_goes() {
     let t = tables();
     let (uid, gid) = ids();
-    t.set(JobId(1), 1, &halves(4)).unwrap();
+    set(&t, 1, &halves(4), &directory()).unwrap();
     t.env(JobId(1), 2, uid, gid, &[]).unwrap();
     t.started(JobId(1), 2);
     t.release(JobId(1));
@@ -165,23 +179,23 @@ fn a_table_waits_for_every_rank_of_the_node_before_it_goes() {
 }
 
 #[test]
-fn tables_are_bounded_in_number_and_say_which_node_is_this_one() {
+fn tables_are_bounded_in_number_and_need_the_node_directory() {
     let t = tables();
-    let e = t.set(JobId(1), 2, &halves(4)).unwrap_err();
+    let e = set(&t, 1, &halves(4), &Directory::default()).unwrap_err();
     assert_eq!(
         e,
-        "job 1: peer table of 2 nodes, this node is said to be node 2"
+        "job 1: a peer table before gangd sent the node directory"
     );
     for j in 0..MAX_TABLES as u64 {
-        t.set(JobId(j), 0, &halves(4)).unwrap();
+        set(&t, j, &halves(4), &as_node(0)).unwrap();
     }
-    t.set(JobId(0), 1, &halves(4)).unwrap();
+    set(&t, 0, &halves(4), &directory()).unwrap();
     assert_eq!(
         t.held(),
         MAX_TABLES,
         "the same job's table replaces its own"
     );
-    t.set(JobId(1000), 0, &halves(4)).unwrap();
+    set(&t, 1000, &halves(4), &as_node(0)).unwrap();
     assert_eq!(t.held(), MAX_TABLES, "the oldest job's went");
     let (uid, gid) = ids();
     let e = t.env(JobId(0), 2, uid, gid, &[]).unwrap_err();

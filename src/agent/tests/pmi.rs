@@ -10,6 +10,7 @@ use std::process::Command;
 
 use gang_wire::pmi::cluster::Action;
 use gang_wire::pmi::ClusterPmi;
+use gang_wire::proto::JobMap;
 
 use super::*;
 
@@ -48,6 +49,12 @@ struct MpiRun {
     failed: Option<(u32, Option<i64>, String)>,
 }
 
+/// Two ranks on node 1, the agent's id (tests.rs's Gangd sends the
+/// directory naming it "node1"): the map of every job here.
+fn two_ranks_here() -> JobMap {
+    JobMap::from_ranks(&[(NodeId(1), 20000), (NodeId(1), 20001)])
+}
+
 /// Starts `argv` as two ranks of `job` on the agent behind `conn`, with
 /// gangd's half of PMI in `pmi`, until both exit. A PMI failure is
 /// answered as gangd does: the job is killed.
@@ -59,7 +66,7 @@ fn run_mpi(conn: &mut Conn, pmi: &mut ClusterPmi, job: JobId, argv: &[&str]) -> 
             }
         }
     };
-    send(conn, pmi.start(|n| format!("node{n}")));
+    send(conn, pmi.start(&two_ranks_here()));
     // UCX's shared memory needs nothing from the host; keep it off the
     // network so that the test runs in a sandbox.
     let env = [("PATH", "/usr/bin:/bin"), ("UCX_TLS", "self,sm")];
@@ -151,7 +158,7 @@ fn each_rank_holds_its_own_pmi_socket_and_no_other() {
     let mut conn = gangd.accept(1).unwrap();
     let job = JobId(22);
     let pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
-    for a in pmi.start(|n| format!("node{n}")) {
+    for a in pmi.start(&two_ranks_here()) {
         if let Action::ToNode(_, m) = a {
             conn.send(m);
         }

@@ -14,6 +14,7 @@ use std::sync::mpsc;
 
 use gang_wire::pmi::cluster::Action;
 use gang_wire::pmi::ClusterPmi;
+use gang_wire::proto::{DirEntry, JobMap};
 
 use super::*;
 
@@ -76,7 +77,17 @@ fn run_two(pair: &Pair, job: JobId, argv: &[&str]) -> Run {
             }
         }
     };
-    route(pmi.start(|n| format!("pmix-n{}", n.0)));
+    // gangd's node directory names the nodes as their certificates do.
+    let nodes: Vec<DirEntry> = (1..=2)
+        .map(|i| DirEntry(NodeId(i), format!("pmix-n{i}"), "127.0.0.1".into()))
+        .collect();
+    for n in [1, 2] {
+        let (you, reset) = (None, false);
+        let nodes = nodes.clone();
+        send(n, ToAgent::NodeDirectory { you, reset, nodes });
+    }
+    let map = JobMap::from_ranks(&[(NodeId(1), 20000), (NodeId(2), 20000)]);
+    route(pmi.start(&map));
     let env = [("PATH", "/usr/bin:/bin")];
     send(1, spawn_rank(job.0, 0, argv, &env));
     send(2, spawn_rank(job.0, 1, argv, &env));

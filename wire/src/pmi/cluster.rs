@@ -30,7 +30,7 @@ use super::job::{
     chunks, entry_cost, process_mapping, JobConfig, JobFailure, KEYLEN_MAX, MAX_KEYS_PER_RANK,
     MAX_KVS_BYTES, VALLEN_MAX,
 };
-use crate::proto::{JobId, NodeId, PmiPut, ToAgent};
+use crate::proto::{JobId, JobMap, NodeId, PmiPut, ToAgent};
 
 /// Longest failure reason kept from an agent (it reaches the front end).
 pub const MAX_REASON: usize = 512;
@@ -104,19 +104,22 @@ impl ClusterPmi {
         self.failure.as_ref()
     }
 
+    /// The job's nodes, by id.
+    pub fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.keys().copied()
+    }
+
     /// Completed barriers.
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    /// The PmiStart each node of the job gets before its SpawnRanks;
-    /// `name_of` names a node as PMIx will (gangd's node name).
-    pub fn start(&self, name_of: impl Fn(NodeId) -> String) -> Vec<Action> {
-        let layout: Vec<(String, Vec<u32>)> = self
-            .nodes
-            .iter()
-            .map(|(&node, ranks)| (name_of(node), ranks.clone()))
-            .collect();
+    /// The PmiStart each node of the job gets before its SpawnRanks. The
+    /// layout is `map`, the job's JobPeers map (proto::peers), whose
+    /// `layout` lists the nodes by id as `self.nodes` does: O(1) bytes per
+    /// node for a job over whole nodes, where a list of every node's
+    /// ranks was O(ranks) on every node.
+    pub fn start(&self, map: &JobMap) -> Vec<Action> {
         self.nodes
             .iter()
             .map(|(&node, ranks)| {
@@ -128,7 +131,8 @@ impl ClusterPmi {
                         size: self.config.size,
                         ranks: ranks.clone(),
                         preset: self.config.preset.clone(),
-                        layout: layout.clone(),
+                        layout: Vec::new(),
+                        map: Some(map.clone()),
                     },
                 )
             })

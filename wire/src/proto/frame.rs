@@ -67,6 +67,11 @@ impl Channel {
 pub trait Message: Serialize + DeserializeOwned {
     const CHANNEL: Channel;
     const TYPES: &'static [&'static str];
+    /// Whether the message may go ahead of bulk output already queued on
+    /// its link (a sender's priority queue; reordering it is harmless).
+    fn urgent(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::directory::DirEntry;
 use super::frame::{Channel, Message};
-use super::peers::PeerTable;
+use super::peers::JobMap;
 use super::types::*;
 use crate::plan::{Amend, Plan};
 
@@ -213,12 +214,22 @@ pub enum ToAgent {
         uid: u32,
         gid: u32,
     },
-    /// Every rank's address of `job`, once per node, before the job's
-    /// SpawnRanks (peers.rs); `node` is this node's index in `table`.
+    /// The cluster's node directory (directory.rs): right after the
+    /// Welcome `you` (this node's id) with `reset`, then every node in
+    /// chunks; later the nodes that joined (again).
+    NodeDirectory {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        you: Option<NodeId>,
+        #[serde(default)]
+        reset: bool,
+        nodes: Vec<DirEntry>,
+    },
+    /// Where every rank of `job` runs, by node id (peers.rs), the same
+    /// message for every node of the job, before the job's PmiStart and
+    /// SpawnRanks.
     JobPeers {
         job: JobId,
-        node: u32,
-        table: PeerTable,
+        map: JobMap,
     },
     /// Start one rank of a job on this node.
     SpawnRank {
@@ -287,9 +298,15 @@ pub enum ToAgent {
         preset: Vec<(String, String)>,
         /// Every node of the job with its ranks, in one order all nodes
         /// share (a node's index in it numbers its PMIx fence data;
-        /// its names are the hostnames PMIx gives the ranks).
-        #[serde(default)]
+        /// its names are the hostnames PMIx gives the ranks). Empty
+        /// from this gangd, which sends `map` instead.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         layout: Vec<(String, Vec<u32>)>,
+        /// The layout as the job's JobPeers map (peers.rs): nodes by id,
+        /// named by the node directory; O(1) bytes for a job over whole
+        /// nodes, where `layout` is O(ranks) on every node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        map: Option<JobMap>,
     },
     /// PMI barrier `epoch` of `job` is complete on every node: release
     /// the ranks; `entries` are the keys put everywhere since the previous
@@ -461,9 +478,21 @@ impl Message for FromAgent {
 
 impl Message for ToAgent {
     const CHANNEL: Channel = Channel::ToAgent;
+    /// Heartbeats: their answer says the node is alive, whatever gangd
+    /// queued for it before (a job's placement at thousands of nodes).
+    /// The Welcome too: it is a link's first message and must stay so (a
+    /// heartbeat may follow it at once, and the agent waits for Welcome
+    /// alone). Nothing else jumps: a Freeze or Switch names slots of the
+    /// last Schedule, a SpawnRank needs its JobPeers and PmiStart, a
+    /// JobPeers the NodeDirectory entries before it. (ClockEcho jumps too;
+    /// gangd's agent loop queues it itself.)
+    fn urgent(&self) -> bool {
+        matches!(self, ToAgent::Heartbeat { .. } | ToAgent::Welcome { .. })
+    }
     const TYPES: &'static [&'static str] = &[
         "welcome",
         "refused",
+        "node_directory",
         "schedule",
         "freeze",
         "switch",
@@ -555,6 +584,27 @@ mod tests {
             serde_json::to_string(&FromClient::Ps).unwrap(),
             r#"{"type":"ps"}"#
         );
+    }
+
+    #[test]
+    fn only_heartbeats_and_the_welcome_go_ahead_of_bulk_output() {
+        assert!(ToAgent::Heartbeat { seq: 1 }.urgent());
+        assert!(ToAgent::Welcome { node_id: NodeId(1) }.urgent());
+        let bulk = [
+            ToAgent::Schedule { slots: vec![] },
+            ToAgent::Switch {
+                gen: Gen(1),
+                slot: 0,
+                slot_ms: 0,
+            },
+            ToAgent::NodeDirectory {
+                you: None,
+                reset: false,
+                nodes: vec![],
+            },
+        ];
+        assert!(bulk.iter().all(|m| !m.urgent()));
+        assert!(!FromAgent::Heartbeat { seq: 1, mono_ns: 0 }.urgent());
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   the node's (its name, clientAuth), both verified against the CA
 //!                                    ←   Hello{nr_cpus, ..., jobs, schedule}
 //!   Welcome{node_id} | Refused       →   (Refused: gangd closes)
-//!   Knobs, Schedule, JobPeers, SpawnRank, ...  →
+//!   NodeDirectory{you, reset}, NodeDirectory{nodes}...  →  (directory.rs)
+//!   Knobs, Schedule, JobPeers, PmiStart, SpawnRank, ...  →
 //!                                    ←   RankStarted, RankOutput, RankExited
 //! slot switch, generation g:
 //!   Freeze{g, from, to}  to every node of the switch
@@ -46,18 +47,20 @@
 //!
 //! Any FrameError ends the connection: log it and drop the peer.
 
+pub mod directory;
 pub mod frame;
 pub mod messages;
 pub mod peers;
 pub mod tls;
 pub mod types;
 
+pub use directory::{DirEntry, Directory};
 pub use frame::{
     encode, read_frame, write_frame, Channel, FrameDecoder, FrameError, Message, HEADER_LEN, MAGIC,
     MAX_PAYLOAD, PROTOCOL_VERSION,
 };
 pub use messages::{FromAgent, FromClient, PmiPut, ToAgent, ToClient};
-pub use peers::{PeerNode, PeerTable, PortRun};
+pub use peers::{JobMap, NodeRun};
 pub use types::{
     parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport,
     Gen, JobId, JobInfo, JobLimits, JobState, LiveJob, NodeId, Placement, RankFailure, Stream,

@@ -1,31 +1,42 @@
-//! A job's peer table: every rank's "host:port", sent to each node of the
-//! job once (ToAgent::JobPeers) instead of in every SpawnRank.
+//! A job's peer table: which node runs each rank and on which port, sent
+//! to each node of the job once (ToAgent::JobPeers) instead of a list in
+//! every SpawnRank, and the same for every node (gangd encodes it once).
 //!
-//! The table is per node: the node's address and runs of ranks that got
-//! consecutive ports (`PortRun`: `count` ranks from `rank`, ports from
-//! `port`). gangd hands each rank of a node the node's next port in rank
-//! order, so a node usually holds one run and the table is O(nodes), where
-//! the old per-rank list was O(ranks) in each of O(ranks) messages (a job
-//! over 4096 nodes × 4 CPUs: 5.4 GB, docs/scale.md). The runs say the ports
-//! outright, so the node needs no copy of gangd's port rule.
+//! The table (`JobMap`) names nodes by id, the addresses being in the
+//! node directory every node holds (directory.rs), and by runs of ids:
+//! `NodeRun [node, nodes, rank, per_node, port]` is nodes `node ..
+//! node + nodes`, the j-th of them running ranks `rank + j * per_node`
+//! onwards, `per_node` of them, on ports `port ..`. gangd hands each rank
+//! of a node the node's next port in rank order, so a job over whole nodes
+//! whose port counters agree is one run whatever its size: O(1) bytes,
+//! where the per-node table before was O(nodes) per node (763 MB in all
+//! for a job over 4096 × 4 CPUs, docs/scale.md) and the per-rank list
+//! before that O(ranks) per rank. The runs say the ports outright, so the
+//! node needs no copy of gangd's port rule.
 //!
-//! The node expands the table (`PeerTable::expand`) into the list ranks
-//! have always read, "host:port" by rank joined with ',', byte for byte what
+//! The node expands the table (`JobMap::expand`) into the list ranks have
+//! always read, "host:port" by rank joined with ',', byte for byte what
 //! gangd used to send. The list goes in GANG_PEERS when it fits in one
 //! environment string (`fits_in_env`: Linux's MAX_ARG_STRLEN, 128 KiB),
 //! else in a file named by GANG_PEERS_FILE; `peers_from_env` is the ranks'
-//! side and reads either.
+//! side and reads either. PmiStart's layout (which node runs which ranks,
+//! in one order every node shares) is the same table (`JobMap::layout`).
 //!
 //! The table comes off the network: `expand` checks it before allocating
 //! anything in proportion to it (ranks at most MAX_RANKS, the list at most
-//! MAX_PEERS_LEN bytes, every rank in range, named exactly once, addresses
-//! of a bounded length and of address characters) and says what is wrong.
+//! MAX_PEERS_LEN bytes, every rank in range and named exactly once, every
+//! node in the directory) and says what is wrong.
 //!
-//! Known faults: a node's ranks whose ports wrap around gangd's port range
-//! take two runs (still exact, a few bytes more); the table is still sent
-//! whole to every node, O(nodes²) bytes for a job over every node.
+//! Known faults: nodes whose port counters differ (a different history of
+//! jobs) take a run each, O(nodes) bytes again, still sent once; a node's
+//! ranks whose ports wrap around gangd's port range take two runs.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use super::directory::Directory;
+use super::types::NodeId;
 
 /// The ranks' environment variable holding the list.
 pub const PEERS_ENV: &str = "GANG_PEERS";
@@ -37,208 +48,253 @@ pub const MAX_RANKS: u32 = 1 << 20;
 /// Most bytes of an expanded list (a node refuses a table that would
 /// expand to more).
 pub const MAX_PEERS_LEN: usize = 32 << 20;
-/// Longest address of a node in a table.
-pub const MAX_ADDR_LEN: usize = 255;
 /// Linux's MAX_ARG_STRLEN: the longest "NAME=value" string execve takes.
 pub const MAX_ENV_STRING: usize = 32 * 4096;
 
-/// Every rank's address of one job, node by node.
+/// Where every rank of one job runs, by runs of nodes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerTable {
+pub struct JobMap {
     /// Ranks of the job: the runs name each of 0..size exactly once.
     pub size: u32,
-    pub nodes: Vec<PeerNode>,
+    pub runs: Vec<NodeRun>,
 }
 
-/// One node of a job: its address and its ranks with their ports.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerNode {
-    /// The host part of its ranks' addresses, as gangd writes it (an IP
-    /// address; IPv6 without brackets, as GANG_PEERS always had it).
-    pub addr: String,
-    pub runs: Vec<PortRun>,
-}
-
-/// `count` ranks from `rank` on, with ports from `port` on: rank
-/// `rank + i` listens on `port + i`. On the wire, `[rank, count, port]`.
+/// `[node, nodes, rank, per_node, port]`: nodes `node + j` for j in
+/// `0..nodes`, node `node + j` running ranks `rank + j * per_node + i` on
+/// port `port + i`, for i in `0..per_node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PortRun(pub u32, pub u32, pub u16);
+pub struct NodeRun(pub u32, pub u32, pub u32, pub u32, pub u16);
 
-impl PortRun {
-    fn rank(&self) -> u32 {
+impl NodeRun {
+    fn node(&self) -> u32 {
         self.0
     }
-    fn count(&self) -> u32 {
+    fn nodes(&self) -> u32 {
         self.1
     }
-    fn port(&self) -> u16 {
+    fn rank(&self) -> u32 {
         self.2
+    }
+    fn per_node(&self) -> u32 {
+        self.3
+    }
+    fn port(&self) -> u16 {
+        self.4
+    }
+    /// Ranks it covers (u64: a hostile run may overflow u32).
+    fn ranks(&self) -> u64 {
+        u64::from(self.nodes()) * u64::from(self.per_node())
+    }
+    /// Its j-th node's ranks and ports, (rank, port) in rank order.
+    fn of_node(&self, j: u32) -> impl Iterator<Item = (u32, u16)> + '_ {
+        let first = self.rank() + j * self.per_node();
+        (0..self.per_node()).map(move |i| (first + i, (u32::from(self.port()) + i) as u16))
     }
 }
 
-impl PeerTable {
-    /// The table of ranks `0..ranks.len()`: `ranks[r]` is rank r's node
-    /// (any key) and port; `addr` gives a node's address, called once per
-    /// node. Returns the table and the key of each of its nodes, in the
-    /// order of their first rank.
-    pub fn from_ranks<K: Ord + Copy>(
-        ranks: &[(K, u16)],
-        mut addr: impl FnMut(K) -> String,
-    ) -> (PeerTable, Vec<K>) {
-        let mut index = std::collections::BTreeMap::new();
-        let mut keys = Vec::new();
-        let mut nodes: Vec<PeerNode> = Vec::new();
-        for (rank, &(key, port)) in ranks.iter().enumerate() {
-            let rank = rank as u32;
-            let i = *index.entry(key).or_insert_with(|| {
-                keys.push(key);
-                nodes.push(PeerNode {
-                    addr: addr(key),
-                    runs: Vec::new(),
-                });
-                nodes.len() - 1
-            });
-            let runs = &mut nodes[i].runs;
-            match runs.last_mut() {
-                Some(run)
-                    if run.rank() + run.count() == rank
-                        && u32::from(run.port()) + run.count() == u32::from(port) =>
-                {
-                    run.1 += 1
+/// Builds a map rank by rank, in rank order (`JobMap::from_ranks`).
+struct Builder {
+    runs: Vec<NodeRun>,
+    /// The run being built and how many ranks its last node has so far.
+    cur: Option<(NodeRun, u32)>,
+}
+
+impl Builder {
+    fn push(&mut self, node: u32, rank: u32, port: u16) {
+        if let Some((run, filled)) = &mut self.cur {
+            let last = run.node() + run.nodes() - 1;
+            let next_port = u32::from(run.port()) + *filled;
+            if node == last && u32::from(port) == next_port {
+                if run.nodes() == 1 {
+                    run.3 += 1;
+                    *filled += 1;
+                    return;
                 }
-                _ => runs.push(PortRun(rank, 1, port)),
+                if *filled < run.per_node() {
+                    *filled += 1;
+                    return;
+                }
+            }
+            if *filled == run.per_node() && last.checked_add(1) == Some(node) && port == run.port()
+            {
+                run.1 += 1;
+                *filled = 1;
+                return;
             }
         }
-        let table = PeerTable {
-            size: ranks.len() as u32,
-            nodes,
-        };
-        (table, keys)
+        self.finish();
+        self.cur = Some((NodeRun(node, 1, rank, 1, port), 1));
     }
 
-    /// Checks the table and returns its runs sorted by rank, each with its
-    /// node's index; `Err` says what is wrong. Allocates O(runs) only.
-    fn checked_runs(&self) -> Result<Vec<(PortRun, usize)>, String> {
+    /// Ends the run being built; a last node with fewer ranks than the
+    /// others becomes a run of its own.
+    fn finish(&mut self) {
+        let Some((run, filled)) = self.cur.take() else {
+            return;
+        };
+        if filled < run.per_node() {
+            let last = run.nodes() - 1;
+            self.runs.push(NodeRun(run.0, last, run.2, run.3, run.4));
+            let rank = run.rank() + last * run.per_node();
+            self.runs
+                .push(NodeRun(run.node() + last, 1, rank, filled, run.port()));
+        } else {
+            self.runs.push(run);
+        }
+    }
+}
+
+impl JobMap {
+    /// The map of ranks `0..ranks.len()`: `ranks[r]` is rank r's node and
+    /// port.
+    pub fn from_ranks(ranks: &[(NodeId, u16)]) -> JobMap {
+        let mut b = Builder {
+            runs: Vec::new(),
+            cur: None,
+        };
+        for (rank, &(node, port)) in ranks.iter().enumerate() {
+            b.push(node.0, rank as u32, port);
+        }
+        b.finish();
+        JobMap {
+            size: ranks.len() as u32,
+            runs: b.runs,
+        }
+    }
+
+    /// Checks the map against the directory and returns its runs sorted
+    /// by rank; `Err` says what is wrong. Allocates O(runs) only.
+    fn checked_runs(&self, dir: &Directory) -> Result<Vec<NodeRun>, String> {
         if self.size > MAX_RANKS {
             return Err(format!(
                 "peer table of {} ranks (at most {MAX_RANKS})",
                 self.size
             ));
         }
-        let mut runs = Vec::new();
-        let mut len: u64 = 0;
-        for (i, node) in self.nodes.iter().enumerate() {
-            check_addr(&node.addr).map_err(|e| format!("peer table node {i}: {e}"))?;
-            if node.runs.is_empty() {
-                return Err(format!("peer table node {i} ({}) has no rank", node.addr));
+        let mut covered: u64 = 0;
+        for (i, run) in self.runs.iter().enumerate() {
+            let end = u64::from(run.rank()) + run.ranks();
+            if run.ranks() == 0 || end > u64::from(self.size) {
+                return Err(format!(
+                    "peer table run {i}: ranks {}..{end} are not within 0..{}",
+                    run.rank(),
+                    self.size
+                ));
             }
-            for &run in &node.runs {
-                let end = u64::from(run.rank()) + u64::from(run.count());
-                let last_port = u64::from(run.port()) + u64::from(run.count()) - 1;
-                if run.count() == 0 || end > u64::from(self.size) {
-                    return Err(format!(
-                        "peer table node {i} ({}): ranks {}..{end} are not within 0..{}",
-                        node.addr,
-                        run.rank(),
-                        self.size
-                    ));
-                }
-                if run.port() == 0 || last_port > u64::from(u16::MAX) {
-                    return Err(format!(
-                        "peer table node {i} ({}): ports {}..={last_port} are not within 1..=65535",
-                        node.addr,
-                        run.port()
-                    ));
-                }
+            let last_port = u64::from(run.port()) + u64::from(run.per_node()) - 1;
+            if run.port() == 0 || last_port > u64::from(u16::MAX) {
+                return Err(format!(
+                    "peer table run {i}: ports {}..={last_port} are not within 1..=65535",
+                    run.port()
+                ));
+            }
+            // Bounds the work below by the job's size: runs that overlap
+            // are refused once sorted.
+            covered += run.ranks();
+            if covered > u64::from(self.size) {
+                return Err(format!(
+                    "peer table names more than its {} ranks",
+                    self.size
+                ));
+            }
+        }
+        let mut len: u64 = 0;
+        for (i, run) in self.runs.iter().enumerate() {
+            for j in 0..run.nodes() {
+                let node = u64::from(run.node()) + u64::from(j);
+                let addr = u32::try_from(node)
+                    .ok()
+                    .and_then(|n| dir.get(n))
+                    .map(|(_, a)| a)
+                    .ok_or_else(|| {
+                        format!("peer table run {i}: node {node} is not in the node directory")
+                    })?;
                 // "addr:port," at most: a bound of the list's length.
-                len += u64::from(run.count()) * (node.addr.len() as u64 + 7);
+                len += u64::from(run.per_node()) * (addr.len() as u64 + 7);
                 if len > MAX_PEERS_LEN as u64 {
                     return Err(format!(
                         "peer table expands to more than {MAX_PEERS_LEN} bytes"
                     ));
                 }
-                runs.push((run, i));
             }
         }
-        runs.sort_unstable_by_key(|(run, _)| run.rank());
+        let mut runs = self.runs.clone();
+        runs.sort_unstable_by_key(NodeRun::rank);
         let mut next = 0u32;
-        for (run, i) in &runs {
+        for run in &runs {
             if run.rank() < next {
-                return Err(format!(
-                    "peer table names rank {} twice (again on node {i})",
-                    run.rank()
-                ));
+                return Err(format!("peer table names rank {} twice", run.rank()));
             }
             if run.rank() > next {
-                return Err(format!("peer table has no address for rank {next}"));
+                return Err(format!("peer table has no node for rank {next}"));
             }
-            next = run.rank() + run.count();
+            next = run.rank() + run.nodes() * run.per_node();
         }
         if next != self.size {
-            return Err(format!("peer table has no address for rank {next}"));
+            return Err(format!("peer table has no node for rank {next}"));
         }
         Ok(runs)
     }
 
     /// The list ranks read: "host:port" of every rank, in rank order,
-    /// joined with ','. Errors on a table that is not exactly every rank
-    /// once, or too large (see the top of this file).
-    pub fn expand(&self) -> Result<String, String> {
+    /// joined with ','. Errors on a map that is not exactly every rank
+    /// once, names a node the directory lacks, or is too large (see the
+    /// top of this file).
+    pub fn expand(&self, dir: &Directory) -> Result<String, String> {
         use std::fmt::Write;
-        let runs = self.checked_runs()?;
-        let bound: usize = runs
-            .iter()
-            .map(|(run, i)| run.count() as usize * (self.nodes[*i].addr.len() + 7))
-            .sum();
-        let mut list = String::with_capacity(bound);
-        for (run, i) in runs {
-            let addr = &self.nodes[i].addr;
-            for k in 0..run.count() {
-                if !list.is_empty() {
-                    list.push(',');
+        let runs = self.checked_runs(dir)?;
+        let mut list = String::new();
+        for run in runs {
+            for j in 0..run.nodes() {
+                let (_, addr) = dir.get(run.node() + j).expect("checked");
+                for (_, port) in run.of_node(j) {
+                    if !list.is_empty() {
+                        list.push(',');
+                    }
+                    let _ = write!(list, "{addr}:{port}");
                 }
-                let port = u32::from(run.port()) + k;
-                let _ = write!(list, "{addr}:{port}");
             }
         }
         Ok(list)
     }
 
-    /// Rank `rank`'s port, if the table names it (the table is not checked).
-    pub fn port_of(&self, rank: u32) -> Option<u16> {
-        self.nodes.iter().flat_map(|n| &n.runs).find_map(|run| {
-            let k = rank.checked_sub(run.rank())?;
-            (k < run.count()).then(|| u16::try_from(u32::from(run.port()) + k).ok())?
-        })
+    /// Node `node`'s ranks and their ports, in rank order (the map is
+    /// checked by `expand` first).
+    pub fn ranks_of(&self, node: NodeId) -> Vec<(u32, u16)> {
+        let mut out: Vec<(u32, u16)> = self
+            .runs
+            .iter()
+            .filter_map(|run| {
+                let j = node.0.checked_sub(run.node())?;
+                (j < run.nodes()).then(|| run.of_node(j).collect::<Vec<_>>())
+            })
+            .flatten()
+            .collect();
+        out.sort_unstable();
+        out
     }
 
-    /// The ranks of node `node` (index in `nodes`), in order.
-    pub fn ranks_of(&self, node: usize) -> Vec<u32> {
-        self.nodes.get(node).map_or_else(Vec::new, |n| {
-            n.runs
-                .iter()
-                .flat_map(|run| run.rank()..run.rank().saturating_add(run.count()))
-                .collect()
-        })
-    }
-}
-
-/// An address a rank can be told: not empty, at most MAX_ADDR_LEN bytes,
-/// of the characters of host names and IP addresses only (no ',' that would
-/// split the list, no space or control character).
-fn check_addr(addr: &str) -> Result<(), String> {
-    if addr.is_empty() || addr.len() > MAX_ADDR_LEN {
-        return Err(format!(
-            "address of {} bytes (1 to {MAX_ADDR_LEN})",
-            addr.len()
-        ));
-    }
-    match addr
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || ".:-_[]%".contains(*c)))
-    {
-        Some(c) => Err(format!("address {addr:?} holds {c:?}")),
-        None => Ok(()),
+    /// Every node of the job with its ranks, nodes by id and ranks in
+    /// order, by name from the directory: PmiStart's layout, the order
+    /// gangd's ClusterPmi numbers the nodes in (pmi/cluster.rs).
+    pub fn layout(&self, dir: &Directory) -> Result<Vec<(String, Vec<u32>)>, String> {
+        let runs = self.checked_runs(dir)?;
+        let mut by_node: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for run in runs {
+            for j in 0..run.nodes() {
+                by_node
+                    .entry(run.node() + j)
+                    .or_default()
+                    .extend(run.of_node(j).map(|(r, _)| r));
+            }
+        }
+        Ok(by_node
+            .into_iter()
+            .map(|(n, mut ranks)| {
+                ranks.sort_unstable();
+                (dir.get(n).expect("checked").0.to_string(), ranks)
+            })
+            .collect())
     }
 }
 

@@ -5,7 +5,8 @@
 //! `Welcome`, then frames encoded by gang-wire's own encoder and decoded
 //! by its `FrameDecoder`. What a real agent would do with a message is
 //! replaced by an immediate answer: `Prepare` → `Prepared`, `JobPeers`
-//! → nothing (counted), `SpawnRank` →
+//! and `NodeDirectory` → nothing (counted: the directory is not kept, its
+//! copies would be O(nodes²) in this one process), `SpawnRank` →
 //! `RankStarted` (no process), `KillJob` → `RankExited` (killed by its
 //! signal) for each of the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
 //! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; every `probe` a
@@ -522,7 +523,7 @@ impl Worker {
             }
             // The real agent expands the table for its ranks; that is the
             // node's work, not gangd's, so the fake agent only counts it.
-            ToAgent::JobPeers { .. } => {
+            ToAgent::JobPeers { .. } | ToAgent::NodeDirectory { .. } => {
                 self.events.other.fetch_add(1, Ordering::Relaxed);
                 None
             }

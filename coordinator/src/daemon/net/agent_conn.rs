@@ -12,11 +12,13 @@
 //!
 //! Reading: TLS records are read until the socket would block (the loop
 //! is edge-triggered), each batch decrypted and fed to the FrameDecoder,
-//! which bounds a frame (MAX_PAYLOAD). Writing: frames wait in `out`
-//! (counted in the Link's queue, MAX_QUEUED) and are handed to rustls
-//! only once rustls has written everything before them to the socket, so
-//! what gangd holds for a peer that does not read is bounded by the
-//! Link's cap plus one batch (OUT_BATCH) in rustls.
+//! which bounds a frame (MAX_PAYLOAD). Writing: frames wait in `urgent`
+//! (heartbeats, clock echoes: mod.rs) or `bulk` (everything else), both
+//! counted in the Link's queue (MAX_QUEUED), and are handed to rustls
+//! only once rustls has written everything before them to the socket,
+//! urgent ones first, so what gangd holds for a peer that does not read
+//! is bounded by the Link's cap plus one batch (OUT_BATCH) in rustls, and
+//! an urgent frame waits behind at most that batch.
 //!
 //! Known faults: `post` blocks when the coordinator's queue is full, and
 //! with it every link of the loop (the same back-pressure the reader
@@ -26,13 +28,14 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
 
 use log::info;
 use mio::net::TcpStream;
 
 use super::limits::{self, Held};
-use super::{ConnId, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
+use super::{ConnId, Frame, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
 use gang_wire::proto::tls::{self, rustls};
 use gang_wire::proto::{encode, FrameDecoder, FromAgent, ToAgent};
 use gang_wire::time::monotonic_ns;
@@ -42,7 +45,7 @@ const OUT_BATCH: usize = 256 << 10;
 
 /// What waits to be handed to TLS.
 enum Out {
-    Frame(Vec<u8>),
+    Frame(Arc<[u8]>),
     /// A ClockEcho, encoded with t3 read just before it goes to TLS.
     ClockEcho {
         seq: u64,
@@ -79,7 +82,33 @@ pub struct AgentConn {
     /// Before it: the handshake and the Hello (None once Linked).
     pub deadline: Option<Instant>,
     decoder: FrameDecoder<FromAgent>,
-    out: VecDeque<Out>,
+    out: Queues,
+}
+
+/// What waits for TLS: urgent frames (mod.rs) go ahead of bulk ones
+/// queued before them; each queue keeps its order.
+#[derive(Default)]
+struct Queues {
+    urgent: VecDeque<Out>,
+    bulk: VecDeque<Out>,
+}
+
+impl Queues {
+    fn push(&mut self, out: Out, urgent: bool) {
+        if urgent {
+            self.urgent.push_back(out)
+        } else {
+            self.bulk.push_back(out)
+        }
+    }
+
+    fn pop(&mut self) -> Option<Out> {
+        self.urgent.pop_front().or_else(|| self.bulk.pop_front())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.urgent.is_empty() && self.bulk.is_empty()
+    }
 }
 
 /// What the loop lends a connection for one step.
@@ -111,7 +140,7 @@ impl AgentConn {
             stage: Stage::Handshake(held),
             deadline: Some(now + limits::HANDSHAKE_DEADLINE),
             decoder: FrameDecoder::new(),
-            out: VecDeque::new(),
+            out: Queues::default(),
         }
     }
 
@@ -223,7 +252,7 @@ impl AgentConn {
                     if !link.count(ECHO_QUEUED) {
                         return Err(self.end("not reading its clock echoes".into()));
                     }
-                    self.out.push_back(Out::ClockEcho { seq, t1, t2 });
+                    self.out.push(Out::ClockEcho { seq, t1, t2 }, true);
                     Ok(())
                 }
                 msg => {
@@ -284,8 +313,8 @@ impl AgentConn {
     }
 
     /// A frame from the coordinator.
-    pub fn queue(&mut self, frame: Vec<u8>) {
-        self.out.push_back(Out::Frame(frame));
+    pub fn queue(&mut self, frame: Frame) {
+        self.out.push(Out::Frame(frame.bytes), frame.urgent);
     }
 
     /// Writes what rustls holds, then hands it the next batch of frames,
@@ -304,10 +333,10 @@ impl AgentConn {
             }
             let mut handed = 0;
             while handed < OUT_BATCH {
-                let Some(out) = self.out.pop_front() else {
+                let Some(out) = self.out.pop() else {
                     break;
                 };
-                let (frame, counted) = match out {
+                let (frame, counted): (Arc<[u8]>, usize) = match out {
                     Out::Frame(f) => {
                         let n = f.len();
                         (f, n)
@@ -315,8 +344,8 @@ impl AgentConn {
                     Out::ClockEcho { seq, t1, t2 } => {
                         let t3 = monotonic_ns();
                         match encode(&ToAgent::ClockEcho { seq, t1, t2, t3 }) {
-                            Ok(f) => (f, ECHO_QUEUED),
-                            Err(_) => (Vec::new(), ECHO_QUEUED),
+                            Ok(f) => (f.into(), ECHO_QUEUED),
+                            Err(_) => (Arc::from(Vec::new()), ECHO_QUEUED),
                         }
                     }
                 };
@@ -393,4 +422,38 @@ fn kind(msg: &FromAgent) -> String {
         .ok()
         .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string))
         .unwrap_or_else(|| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(out: Option<Out>) -> Option<u8> {
+        match out? {
+            Out::Frame(f) => Some(f[0]),
+            Out::ClockEcho { seq, .. } => Some(seq as u8),
+        }
+    }
+
+    #[test]
+    fn urgent_frames_go_ahead_of_bulk_and_each_queue_keeps_its_order() {
+        let mut q = Queues::default();
+        let f = |b: u8| Out::Frame(Arc::from(vec![b]));
+        q.push(f(1), false);
+        q.push(f(2), false);
+        q.push(f(10), true);
+        q.push(
+            Out::ClockEcho {
+                seq: 11,
+                t1: 0,
+                t2: 0,
+            },
+            true,
+        );
+        q.push(f(3), false);
+        q.push(f(12), true);
+        let order: Vec<u8> = std::iter::from_fn(|| frame(q.pop())).collect();
+        assert_eq!(order, vec![10, 11, 12, 1, 2, 3]);
+        assert!(q.is_empty());
+    }
 }

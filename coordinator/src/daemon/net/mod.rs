@@ -21,11 +21,21 @@
 //! writer thread), and a peer with more than MAX_QUEUED bytes waiting is
 //! closed, logged, rather than grow gangd's memory.
 //!
+//! A message for many nodes (a job's JobPeers, a NodeDirectory chunk) is
+//! encoded once (`Frame::new`) and the same bytes, shared (Arc), queued on
+//! every link (`Link::send_frame`); only TLS is per link.
+//!
+//! Each agent link has two queues (agent_conn.rs): urgent frames
+//! (`Message::urgent`: heartbeats; and clock echoes) go to TLS ahead of
+//! the bulk ones queued before them, so a node's heartbeat never waits
+//! behind a big placement's output. Only messages whose order against the
+//! others does not matter jump (gang_wire::proto::messages says which);
+//! frames of one queue keep their order.
+//!
 //! Clock probes (FromAgent::ClockProbe) never reach the coordinator: the
 //! agent loop reads t2 as it decodes one and queues the echo on that
-//! link, stamping t3 just before it hands the frame to TLS. The echo
-//! waits behind frames already queued for that node (gangd sends agents
-//! only small messages) but never behind the coordinator. t3 is read
+//! link's urgent queue, stamping t3 just before it hands the frame to
+//! TLS. The echo never waits behind the coordinator or bulk output. t3 is read
 //! before the frame is encrypted and written, t2 after it was read and
 //! decoded: both errors widen the exchange, which the node's estimate
 //! allows for (gang_wire::cluster_clock::Sample), never narrow it.
@@ -80,7 +90,7 @@ pub struct Link {
 enum Route {
     /// A writer thread of its own (front ends).
     Thread {
-        tx: Sender<Vec<u8>>,
+        tx: Sender<Arc<[u8]>>,
         closer: Arc<dyn Fn() + Send + Sync>,
     },
     /// The agent loop (agents.rs).
@@ -96,8 +106,40 @@ pub(super) struct ToLoop {
 }
 
 pub(super) enum Cmd {
-    Frame(Vec<u8>),
+    Frame(Frame),
     Close,
+}
+
+/// An encoded message, shareable by many links, and whether it may jump
+/// the bulk output (`Message::urgent`).
+#[derive(Clone)]
+pub struct Frame {
+    pub(super) bytes: Arc<[u8]>,
+    pub(super) urgent: bool,
+}
+
+impl Frame {
+    /// `msg` encoded; None (logged) if it cannot be framed.
+    pub fn new<M: Message>(msg: &M) -> Option<Frame> {
+        match encode(msg) {
+            Ok(f) => Some(Frame {
+                bytes: f.into(),
+                urgent: msg.urgent(),
+            }),
+            Err(e) => {
+                warn!("not sending a message that cannot be framed: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
 }
 
 impl ToLoop {
@@ -134,7 +176,7 @@ impl Link {
         closer: Arc<dyn Fn() + Send + Sync>,
         name: String,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let (tx, rx) = mpsc::channel::<Arc<[u8]>>();
         let link = Self::with_route(Route::Thread {
             tx,
             closer: closer.clone(),
@@ -187,18 +229,19 @@ impl Link {
     /// Queues a message. Returns false if the connection is gone or its
     /// queue is full (it is then closed).
     pub fn send<M: Message>(&self, msg: &M) -> bool {
-        let frame = match encode(msg) {
-            Ok(f) => f,
-            Err(e) => {
-                warn!("not sending a message that cannot be framed: {e}");
-                return false;
-            }
-        };
+        Frame::new(msg).is_some_and(|f| self.send_frame(&f))
+    }
+
+    /// Queues a frame encoded once for many links (`Frame::new`). Returns
+    /// false if the connection is gone or its queue is full (it is then
+    /// closed).
+    pub fn send_frame(&self, frame: &Frame) -> bool {
         if self.closed.load(Ordering::Relaxed) || !self.count(frame.len()) {
             return false;
         }
+        let frame = frame.clone();
         match &self.route {
-            Route::Thread { tx, .. } => tx.send(frame).is_ok(),
+            Route::Thread { tx, .. } => tx.send(frame.bytes).is_ok(),
             Route::Loop { conn, to } => {
                 to.push(*conn, Cmd::Frame(frame));
                 true
