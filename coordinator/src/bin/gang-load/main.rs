@@ -96,6 +96,10 @@ pub struct Opts {
     /// Seconds of each phase.
     #[arg(long, default_value = "2")]
     pub idle: f64,
+    /// Seconds between the join and the idle measurement: the agents'
+    /// probes back off over the first ~8 s of each link.
+    #[arg(long, default_value = "0")]
+    pub settle: f64,
     #[arg(long, default_value = "5")]
     pub steady: f64,
     #[arg(long, default_value = "5")]
