@@ -6,13 +6,17 @@
 //!
 //! 1. join: every node joins (if gangd never holds them all at once
 //!    within `join_timeout`, the line stops there: join_s is empty); then
-//!    `idle` seconds with no job (heartbeats and clock probes only):
-//!    gangd's idle CPU.
+//!    `idle` seconds with no job (heartbeats and clock probes only;
+//!    after `settle` seconds, the probes backing off meanwhile): gangd's
+//!    idle CPU.
 //! 2. steady: three jobs over every CPU of every node (or `bg_per_node`
 //!    ranks on each node; mpl 3, strict barrier by default), `steady`
 //!    seconds: gangd's CPU, switches per second, switch messages per
 //!    second, and per switch the time from the first Freeze an agent
-//!    received to the last Running sent.
+//!    received to the last Running sent. With `--switching timed` gangd
+//!    sends plans instead (acked at once; the agents send no Switched),
+//!    so no switch is counted and the messages are the commanded ones of
+//!    nodes whose clock gangd found too rough.
 //! 3. arrivals: jobs of 1–N nodes (log-uniform) arrive one after the
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
