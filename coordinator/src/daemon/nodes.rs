@@ -654,11 +654,18 @@ mod tests {
             for dies in (0..40).map(|i| MS(20_000 + i * 37)) {
                 let (_, lost) = ticks(MS(500), quiet, dies, &[], MS(60_000));
                 let lost = lost.expect("found");
-                // Never before the timeout after its last answer, never
-                // later than the timeout + quiet + two periods after it.
+                // Never sooner than the timeout less a period after it
+                // died (its last answer came at most quiet + a period
+                // before), never later than timeout + quiet + two periods.
                 let after = lost - dies;
-                assert!(after > MS(3_000) - MS(1_000), "{quiet:?} {dies:?}: {after:?}");
-                assert!(after <= MS(3_000) + quiet + MS(1_000), "{quiet:?} {dies:?}: {after:?}");
+                assert!(
+                    after > MS(3_000) - MS(1_000),
+                    "{quiet:?} {dies:?}: {after:?}"
+                );
+                assert!(
+                    after <= MS(3_000) + quiet + MS(1_000),
+                    "{quiet:?} {dies:?}: {after:?}"
+                );
             }
         }
     }

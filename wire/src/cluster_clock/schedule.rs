@@ -201,7 +201,12 @@ mod tests {
                 self.schedule.sent(t1);
                 let t2 = t1 + self.one_way + self.offset;
                 let t4 = t1 + 2 * self.one_way + 10 * US;
-                let sample = Sample { t1, t2, t3: t2 + 10 * US, t4 };
+                let sample = Sample {
+                    t1,
+                    t2,
+                    t3: t2 + 10 * US,
+                    t4,
+                };
                 let event = self.clock.add(sample).expect("an honest sample");
                 self.now = t4;
                 self.schedule.answered(&self.clock, event, t4);
@@ -212,7 +217,10 @@ mod tests {
         }
 
         fn probes_between(&self, from: u64, to: u64) -> usize {
-            self.probes.iter().filter(|(t, _)| (from..to).contains(t)).count()
+            self.probes
+                .iter()
+                .filter(|(t, _)| (from..to).contains(t))
+                .count()
         }
     }
 
@@ -247,7 +255,11 @@ mod tests {
         assert_eq!(node.schedule.period_ns(), 4 * S);
         let e = node.clock.estimate(node.now + 8 * S).unwrap();
         assert!(e.error_bound_ns > MS, "{e:?}");
-        assert!(node.probes_between(20 * S, 60 * S) <= 10, "{:?}", node.probes);
+        assert!(
+            node.probes_between(20 * S, 60 * S) <= 10,
+            "{:?}",
+            node.probes
+        );
         // The bound never went past the target, however long the wait.
         for &(t, bound) in &node.probes {
             assert!(bound.is_none_or(|b| b <= MS), "{t}: {bound:?}");
@@ -282,7 +294,10 @@ mod tests {
         // Fast until the estimator has its three samples again, then
         // backing off by doubling: 250, 250, 500, 1000 ms.
         assert!(node.probes_between(stepped_at, stepped_at + 2 * S) >= 4);
-        assert!(matches!(node.clock.check(node.now, MS), crate::cluster_clock::Quality::Good(_)));
+        assert!(matches!(
+            node.clock.check(node.now, MS),
+            crate::cluster_clock::Quality::Good(_)
+        ));
     }
 
     #[test]
@@ -317,7 +332,11 @@ mod tests {
         // under the target for long.
         node.one_way = 700 * US;
         node.run_until(120 * S);
-        assert!(node.schedule.period_ns() <= S, "{}", node.schedule.period_ns());
+        assert!(
+            node.schedule.period_ns() <= S,
+            "{}",
+            node.schedule.period_ns()
+        );
         assert!(node.probes_between(100 * S, 120 * S) >= 20);
         for &(t, bound) in &node.probes {
             assert!(bound.is_none_or(|b| b <= MS + 100 * US), "{t}: {bound:?}");

@@ -44,9 +44,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::tls::rustls::ClientConnection;
 use gang_wire::proto::tls::ClientTls;
-use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::{encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, ToAgent};
 
 use crate::clock::AgentClock;
