@@ -7,9 +7,9 @@
 //! 1 ms; fast again after a step, a fault injected or a new connection).
 //! The prober thread (`spawn_prober`) sends the probes when due on the
 //! urgent side of the link and a report (ClockStatus) to gangd with a
-//! probe at most every 4 s, at once when its state changes and at every
-//! probe while the schedule is fast (gangd switches a node by command
-//! until its clock is good), and logs
+//! probe at most every 4 s, at once when its state changes and with every
+//! probe while the estimate is young (gang_wire's `report_with_probe`:
+//! gangd switches a node by command until its clock is good), and logs
 //! the clock's line when its
 //! state changes and every minute; the agent's reader hands it every echo
 //! with its receipt time (`echo`); whoever needs the cluster time (the
@@ -40,7 +40,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gang_wire::cluster_clock::{
-    ClusterClock, Estimate, Event, ProbeSchedule, Quality, Sample, SampleError,
+    report_with_probe, ClusterClock, Estimate, Event, ProbeSchedule, Quality, Sample, SampleError,
 };
 use gang_wire::proto::{ClockReport, ClockSource, ClockState, FromAgent};
 use gang_wire::time::monotonic_ns;
@@ -55,9 +55,6 @@ pub const IN_FLIGHT: usize = 16;
 /// How often the prober looks at the schedule, the link and the fault
 /// knob: the schedule's fast period.
 pub const TICK: Duration = Duration::from_millis(250);
-/// How often at most gangd gets the report (ClockStatus) once the
-/// schedule backed off: with the next probe after this.
-pub const REPORT_EVERY: Duration = Duration::from_secs(4);
 /// How often the clock's line goes to the node's log.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -345,8 +342,8 @@ pub fn describe(r: &ClockReport) -> String {
 }
 
 /// The prober thread: every TICK, a probe if the schedule says so, with
-/// a report if the schedule is fast or REPORT_EVERY passed (and a report
-/// at once when the clock's state changes) while gangd is connected; the
+/// a report if `report_with_probe` says so (and a report at once when the
+/// clock's state changes) while gangd is connected; the
 /// clock's line in the log every LOG_EVERY and when its state changes.
 /// Runs until `shutdown`.
 pub fn spawn_prober(
@@ -370,7 +367,6 @@ pub fn spawn_prober(
                     warn!("clock fault injected (knob clock_fault_us): the cluster clock estimate is now {fault_us} µs off");
                     clock.inject_offset(fault_us.saturating_mul(1000), monotonic_ns());
                 }
-                let fast = clock.probing_fast();
                 let mut probed = false;
                 if clock.probe_due(monotonic_ns()) {
                     if let Some(probe) = clock.probe(monotonic_ns()) {
@@ -378,15 +374,14 @@ pub fn spawn_prober(
                         probed = true;
                     }
                 }
-                // A change of state is reported at once, and so is every
-                // probe while the schedule is fast (the bound shrinks
-                // fast): gangd switches a node by command until it hears
-                // that its clock is good, within max_clock_error_us. Backed
-                // off, the report goes with a probe: its bound is the
-                // period's largest.
+                // A change of state is reported at once; otherwise a report
+                // goes with a probe (its bound is then the period's
+                // largest), with every one while the estimate is young.
                 let report = clock.report(monotonic_ns());
                 let changed = last_state != Some(report.state);
-                let due = probed && (fast || reported.elapsed() >= REPORT_EVERY);
+                let good = (report.state == ClockState::Good).then_some(report.samples);
+                let since = reported.elapsed().as_nanos() as u64;
+                let due = probed && report_with_probe(good, since);
                 if !changed && !due {
                     continue;
                 }

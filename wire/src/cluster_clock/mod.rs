@@ -66,7 +66,9 @@ use std::collections::VecDeque;
 
 use sample::{Point, SLACK_NS};
 pub use sample::{Sample, SampleError};
-pub use schedule::{ProbeSchedule, ScheduleConfig};
+pub use schedule::{
+    report_with_probe, ProbeSchedule, ScheduleConfig, REPORT_EVERY_NS, YOUNG_SAMPLES,
+};
 
 /// The two machines' CLOCK_MONOTONIC rates differ by at most this (ppm):
 /// crystals are specified to ±100 ppm; 500 ppm is also the kernel's

@@ -32,6 +32,23 @@
 
 use super::{ClusterClock, Event};
 
+/// An estimate resting on fewer samples is reported (ClockStatus) with
+/// every probe: its bound shrinks fast, and gangd switches a node by
+/// command until it hears that its clock is good.
+pub const YOUNG_SAMPLES: u32 = 8;
+/// Otherwise a report goes with a probe at most this often (ns).
+pub const REPORT_EVERY_NS: u64 = 4_000_000_000;
+
+/// Whether a report goes with the probe just sent: `good_samples` is the
+/// estimate's sample count if it is good, `since_report_ns` the time
+/// since the last report. A change of the clock's state is reported at
+/// once besides (the caller's). With fast probes (a wide bound) that is
+/// one report per 4 s once the estimate is a few seconds old, as before
+/// the schedule; backed off, one with each probe (4–8 s).
+pub fn report_with_probe(good_samples: Option<u32>, since_report_ns: u64) -> bool {
+    good_samples.is_some_and(|n| n < YOUNG_SAMPLES) || since_report_ns >= REPORT_EVERY_NS
+}
+
 /// When to probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScheduleConfig {

@@ -6,20 +6,19 @@
 //! (src/agent/cluster_clock.rs): `due` probes are sent, echoes are fed to
 //! the estimator and the schedule, so the probes back off as a node's do
 //! (or stay at one period with a fixed schedule, fast = slow, as agents
-//! did before the schedule). A report (ClockStatus) goes with a probe while
-//! the schedule is backing off from fast or REPORT_EVERY after the last,
-//! and at once when the clock's state changes, as the real agent sends.
+//! did before the schedule). A report (ClockStatus) goes with a probe when
+//! gang-wire's `report_with_probe` says so, and at once when the clock's
+//! state changes, as the real agent sends.
 //!
 //! Known faults: the echo's seq and t1 are not checked against the probes
 //! sent (gangd is trusted here); the report's `steps` is always 0.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use gang_wire::cluster_clock::{ClusterClock, Event, ProbeSchedule, Sample, ScheduleConfig};
+use gang_wire::cluster_clock::{
+    report_with_probe, ClusterClock, Event, ProbeSchedule, Sample, ScheduleConfig,
+};
 use gang_wire::proto::{ClockReport, ClockSource, ClockState, FromAgent};
-
-/// As the real agent: a report at most this often once backed off.
-const REPORT_EVERY: Duration = Duration::from_secs(4);
 
 pub struct AgentClock {
     clock: ClusterClock,
@@ -49,8 +48,6 @@ impl AgentClock {
         if !self.schedule.due(now_ns) {
             return vec![];
         }
-        let config = *self.schedule.config();
-        let fast = self.schedule.is_fast() && config.slow_ns > config.fast_ns;
         self.seq += 1;
         self.schedule.sent(now_ns);
         let mut out = vec![FromAgent::ClockProbe {
@@ -59,10 +56,11 @@ impl AgentClock {
         }];
         let report = self.report(now_ns);
         let changed = report.state != self.state;
-        let late = self
+        let good = (report.state == ClockState::Good).then_some(report.samples);
+        let since = self
             .reported
-            .is_none_or(|r| now.duration_since(r) >= REPORT_EVERY);
-        if changed || fast || late {
+            .map_or(u64::MAX, |r| now.duration_since(r).as_nanos() as u64);
+        if changed || report_with_probe(good, since) {
             self.state = report.state;
             self.reported = Some(now);
             self.stepped = false;
@@ -101,6 +99,7 @@ impl AgentClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const MS: u64 = 1_000_000;
 
@@ -135,7 +134,33 @@ mod tests {
     }
 
     #[test]
-    fn a_fixed_schedule_probes_every_period_and_reports_every_4_s() {
+    fn probing_fast_for_ever_reports_every_4_s_once_the_estimate_is_older() {
+        let mut c = AgentClock::new(ScheduleConfig::default());
+        let start = Instant::now();
+        let (mut probes, mut reports) = (0, 0);
+        // 3 ms of round trip: the bound never gets under 1 ms.
+        for ms in 0..60_000u64 {
+            let now_ns = 1_000 * MS + ms * MS;
+            for msg in c.tick(now_ns, start + Duration::from_millis(ms)) {
+                match msg {
+                    FromAgent::ClockProbe { t1, .. } => {
+                        probes += 1;
+                        c.echo(t1, t1 + 1_500_000, t1 + 1_500_000, t1 + 3_000_000);
+                    }
+                    FromAgent::ClockStatus { .. } => reports += 1,
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        // 250 ms after each answer (3 ms after its probe).
+        assert!((230..=240).contains(&probes), "{probes}");
+        // Young (under 8 samples kept: the first 8 s) with every probe,
+        // then every 4 s: not one report per probe.
+        assert!(reports <= 50, "{reports}");
+    }
+
+    #[test]
+    fn a_fixed_schedule_probes_every_period_and_reports_every_4_s_once_older() {
         let fixed = ScheduleConfig {
             fast_ns: 250 * MS,
             slow_ns: 250 * MS,
@@ -143,6 +168,8 @@ mod tests {
         };
         let (probes, reports) = run(fixed, 60);
         assert_eq!(probes, 240);
-        assert!((15..=17).contains(&reports), "{reports}");
+        // With every probe for the first 8 s (under 8 samples kept), then
+        // every 4 s, as the agents did before the schedule.
+        assert!((30..=40).contains(&reports), "{reports}");
     }
 }
