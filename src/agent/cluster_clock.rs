@@ -1,11 +1,15 @@
 //! The node's cluster clock, shared: the one `ClusterClock`
 //! (gang_wire::cluster_clock, the pure estimator) of the current
 //! connection to gangd, behind a lock, with the bookkeeping of the
-//! exchanges that feed it. The prober thread (`spawn_prober`) sends a
-//! probe every 250 ms on the urgent side of the link and a report
-//! (ClockStatus) to gangd every 4 s, at once when its state changes and
-//! at every probe while the estimate is young (gangd switches a node by
-//! command until its clock is good), and logs
+//! exchanges that feed it and their schedule (gang_wire's
+//! `ProbeSchedule`: a probe every 250 ms while the estimate is new, wide
+//! or suspect, backing off to one every 8 s while its bound stays within
+//! 1 ms; fast again after a step, a fault injected or a new connection).
+//! The prober thread (`spawn_prober`) sends the probes when due on the
+//! urgent side of the link and a report (ClockStatus) to gangd with a
+//! probe at most every 4 s, at once when its state changes and with every
+//! probe while the estimate is young (gang_wire's `report_with_probe`:
+//! gangd switches a node by command until its clock is good), and logs
 //! the clock's line when its
 //! state changes and every minute; the agent's reader hands it every echo
 //! with its receipt time (`echo`); whoever needs the cluster time (the
@@ -25,7 +29,9 @@
 //! Known faults: with `clock = realtime` the bound is what the operator
 //! says, not measured; a step of CLOCK_REALTIME (settimeofday) moves the
 //! cluster clock without being noticed here. An echo delayed past
-//! `IN_FLIGHT` newer probes (16 × 250 ms = 4 s) is dropped as unknown.
+//! `IN_FLIGHT` newer probes (at least 16 × 250 ms = 4 s) is dropped as
+//! unknown. Backed off, a step of either clock goes unnoticed until the
+//! next probe, up to 8 s later (schedule.rs's known faults).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +39,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gang_wire::cluster_clock::{ClusterClock, Estimate, Event, Quality, Sample, SampleError};
+use gang_wire::cluster_clock::{
+    report_with_probe, ClusterClock, Estimate, Event, ProbeSchedule, Quality, Sample, SampleError,
+};
 use gang_wire::proto::{ClockReport, ClockSource, ClockState, FromAgent};
 use gang_wire::time::monotonic_ns;
 use log::{info, warn};
@@ -44,13 +52,9 @@ use super::link::Link;
 
 /// Probes remembered for their echo.
 pub const IN_FLIGHT: usize = 16;
-/// How often a probe goes out: the bound grows about 100 µs/s without
-/// samples (cluster_clock's UNMODELLED_DRIFT_PPM), so it stays near RTT/2.
-pub const PROBE_EVERY: Duration = Duration::from_millis(250);
-/// How often gangd gets the report (ClockStatus).
-pub const REPORT_EVERY: Duration = Duration::from_secs(4);
-/// An estimate of fewer exchanges is reported at every probe.
-pub const YOUNG_SAMPLES: u32 = 8;
+/// How often the prober looks at the schedule, the link and the fault
+/// knob: the schedule's fast period.
+pub const TICK: Duration = Duration::from_millis(250);
 /// How often the clock's line goes to the node's log.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -89,6 +93,8 @@ struct State {
     /// The bound of `clock = realtime`, ns.
     realtime_bound_ns: u64,
     clock: ClusterClock,
+    /// When the next probe is due.
+    schedule: ProbeSchedule,
     next_seq: u64,
     /// Probes in flight: (seq, t1), oldest first.
     in_flight: VecDeque<(u64, u64)>,
@@ -118,6 +124,7 @@ impl SharedClusterClock {
                 source: ClockSource::Gangd,
                 realtime_bound_ns: 0,
                 clock: ClusterClock::default(),
+                schedule: ProbeSchedule::default(),
                 next_seq: 1,
                 in_flight: VecDeque::new(),
                 steps: 0,
@@ -135,6 +142,7 @@ impl SharedClusterClock {
     pub fn reset(&self) {
         let mut s = self.lock();
         s.clock = ClusterClock::new(*s.clock.config());
+        s.schedule = ProbeSchedule::new(*s.schedule.config());
         s.in_flight.clear();
         s.steps = 0;
         s.stepped = false;
@@ -159,6 +167,19 @@ impl SharedClusterClock {
         self.lock().source
     }
 
+    /// Whether a probe is due at local `now` (never with `clock =
+    /// realtime`).
+    pub fn probe_due(&self, now: u64) -> bool {
+        let s = self.lock();
+        s.source == ClockSource::Gangd && s.schedule.due(now)
+    }
+
+    /// Whether the schedule probes at its fastest (the estimate is new,
+    /// wide or suspect).
+    pub fn probing_fast(&self) -> bool {
+        self.lock().schedule.is_fast()
+    }
+
     /// The probe to send now, sent at `t1` (read just before sending), or
     /// None with `clock = realtime`.
     pub fn probe(&self, t1: u64) -> Option<FromAgent> {
@@ -168,6 +189,7 @@ impl SharedClusterClock {
         }
         let seq = s.next_seq;
         s.next_seq += 1;
+        s.schedule.sent(t1);
         s.in_flight.push_back((seq, t1));
         while s.in_flight.len() > IN_FLIGHT {
             s.in_flight.pop_front();
@@ -181,11 +203,14 @@ impl SharedClusterClock {
         let mut s = self.lock();
         let result = Self::take_echo(&mut s, seq, t1, Sample { t1, t2, t3, t4 });
         match result {
-            Ok(Event::Stepped { .. }) => {
-                s.steps += 1;
-                s.stepped = true;
+            Ok(event) => {
+                if let Event::Stepped { .. } = event {
+                    s.steps += 1;
+                    s.stepped = true;
+                }
+                let s = &mut *s;
+                s.schedule.answered(&s.clock, event, t4);
             }
-            Ok(Event::Accepted) => {}
             Err(_) => s.dropped += 1,
         }
         result
@@ -248,10 +273,13 @@ impl SharedClusterClock {
         }
     }
 
-    /// A fault for tests (the `clock_fault_us` knob): the estimate becomes
-    /// wrong by `offset_ns` (ClusterClock::inject_offset).
-    pub fn inject_offset(&self, offset_ns: i64) {
-        self.lock().clock.inject_offset(offset_ns);
+    /// A fault for tests (the `clock_fault_us` knob), at local `now`: the
+    /// estimate becomes wrong by `offset_ns` (ClusterClock::inject_offset)
+    /// and the probes go fast again, so the next one shows it soon.
+    pub fn inject_offset(&self, offset_ns: i64, now: u64) {
+        let mut s = self.lock();
+        s.clock.inject_offset(offset_ns);
+        s.schedule.fast_again(now);
     }
 
     /// The report for gangd at local `now`; clears the "stepped" mark.
@@ -313,10 +341,11 @@ pub fn describe(r: &ClockReport) -> String {
     .to_lowercase()
 }
 
-/// The prober thread: a probe every PROBE_EVERY and a report every
-/// REPORT_EVERY (and at once when the clock's state changes) while gangd
-/// is connected; the clock's line in the log
-/// every LOG_EVERY and when its state changes. Runs until `shutdown`.
+/// The prober thread: every TICK, a probe if the schedule says so, with
+/// a report if `report_with_probe` says so (and a report at once when the
+/// clock's state changes) while gangd is connected; the
+/// clock's line in the log every LOG_EVERY and when its state changes.
+/// Runs until `shutdown`.
 pub fn spawn_prober(
     clock: Arc<SharedClusterClock>,
     link: Arc<Link>,
@@ -329,26 +358,31 @@ pub fn spawn_prober(
             let (mut reported, mut logged) = (Instant::now(), Instant::now());
             let mut last_state = None;
             while !shutdown.load(Ordering::Relaxed) {
-                thread::sleep(PROBE_EVERY);
+                thread::sleep(TICK);
                 if !link.is_connected() {
                     continue;
                 }
                 let fault_us = knobs.take_clock_fault_us();
                 if fault_us != 0 {
                     warn!("clock fault injected (knob clock_fault_us): the cluster clock estimate is now {fault_us} µs off");
-                    clock.inject_offset(fault_us.saturating_mul(1000));
+                    clock.inject_offset(fault_us.saturating_mul(1000), monotonic_ns());
                 }
-                if let Some(probe) = clock.probe(monotonic_ns()) {
-                    link.send(probe);
+                let mut probed = false;
+                if clock.probe_due(monotonic_ns()) {
+                    if let Some(probe) = clock.probe(monotonic_ns()) {
+                        link.send(probe);
+                        probed = true;
+                    }
                 }
-                // A change of state is reported at once, and so is every
-                // probe of a young estimate (its bound shrinks fast): gangd
-                // switches a node by command until it hears that its clock
-                // is good, within max_clock_error_us.
+                // A change of state is reported at once; otherwise a report
+                // goes with a probe (its bound is then the period's
+                // largest), with every one while the estimate is young.
                 let report = clock.report(monotonic_ns());
                 let changed = last_state != Some(report.state);
-                let young = report.state == ClockState::Good && report.samples < YOUNG_SAMPLES;
-                if !changed && !young && reported.elapsed() < REPORT_EVERY {
+                let good = (report.state == ClockState::Good).then_some(report.samples);
+                let since = reported.elapsed().as_nanos() as u64;
+                let due = probed && report_with_probe(good, since);
+                if !changed && !due {
                     continue;
                 }
                 reported = Instant::now();
@@ -484,10 +518,35 @@ mod tests {
     }
 
     #[test]
+    fn probes_back_off_once_good_and_come_fast_after_a_fault_or_a_new_connection() {
+        let clock = SharedClusterClock::new();
+        assert!(clock.probe_due(0) && clock.probing_fast());
+        // Good exchanges as the prober makes them: one whenever due.
+        let mut t = 1_000_000_000;
+        for _ in 0..12 {
+            t = t.max(clock.state.lock().unwrap().schedule.next_ns());
+            assert!(clock.probe_due(t));
+            exchange(&clock, t).unwrap();
+            t += 210_000;
+        }
+        assert!(!clock.probing_fast(), "backed off");
+        assert!(!clock.probe_due(t + 250_000_000));
+        // clock_fault_us: the next probe within 250 ms shows the fault.
+        clock.inject_offset(5_000_000, t);
+        assert!(clock.probing_fast());
+        assert!(clock.probe_due(t + 250_000_000));
+        // A new connection probes at once.
+        exchange(&clock, t + 250_000_000).unwrap();
+        clock.reset();
+        assert!(clock.probe_due(t + 250_000_001) && clock.probing_fast());
+    }
+
+    #[test]
     fn realtime_needs_no_probes_and_states_the_knobs_bound() {
         let clock = SharedClusterClock::new();
         clock.set_source(ClockSource::Realtime, 50);
         assert_eq!(clock.probe(1), None);
+        assert!(!clock.probe_due(u64::MAX));
         assert_eq!(clock.echo(1, 1, 2, 3, 4), Err(EchoError::NotProbing));
         let now = gang_wire::time::monotonic_ns();
         let r = clock.report(now);

@@ -31,13 +31,23 @@
 //! a node whose link still holds output queued for it (its heartbeat is
 //! behind that) is asked again rather than counted silent.
 //!
+//! Heartbeats only where needed (`Node::needs_heartbeat`): any frame
+//! from a node proves it alive, so a node heard (or asked) within the
+//! quiet period gets none at that tick; an idle node is then asked every
+//! other period. The quiet period is the heartbeat period, or longer at
+//! scale so that at most HEARTBEATS_PER_S go out in all, but at most half
+//! the node timeout (`quiet_period`). A dead node is lost at most the
+//! node timeout + the quiet period + two heartbeat periods after it was
+//! last heard (was: timeout + two periods). Every node still gets one
+//! every HEARTBEAT_REFRESH, so its round trip and clock offset stay fresh.
+//!
 //! Known faults: a node's id is kept by name for gangd's lifetime only
 //! (a restart hands ids out again in join order).
 
 use gang_wire::time::monotonic_ns;
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
@@ -58,6 +68,11 @@ const CLOCK_SAMPLES: usize = 16;
 /// this often (and always before a job names them): a delta per join
 /// batch to every node was millions of frames at 4096 nodes.
 const DIRECTORY_PERIOD_NS: u64 = 1_000_000_000;
+/// At most this many heartbeats a second in all (the quiet period grows
+/// with the nodes past it, up to half the node timeout).
+pub const HEARTBEATS_PER_S: u32 = 2048;
+/// A node gets a heartbeat at least this often, however chatty it is.
+pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(10);
 /// Ports handed to ranks, per node, in turn.
 const RANK_PORTS: std::ops::Range<u16> = 20000..60000;
 
@@ -73,6 +88,8 @@ pub struct Node {
     pub last_seen: Instant,
     /// The first heartbeat sent after `last_seen`: silence runs from here.
     asked_at: Option<Instant>,
+    /// The last heartbeat sent (None: none yet, or gangd must ask again).
+    last_heartbeat: Option<Instant>,
     next_seq: u64,
     /// Heartbeats in flight: (seq, gangd's monotonic ns when sent).
     sent: VecDeque<(u64, u64)>,
@@ -107,6 +124,7 @@ impl Node {
             housekeeping,
             last_seen: Instant::now(),
             asked_at: None,
+            last_heartbeat: None,
             next_seq: 1,
             sent: VecDeque::new(),
             samples: VecDeque::new(),
@@ -123,6 +141,7 @@ impl Node {
         if self.asked_at.is_none_or(|a| a <= self.last_seen) {
             self.asked_at = Some(now);
         }
+        self.last_heartbeat = Some(now);
         let seq = self.next_seq;
         self.next_seq += 1;
         self.sent.push_back((seq, monotonic_ns()));
@@ -132,9 +151,20 @@ impl Node {
         self.link.send(&ToAgent::Heartbeat { seq });
     }
 
+    /// Whether the node needs a heartbeat at `now`: never asked (or to
+    /// be asked again), or neither heard nor asked within `quiet`, or its
+    /// last heartbeat is HEARTBEAT_REFRESH old.
+    pub fn needs_heartbeat(&self, now: Instant, quiet: Duration) -> bool {
+        let Some(asked) = self.last_heartbeat else {
+            return true;
+        };
+        let ago = |t: Instant| now.saturating_duration_since(t);
+        ago(asked) >= HEARTBEAT_REFRESH || ago(asked.max(self.last_seen)) >= quiet
+    }
+
     /// Whether the node has left a heartbeat unanswered (and said nothing
     /// else) for longer than `timeout` at `now`.
-    pub fn silent(&self, now: Instant, timeout: std::time::Duration) -> bool {
+    pub fn silent(&self, now: Instant, timeout: Duration) -> bool {
         self.asked_at
             .is_some_and(|a| a > self.last_seen && now.saturating_duration_since(a) > timeout)
     }
@@ -143,6 +173,7 @@ impl Node {
     /// send them in time or read their answers (its loop stalled).
     pub fn ask_again(&mut self) {
         self.asked_at = None;
+        self.last_heartbeat = None;
     }
 
     /// An answer: the node's clock was `node_ns` somewhere inside the round
@@ -199,6 +230,15 @@ impl Node {
         };
         p
     }
+}
+
+/// How long a node may be quiet before it gets a heartbeat: `period`,
+/// or at scale long enough for at most HEARTBEATS_PER_S in all, but never
+/// past half the node `timeout` (nor under `period`).
+pub fn quiet_period(period: Duration, timeout: Duration, nodes: usize) -> Duration {
+    let nodes = u32::try_from(nodes).unwrap_or(u32::MAX);
+    let scaled = Duration::from_secs(1) * nodes / HEARTBEATS_PER_S;
+    period.max(scaled.min(timeout / 2))
 }
 
 /// What the allocator's cluster knows of a node.
@@ -469,8 +509,9 @@ impl Coordinator {
         self.publish_status();
     }
 
-    /// Drops the silent nodes and sends every node a heartbeat; after a
-    /// `stalled` loop, silence is counted again from this heartbeat.
+    /// Drops the silent nodes and sends a heartbeat to every node that
+    /// needs one (`Node::needs_heartbeat`); after a `stalled` loop,
+    /// silence is counted again from this heartbeat.
     pub(super) fn heartbeats(&mut self, stalled: bool) {
         let (timeout, now) = (self.cfg.node_timeout, Instant::now());
         for n in self.nodes.values_mut() {
@@ -494,8 +535,11 @@ impl Coordinator {
             );
         }
         let now = Instant::now();
+        let quiet = quiet_period(self.cfg.heartbeat, timeout, self.nodes.len());
         for n in self.nodes.values_mut() {
-            n.send_heartbeat(now);
+            if n.needs_heartbeat(now, quiet) {
+                n.send_heartbeat(now);
+            }
         }
     }
 
@@ -639,6 +683,114 @@ mod tests {
         n.send_heartbeat(t0 + ms(7_100));
         assert!(!n.silent(t0 + ms(10_100), timeout));
         assert!(n.silent(t0 + ms(10_101), timeout));
+    }
+
+    /// gangd's ticks every `period` (as `heartbeats` runs them: the
+    /// silence check, then the heartbeats) over a node that answers each
+    /// heartbeat 1 ms later and says something else at `chatter` times,
+    /// until it dies at `dies`: the heartbeats sent, and when it was found
+    /// silent (from the node's start).
+    fn ticks(
+        period: Duration,
+        quiet: Duration,
+        dies: Duration,
+        chatter: &[Duration],
+        end: Duration,
+    ) -> (usize, Option<Duration>) {
+        let timeout = Duration::from_millis(3000);
+        let mut n = node();
+        let t0 = n.last_seen;
+        let (mut sent, mut t) = (0, Duration::ZERO);
+        while t <= end {
+            let now = t0 + t;
+            if let Some(&c) = chatter.iter().rev().find(|&&c| c <= t && c < dies) {
+                n.last_seen = n.last_seen.max(t0 + c);
+            }
+            if n.silent(now, timeout) {
+                return (sent, Some(t));
+            }
+            if n.needs_heartbeat(now, quiet) {
+                n.send_heartbeat(now);
+                sent += 1;
+                if t < dies {
+                    n.last_seen = now + Duration::from_millis(1);
+                }
+            }
+            t += period;
+        }
+        (sent, None)
+    }
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn an_idle_node_is_asked_every_other_period() {
+        let (sent, lost) = ticks(MS(500), MS(500), MS(u64::MAX), &[], MS(60_000));
+        assert_eq!(lost, None);
+        // 121 ticks in 60 s: the first, then every other one.
+        assert_eq!(sent, 61);
+    }
+
+    #[test]
+    fn a_node_that_keeps_talking_is_asked_only_every_refresh() {
+        let chatter: Vec<Duration> = (0..600).map(|i| MS(i * 100)).collect();
+        let (sent, lost) = ticks(MS(500), MS(500), MS(u64::MAX), &chatter, MS(60_000));
+        assert_eq!(lost, None);
+        // At the start, then every HEARTBEAT_REFRESH (10 s).
+        assert_eq!(sent, 7);
+    }
+
+    #[test]
+    fn a_dead_node_is_found_within_the_timeout_the_quiet_period_and_two_periods() {
+        for quiet in [MS(500), MS(1_500)] {
+            for dies in (0..40).map(|i| MS(20_000 + i * 37)) {
+                let (_, lost) = ticks(MS(500), quiet, dies, &[], MS(60_000));
+                let lost = lost.expect("found");
+                // Never sooner than the timeout less a period after it
+                // died (its last answer came at most quiet + a period
+                // before), never later than timeout + quiet + two periods.
+                let after = lost - dies;
+                assert!(
+                    after > MS(3_000) - MS(1_000),
+                    "{quiet:?} {dies:?}: {after:?}"
+                );
+                assert!(
+                    after <= MS(3_000) + quiet + MS(1_000),
+                    "{quiet:?} {dies:?}: {after:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_that_stops_talking_is_asked_after_the_quiet_period() {
+        let chatter: Vec<Duration> = (0..200).map(|i| MS(i * 100)).collect();
+        let (_, lost) = ticks(MS(500), MS(500), MS(20_000), &chatter, MS(60_000));
+        let after = lost.expect("found") - MS(20_000);
+        assert!(after > MS(3_000) && after <= MS(4_500), "{after:?}");
+    }
+
+    #[test]
+    fn the_quiet_period_grows_with_the_nodes_up_to_half_the_timeout() {
+        let (hb, timeout) = (MS(500), MS(3_000));
+        assert_eq!(quiet_period(hb, timeout, 64), hb);
+        assert_eq!(quiet_period(hb, timeout, 1024), hb);
+        assert_eq!(quiet_period(hb, timeout, 2048), MS(1_000));
+        assert_eq!(quiet_period(hb, timeout, 4096), MS(1_500));
+        assert_eq!(quiet_period(hb, timeout, 1 << 20), MS(1_500));
+        // Never under the heartbeat period, whatever the timeout.
+        assert_eq!(quiet_period(hb, MS(600), 4096), hb);
+    }
+
+    #[test]
+    fn a_stalled_loop_asks_every_node_again_at_once() {
+        let mut n = node();
+        let t0 = n.last_seen;
+        n.send_heartbeat(t0);
+        n.last_seen = t0 + MS(1);
+        assert!(!n.needs_heartbeat(t0 + MS(300), MS(500)));
+        n.ask_again();
+        assert!(n.needs_heartbeat(t0 + MS(300), MS(500)));
     }
 
     #[test]

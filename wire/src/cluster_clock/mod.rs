@@ -52,18 +52,23 @@
 //! the samples' bounds is never detected; it is absorbed instead). The
 //! bound grows by 2 × `unmodelled_drift_ppm` (100 µs per second by
 //! default) after the last sample: the samples must come often enough for
-//! the caller's `max_error_ns`. Slewing of the node's CLOCK_MONOTONIC by
+//! the caller's `max_error_ns` (schedule.rs: `ProbeSchedule` backs off
+//! only as far as the bound it predicts stays within a target). Slewing of the node's CLOCK_MONOTONIC by
 //! an NTP daemon faster than 50 ppm (chrony's large corrections) is seen
 //! as drift and restarts the estimator, repeatedly while it lasts. An
 //! exchange that straddles a step proves nothing true; if it is the one
 //! the estimator restarts from, the next good sample is a second step.
 
 mod sample;
+mod schedule;
 
 use std::collections::VecDeque;
 
 use sample::{Point, SLACK_NS};
 pub use sample::{Sample, SampleError};
+pub use schedule::{
+    report_with_probe, ProbeSchedule, ScheduleConfig, REPORT_EVERY_NS, YOUNG_SAMPLES,
+};
 
 /// The two machines' CLOCK_MONOTONIC rates differ by at most this (ppm):
 /// crystals are specified to ±100 ppm; 500 ppm is also the kernel's

@@ -9,8 +9,9 @@
 //! copies would be O(nodes²) in this one process), `SpawnRank` →
 //! `RankStarted` (no process), `KillJob` → `RankExited` (killed by its
 //! signal) for each of the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
-//! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; every `probe` a
-//! `ClockProbe`, as the real agent sends every 250 ms.
+//! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; `ClockProbe`s on the
+//! real agent's schedule, echoes fed to an estimator, and `ClockStatus`
+//! reports (clock.rs).
 //!
 //! How: the handshake and the Hello/Welcome exchange are done blocking on
 //! a joiner thread; the agent is then handed to a worker, which owns
@@ -44,9 +45,12 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::tls::rustls::ClientConnection;
 use gang_wire::proto::tls::ClientTls;
 use gang_wire::proto::{encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, ToAgent};
+
+use crate::clock::AgentClock;
 
 /// Everything the agents saw, on the harness's clock.
 #[derive(Default)]
@@ -103,7 +107,8 @@ pub struct Agent {
     /// Lost on purpose: reads and answers nothing.
     silent: bool,
     dead: bool,
-    probe_seq: u64,
+    /// Its cluster clock (None: it sends no probes).
+    clock: Option<AgentClock>,
 }
 
 /// Joins `spec` to gangd at `addr`: handshake, Hello, Welcome. Messages
@@ -163,7 +168,7 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
         ranks: vec![],
         silent: false,
         dead: false,
-        probe_seq: 0,
+        clock: None,
     };
     Ok((agent, got))
 }
@@ -197,7 +202,12 @@ impl Pool {
     /// `workers` threads own the joined agents; `joiners` threads make
     /// the TLS handshakes, so that a worker never stops answering its
     /// agents while a node joins.
-    pub fn new(addr: SocketAddr, workers: usize, joiners: usize, probe: Option<Duration>) -> Pool {
+    pub fn new(
+        addr: SocketAddr,
+        workers: usize,
+        joiners: usize,
+        probe: Option<ScheduleConfig>,
+    ) -> Pool {
         let events = Arc::new(Events::default());
         let joined = Arc::new(AtomicU64::new(0));
         let (joins, join_rx) = mpsc::channel::<(NodeSpec, Instant)>();
@@ -293,7 +303,7 @@ struct Worker {
     joins: Sender<(NodeSpec, Instant)>,
     events: Arc<Events>,
     joined: Arc<AtomicU64>,
-    probe: Option<Duration>,
+    probe: Option<ScheduleConfig>,
     agents: Vec<Agent>,
 }
 
@@ -303,7 +313,7 @@ impl Worker {
         joins: Sender<(NodeSpec, Instant)>,
         events: Arc<Events>,
         joined: Arc<AtomicU64>,
-        probe: Option<Duration>,
+        probe: Option<ScheduleConfig>,
     ) -> Worker {
         Worker {
             rx,
@@ -316,7 +326,6 @@ impl Worker {
     }
 
     fn run(mut self) {
-        let mut next_probe = Instant::now();
         loop {
             loop {
                 match self.rx.try_recv() {
@@ -325,19 +334,14 @@ impl Worker {
                     Err(TryRecvError::Empty) => break,
                 }
             }
-            if let Some(p) = self.probe {
-                if Instant::now() >= next_probe {
-                    next_probe += p;
-                    for i in 0..self.agents.len() {
-                        let a = &mut self.agents[i];
-                        a.probe_seq += 1;
-                        let t1 = gang_wire::time::monotonic_ns();
-                        let msg = FromAgent::ClockProbe {
-                            seq: a.probe_seq,
-                            t1,
-                        };
-                        self.send(i, &msg);
-                    }
+            let (now_ns, now) = (gang_wire::time::monotonic_ns(), Instant::now());
+            for i in 0..self.agents.len() {
+                let msgs = match self.agents[i].clock.as_mut() {
+                    Some(c) => c.tick(now_ns, now),
+                    None => continue,
+                };
+                for msg in msgs {
+                    self.send(i, &msg);
                 }
             }
             self.poll_once(Duration::from_millis(10));
@@ -346,7 +350,8 @@ impl Worker {
 
     fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Joined(agent, early) => {
+            Command::Joined(mut agent, early) => {
+                agent.clock = self.probe.map(AgentClock::new);
                 self.agents.push(*agent);
                 self.joined.fetch_add(1, Ordering::Relaxed);
                 self.events.live.fetch_add(1, Ordering::Relaxed);
@@ -560,6 +565,13 @@ impl Worker {
                 None
             }
             ToAgent::Plan { plan, .. } => Some(FromAgent::PlanAck { plan_id: plan.id }),
+            ToAgent::ClockEcho { t1, t2, t3, .. } => {
+                let t4 = gang_wire::time::monotonic_ns();
+                if let Some(c) = self.agents[i].clock.as_mut() {
+                    c.echo(t1, t2, t3, t4);
+                }
+                None
+            }
             ToAgent::Heartbeat { seq } => Some(FromAgent::Heartbeat {
                 seq,
                 mono_ns: gang_wire::time::monotonic_ns(),

@@ -6,13 +6,17 @@
 //!
 //! 1. join: every node joins (if gangd never holds them all at once
 //!    within `join_timeout`, the line stops there: join_s is empty); then
-//!    `idle` seconds with no job (heartbeats and clock probes only):
-//!    gangd's idle CPU.
+//!    `idle` seconds with no job (heartbeats and clock probes only;
+//!    after `settle` seconds, the probes backing off meanwhile): gangd's
+//!    idle CPU.
 //! 2. steady: three jobs over every CPU of every node (or `bg_per_node`
 //!    ranks on each node; mpl 3, strict barrier by default), `steady`
 //!    seconds: gangd's CPU, switches per second, switch messages per
 //!    second, and per switch the time from the first Freeze an agent
-//!    received to the last Running sent.
+//!    received to the last Running sent. With `--switching timed` gangd
+//!    sends plans instead (acked at once; the agents send no Switched),
+//!    so no switch is counted and the messages are the commanded ones of
+//!    nodes whose clock gangd found too rough.
 //! 3. arrivals: jobs of 1–N nodes (log-uniform) arrive one after the
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
@@ -31,6 +35,7 @@
 //! detected at once and not measured.
 
 mod agents;
+mod clock;
 mod frontend;
 mod measure;
 mod phases;
@@ -44,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::tls::{ca, ClientTls};
 
 use agents::Pool;
@@ -71,6 +77,10 @@ pub struct Opts {
     pub slot_ms: u32,
     #[arg(long, default_value = "strict")]
     pub barrier: String,
+    /// gangd's --switching: commanded, or timed (plans sent ahead, acked
+    /// by the agents at once; no per-slot command).
+    #[arg(long, default_value = "commanded")]
+    pub switching: String,
     /// Ranks per node of the three background jobs (default: --cpus, every
     /// CPU). A job's peer table goes to each of its nodes, so placement
     /// costs nodes × ranks: 1 makes the background jobs cheap to place.
@@ -79,12 +89,21 @@ pub struct Opts {
     /// Agent worker threads.
     #[arg(long, default_value = "2")]
     pub workers: usize,
-    /// ClockProbe period of every agent, ms (the real agent's: 250); 0: none.
+    /// ClockProbe period of every agent while its estimate is new, ms
+    /// (the real agent's: 250, backing off to 8 s); 0: no probes.
     #[arg(long, default_value = "250")]
     pub probe_ms: u64,
+    /// Probe every --probe-ms for ever (as agents did before the
+    /// adaptive schedule), instead of the real agent's schedule.
+    #[arg(long)]
+    pub probe_fixed: bool,
     /// Seconds of each phase.
     #[arg(long, default_value = "2")]
     pub idle: f64,
+    /// Seconds between the join and the idle measurement: the agents'
+    /// probes back off over the first ~8 s of each link.
+    #[arg(long, default_value = "0")]
+    pub settle: f64,
     #[arg(long, default_value = "5")]
     pub steady: f64,
     #[arg(long, default_value = "5")]
@@ -169,6 +188,8 @@ fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
             &opts.slot_ms.to_string(),
             "--barrier",
             &opts.barrier,
+            "--switching",
+            &opts.switching,
         ])
         .args(["--node-timeout-ms", &opts.node_timeout_ms.to_string()])
         .stderr(Stdio::from(log))
@@ -208,7 +229,20 @@ fn run(opts: &Opts) -> Result<()> {
     let gangd = start_gangd(opts, &certs.join("ca"), port)?;
     let pid = gangd.child.id();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let probe = (opts.probe_ms > 0).then(|| Duration::from_millis(opts.probe_ms));
+    let probe = (opts.probe_ms > 0).then(|| {
+        let fast_ns = opts.probe_ms * 1_000_000;
+        let config = ScheduleConfig {
+            fast_ns,
+            ..ScheduleConfig::default()
+        };
+        match opts.probe_fixed {
+            true => ScheduleConfig {
+                slow_ns: fast_ns,
+                ..config
+            },
+            false => config,
+        }
+    });
     // As many joins in flight as gangd admits from one address
     // (limits::HANDSHAKES_PER_ADDR): real nodes join in parallel, and a
     // joiner waits for its Welcome, which gangd sends once per batch.

@@ -151,6 +151,7 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     let join_s = t0.elapsed().as_secs_f64();
     row.num("join_s", join_s);
     progress(n, &format!("joined in {join_s:.1} s; idle"));
+    thread::sleep(Duration::from_secs_f64(opts.settle));
     let a = gangd()?;
     thread::sleep(Duration::from_secs_f64(opts.idle));
     let b = gangd()?;
