@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 
 use scx_gang::bpf_intf::{gang_event, gang_notice};
-use scx_gang::control::{Placement, Request};
+use scx_gang::control::{GangCpus, Request};
 
 fn write(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new("seeds").join(target);
@@ -29,7 +29,7 @@ fn bytes_of<T: Copy>(value: &T) -> Vec<u8> {
 }
 
 fn main() {
-    let place = |gang: &str, cpus: &str| Placement {
+    let place = |gang: &str, cpus: &str| GangCpus {
         gang: gang.into(),
         cpus: cpus.into(),
     };
@@ -42,16 +42,19 @@ fn main() {
             slot: 1,
             gen: 7,
             slot_ms: 100,
+            at_ns: 0,
         },
         Request::Standalone,
         Request::Freeze {
             gen: 8,
             drain_timeout_ms: 200,
+            to_slot: Some(1),
         },
         Request::Column {
             slots: vec![vec![], vec![place("job3", "1")]],
         },
-        Request::Rotate,
+        Request::Autonomous,
+        Request::Unplan,
     ];
     for (i, r) in requests.iter().enumerate() {
         let mut line = serde_json::to_vec(r).unwrap();
