@@ -5,6 +5,25 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ring");
 
+/// Three ranks streaming 1 MiB tokens; rank 1 stops reading after 0.3 s;
+/// the others give up after `timeout` seconds without a round.
+fn stop_reading_job(timeout: &str) -> Job {
+    Job::new(
+        BIN,
+        3,
+        &[
+            "--seconds",
+            "60",
+            "--bytes",
+            "1048576",
+            "--timeout",
+            timeout,
+            "--stop-reading",
+            "1:0.3",
+        ],
+    )
+}
+
 #[test]
 fn three_ranks_stream_and_check_every_token() {
     let (outs, _) = Job::new(BIN, 3, &["--rounds", "50", "--bytes", "65536"]).run();
@@ -24,20 +43,7 @@ fn a_rank_that_stops_reading_leaves_its_peers_waiting_until_their_timeout() {
     // Rank 1 stops reading after 0.3 s and sleeps; rank 0's 1 MiB tokens
     // fill its socket and rank 2 waits for rounds that never come: both
     // give up at their 1.5 s timeout. Rank 1 sleeps until it is killed.
-    let mut job = Job::new(
-        BIN,
-        3,
-        &[
-            "--seconds",
-            "60",
-            "--bytes",
-            "1048576",
-            "--timeout",
-            "1.5",
-            "--stop-reading",
-            "1:0.3",
-        ],
-    );
+    let mut job = stop_reading_job("1.5");
     job.kill = Some((1, Duration::from_secs(8)));
     let (outs, took) = job.run();
     assert!(outs[1].stderr.contains("stops reading"), "{:?}", outs[1]);
@@ -58,20 +64,7 @@ fn the_data_sent_to_a_rank_that_stopped_reading_never_drains() {
     // reading, rank 0's socket to it holds unsent bytes at every look, not
     // only until the last token has landed in rank 1's receive buffer.
     let ports = free_ports(3);
-    let mut job = Job::new(
-        BIN,
-        3,
-        &[
-            "--seconds",
-            "60",
-            "--bytes",
-            "1048576",
-            "--timeout",
-            "5",
-            "--stop-reading",
-            "1:0.3",
-        ],
-    );
+    let mut job = stop_reading_job("5");
     job.ports = Some(ports.clone());
     job.kill = Some((1, Duration::from_secs(8)));
     let to_rank1 = ports[1];
