@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use common::{answer_all, knobs, show, started, Cluster};
 use gang_coordinator::knobs::{ClusterKnobs, Switching};
 use gang_coordinator::switch::planner::LinkTiming;
-use gang_coordinator::switch::rotation::Rotation;
+use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table};
 use gang_coordinator::switch::switch_log::timed_json;
 use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome};
 
@@ -439,23 +439,40 @@ fn a_commanded_node_is_frozen_ahead_of_the_boundary_and_switched_once_frozen() {
     assert!(r.tick(179 * MS, &timed(), &c).is_empty());
     assert_eq!(show(&r.tick(181 * MS, &timed(), &c)), ["1 Freeze g2 0->1"]);
     assert!(r.tick(190 * MS, &timed(), &c).is_empty(), "one Freeze");
-    assert!(r.tick(201 * MS, &timed(), &c).is_empty(), "no Switch before Frozen");
+    assert!(
+        r.tick(201 * MS, &timed(), &c).is_empty(),
+        "no Switch before Frozen"
+    );
     let out = r.on_agent(NodeId(1), &common::frozen(2, 0), 205 * MS);
     assert_eq!(show(&out), ["1 Switch g2 1"], "at once: the boundary came");
-    r.on_agent(NodeId(0), &switched(2, 200_000_000, 0, SwitchOutcome::OnTime), 206 * MS);
+    r.on_agent(
+        NodeId(0),
+        &switched(2, 200_000_000, 0, SwitchOutcome::OnTime),
+        206 * MS,
+    );
     let recs = r.take_timed();
     let line = timed_json(recs.iter().find(|r| r.gen == Gen(2)).expect("generation 2"));
     assert_eq!(line["nodes"]["1"]["outcome"], "commanded");
     assert_eq!(line["nodes"]["1"]["late_us"], 5_000);
-    assert_eq!(line["nodes"]["1"]["parked_us"], 24_000, "from its Freeze at 181 ms");
-    assert!(line["nodes"]["1"]["drain"].is_object(), "its drain report: {line}");
+    assert_eq!(
+        line["nodes"]["1"]["parked_us"], 24_000,
+        "from its Freeze at 181 ms"
+    );
+    assert!(
+        line["nodes"]["1"]["drain"].is_object(),
+        "its drain report: {line}"
+    );
 
     // Frozen before the boundary: the Switch waits for it.
     assert_eq!(show(&r.tick(281 * MS, &timed(), &c)), ["1 Freeze g3 1->0"]);
-    assert!(r.on_agent(NodeId(1), &common::frozen(3, 1), 290 * MS).is_empty());
+    assert!(r
+        .on_agent(NodeId(1), &common::frozen(3, 1), 290 * MS)
+        .is_empty());
     assert_eq!(show(&r.tick(300 * MS, &timed(), &c)), ["1 Switch g3 0"]);
     // A Frozen of no Freeze out is dropped.
-    assert!(r.on_agent(NodeId(1), &common::frozen(9, 1), 310 * MS).is_empty());
+    assert!(r
+        .on_agent(NodeId(1), &common::frozen(9, 1), 310 * MS)
+        .is_empty());
     assert!(r.tick(310 * MS, &timed(), &c).is_empty());
 }
 
@@ -467,8 +484,15 @@ fn a_commanded_node_that_never_answers_frozen_is_switched_at_the_drain_timeout()
     };
     let (c, mut r) = one_commanded(&knobs);
     assert_eq!(show(&r.tick(185 * MS, &knobs, &c)), ["1 Freeze g2 0->1"]);
-    assert!(r.tick(229 * MS, &knobs, &c).is_empty(), "waiting for Frozen");
-    assert_eq!(show(&r.tick(230 * MS, &knobs, &c)), ["1 Switch g2 1"], "the boundary + 30 ms");
+    assert!(
+        r.tick(229 * MS, &knobs, &c).is_empty(),
+        "waiting for Frozen"
+    );
+    assert_eq!(
+        show(&r.tick(230 * MS, &knobs, &c)),
+        ["1 Switch g2 1"],
+        "the boundary + 30 ms"
+    );
     // The next boundary's Freeze comes as usual.
     assert_eq!(show(&r.tick(285 * MS, &knobs, &c)), ["1 Freeze g3 1->0"]);
 }
@@ -476,5 +500,91 @@ fn a_commanded_node_that_never_answers_frozen_is_switched_at_the_drain_timeout()
 #[test]
 fn gangd_wakes_for_a_commanded_nodes_freeze() {
     let (_, r) = one_commanded(&timed());
-    assert_eq!(r.next_wakeup(100, 120 * MS), 60 * MS, "at 180 ms, not at the boundary");
+    assert_eq!(
+        r.next_wakeup(100, 120 * MS),
+        60 * MS,
+        "at 180 ms, not at the boundary"
+    );
+}
+
+/// The cluster of `two_jobs` with an epoch set by hand and a count of the
+/// planner's reads of a node's link.
+struct Counted {
+    inner: Cluster,
+    epoch: u64,
+    reads: std::cell::Cell<u64>,
+}
+
+impl ClusterView for Counted {
+    fn nodes(&self) -> Vec<NodeId> {
+        self.inner.nodes()
+    }
+    fn tables(&self) -> Vec<(NodeId, Table)> {
+        self.inner.tables()
+    }
+    fn slots(&self) -> Vec<u32> {
+        self.inner.slots()
+    }
+    fn running(&self, slot: u32) -> BTreeSet<(JobId, NodeId)> {
+        self.inner.running(slot)
+    }
+    fn links_epoch(&self) -> u64 {
+        self.epoch
+    }
+    fn link(&self, node: NodeId) -> LinkTiming {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.link(node)
+    }
+}
+
+#[test]
+fn links_are_read_again_when_the_epoch_moves_or_a_second_passed_not_at_every_pass() {
+    let mut c = Counted {
+        inner: two_jobs(),
+        epoch: 7,
+        reads: Default::default(),
+    };
+    let knobs = ClusterKnobs {
+        max_clock_error_us: 4_000,
+        ..timed()
+    };
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    r.tick(0, &knobs, &c);
+    let first = c.reads.get();
+    assert!(first >= 2, "both nodes read at the first tick");
+    for ms in (10..900).step_by(10) {
+        r.tick(ms * MS, &knobs, &c);
+    }
+    assert_eq!(c.reads.get(), first, "no read while nothing changed");
+
+    // A node's bound grows past the knob, unannounced: seen at the next
+    // refresh, a second after the last read, and switched by command.
+    c.inner.links.insert(NodeId(1), clock(4_001, true));
+    let out = show(&r.tick(990 * MS, &knobs, &c));
+    assert!(!out.iter().any(|l| l.starts_with("1 Switch")), "{out:?}");
+    assert!(
+        r.timed().expect("timed").commanded().is_empty(),
+        "not yet seen"
+    );
+    let out = show(&r.tick(1_000 * MS, &knobs, &c));
+    assert!(c.reads.get() > first, "read again after a second");
+    assert!(out.iter().any(|l| l.starts_with("1 Switch")), "{out:?}");
+    assert_eq!(
+        r.timed().expect("timed").commanded(),
+        BTreeSet::from([NodeId(1)])
+    );
+
+    // A node leaves: the epoch moves and the planner forgets it at once.
+    let reads = c.reads.get();
+    c.inner.nodes.retain(|&n| n != NodeId(1));
+    r.tick(1_010 * MS, &knobs, &c);
+    assert_eq!(c.reads.get(), reads, "the epoch did not move: not seen yet");
+    c.epoch += 1;
+    r.tick(1_020 * MS, &knobs, &c);
+    assert!(c.reads.get() > reads);
+    assert!(
+        r.timed().expect("timed").commanded().is_empty(),
+        "node 1 gone"
+    );
 }

@@ -142,6 +142,16 @@ impl Allocator {
         self.jobs.values().map(|j| self.view(j)).collect()
     }
 
+    /// Every job's slots (home and fill; none while queued), without the
+    /// rest of its view (cells, ranks): gangd's rotation asks at every
+    /// pass of its loop, where `jobs` cost O(cells) per job.
+    pub fn slots_by_job(&self) -> Vec<(JobId, Vec<usize>)> {
+        self.jobs
+            .values()
+            .map(|j| (j.id, self.slots_of(j).collect()))
+            .collect()
+    }
+
     /// The matrix in the text form of `gang matrix`.
     pub fn render(&self) -> String {
         self.matrix.render()

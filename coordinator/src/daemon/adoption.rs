@@ -162,12 +162,16 @@ impl Coordinator {
         if self.adoption_over {
             return;
         }
+        // Checked at every pass of the loop until over: one set of the
+        // live names, not a scan of the nodes per known name (O(N²)).
+        let live: std::collections::HashSet<&str> =
+            self.nodes.values().map(|m| m.name.as_str()).collect();
         let missing: Vec<&String> = self
             .state
             .data
             .nodes
             .iter()
-            .filter(|n| !self.nodes.values().any(|m| &&m.name == n))
+            .filter(|n| !live.contains(n.as_str()))
             .collect();
         if missing.is_empty() || self.epoch.elapsed() >= ADOPTION_GRACE {
             self.adoption_over = true;

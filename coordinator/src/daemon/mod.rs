@@ -186,6 +186,10 @@ pub struct Coordinator {
     status: Arc<Mutex<Status>>,
     alloc: Allocator,
     nodes: BTreeMap<NodeId, Node>,
+    /// Bumped when a node joins or is lost, or its clock changes state
+    /// (Good or not): the timed planner reads every node's link again then
+    /// (`ClusterView::links_epoch`), else only once a second.
+    links_epoch: u64,
     conn_node: HashMap<ConnId, NodeId>,
     /// Node ids by name: a node that comes back keeps its id.
     node_ids: BTreeMap<String, NodeId>,
@@ -332,6 +336,7 @@ impl Coordinator {
             status_clock: StatusClock::default(),
             joining: Vec::new(),
             joining_since: None,
+            links_epoch: 0,
             last_join_flush: (Instant::now(), Duration::ZERO),
             queue_full_ns: Arc::new(AtomicU64::new(0)),
             cfg,

@@ -352,6 +352,7 @@ impl Coordinator {
             joined.push(node.id);
             self.nodes.insert(node.id, node);
         }
+        self.links_epoch += 1;
         if let Err(e) = self.state.flush() {
             warn!(
                 "cannot record {} joined node(s) in the state directory: {e}",
@@ -471,6 +472,7 @@ impl Coordinator {
         let Some(node) = self.nodes.remove(&id) else {
             return;
         };
+        self.links_epoch += 1;
         node.link.close();
         warn!("node {} lost: {why}", node.name);
         let now = self.now_us();
@@ -552,7 +554,12 @@ impl Coordinator {
         let name = n.name.clone();
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
-            FromAgent::ClockStatus { report } => n.clock = Some(report),
+            FromAgent::ClockStatus { report } => {
+                if n.clock.map(|c| c.state) != Some(report.state) {
+                    self.links_epoch += 1;
+                }
+                n.clock = Some(report);
+            }
             // Answered by the agent loop (net/), never posted.
             FromAgent::ClockProbe { .. } => {}
             FromAgent::Frozen { .. }

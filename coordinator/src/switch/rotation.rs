@@ -65,6 +65,10 @@ pub trait ClusterView {
     /// The (job, node) pairs running in `slot`: all must yield for an
     /// early switch.
     fn running(&self, slot: u32) -> BTreeSet<(JobId, NodeId)>;
+    /// Changes whenever a node joined or was lost or a node's clock changed
+    /// state: the timed planner then reads every node's `link` at once
+    /// (else only every [`LINK_REFRESH_NS`](super::timed::LINK_REFRESH_NS)).
+    fn links_epoch(&self) -> u64;
     /// A node's link timing, for timed switching's planner. By default no
     /// RTT and the default clock error bound.
     fn link(&self, _node: NodeId) -> LinkTiming {

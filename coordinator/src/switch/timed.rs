@@ -9,7 +9,10 @@
 //!    epoch came, and re-offers the plan in force to nodes late with
 //!    their ack (`PlanAck` goes to `Planner::on_ack` through `on_agent`).
 //!    It learns the live nodes (`node_joined`, with
-//!    their link timing from [`ClusterView::link`]) and forgets the gone.
+//!    their link timing from [`ClusterView::link`]) and forgets the gone,
+//!    reading the links again only when the view's `links_epoch` moved
+//!    (joins, losses, clock state changes) or every [`LINK_REFRESH_NS`]:
+//!    an error bound or RTT that grows is seen up to a second late.
 //! 2. When the cycle (the slots holding a started job), slot_ms or a node's
 //!    table changed, the planner makes a new plan and every node gets a
 //!    `ToAgent::Plan` offer. The tables themselves go by `Schedule`, queued
@@ -76,6 +79,10 @@ pub const DEFAULT_CLOCK_ERROR_NS: u64 = 1_000_000;
 pub const REPORT_WAIT_NS: u64 = 2_000_000_000;
 /// Generations gathering reports at once; the oldest is closed beyond.
 pub const MAX_OPEN_RECORDS: usize = 64;
+/// How often every node's link timing (RTT, clock error bound) is read
+/// again when no node joined, left or changed its clock's state: reading
+/// it at every pass of gangd's loop was O(nodes) per event batch.
+pub const LINK_REFRESH_NS: u64 = 1_000_000_000;
 /// Closed generations remembered, to drop their late reports.
 const CLOSED_KEPT: usize = 256;
 /// A commanded node's park and drain under emulation take 10-40 ms.
@@ -166,6 +173,9 @@ pub struct Timed {
     planned: Option<(Vec<u32>, u32)>,
     /// The nodes the planner knows (on timed switching).
     known: BTreeSet<NodeId>,
+    /// When the nodes' links were last read: the view's epoch, the
+    /// max_clock_error_us knob then, and the time.
+    links_read: Option<(u64, u32, u64)>,
     /// Nodes switched by command (their clock does not fit).
     commanded: BTreeMap<NodeId, Commanded>,
     /// The generation whose yields are gathered, and who yielded it.
@@ -187,6 +197,7 @@ impl Timed {
             planner: Planner::new(first_gen).first_id(first_id),
             planned: None,
             known: BTreeSet::new(),
+            links_read: None,
             commanded: BTreeMap::new(),
             yield_gen: None,
             yielded: BTreeSet::new(),
@@ -253,18 +264,20 @@ impl Timed {
         // First the plan in force is brought to `now` (a node joining is
         // then offered the plan that runs).
         let mut offers = self.planner.on_tick(now_ns);
-        let live = self.timed_nodes(view, u64::from(knobs.max_clock_error_us) * 1000);
-        for &gone in self.known.difference(&live) {
-            self.planner.node_lost(gone);
-        }
-        for &n in &live {
-            if self.known.contains(&n) {
-                self.planner.timing(n, view.link(n));
-            } else {
-                offers.extend(self.planner.node_joined(n, view.link(n), now_ns));
+        if self.links_due(now_ns, knobs, view) {
+            let live = self.timed_nodes(view, u64::from(knobs.max_clock_error_us) * 1000);
+            for &gone in self.known.difference(&live) {
+                self.planner.node_lost(gone);
             }
+            for &n in &live {
+                if self.known.contains(&n) {
+                    self.planner.timing(n, view.link(n));
+                } else {
+                    offers.extend(self.planner.node_joined(n, view.link(n), now_ns));
+                }
+            }
+            self.known = live;
         }
-        self.known = live;
         let cycle = view.slots();
         let planned = (cycle.clone(), slot_ms);
         if !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned)) {
@@ -294,6 +307,20 @@ impl Timed {
         out.extend(self.command(now_ns, knobs));
         self.close_overdue(now_ns);
         out
+    }
+
+    /// Whether the nodes' links are to be read again (step 1): a node
+    /// joined or left or its clock changed state, the clock knob changed,
+    /// or [`LINK_REFRESH_NS`] passed.
+    fn links_due(&mut self, now_ns: u64, knobs: &ClusterKnobs, view: &impl ClusterView) -> bool {
+        let (epoch, max_us) = (view.links_epoch(), knobs.max_clock_error_us);
+        let due = self.links_read.is_none_or(|(e, m, at)| {
+            e != epoch || m != max_us || now_ns >= at.saturating_add(LINK_REFRESH_NS)
+        });
+        if due {
+            self.links_read = Some((epoch, max_us, now_ns));
+        }
+        due
     }
 
     /// The live nodes whose clock fits (step 4): the others move to (or
@@ -515,8 +542,12 @@ impl Timed {
         let Some(f) = self.follow_gen(now_ns) else {
             return Outbox::new();
         };
+        // The slot's (job, node) pairs are only gathered once some yielded.
+        if self.amended == Some(f.gen) || self.yielded.is_empty() {
+            return Outbox::new();
+        }
         let running = view.running(f.slot);
-        if self.amended == Some(f.gen) || running.is_empty() || !running.is_subset(&self.yielded) {
+        if running.is_empty() || !running.is_subset(&self.yielded) {
             return Outbox::new();
         }
         let ends_at = now_ns.saturating_add(self.planner.links_margin_ns());
@@ -607,9 +638,20 @@ impl Timed {
             .copied()
             .collect();
         if !rec.missing.is_empty() {
+            // At most the first 16 ids: every node of a large cluster
+            // would be a line of kilobytes at every slot.
+            const SHOWN: usize = 16;
+            let more = rec.missing.len().saturating_sub(SHOWN);
             warn!(
-                "timed switch {}: no report from node(s) {:?}",
-                gen.0, rec.missing
+                "timed switch {}: no report from {} node(s) {:?}{}",
+                gen.0,
+                rec.missing.len(),
+                &rec.missing[..rec.missing.len().min(SHOWN)],
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             );
         }
         self.closed.push_back(gen);

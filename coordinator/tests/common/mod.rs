@@ -47,6 +47,18 @@ impl ClusterView for Cluster {
         self.nodes.clone()
     }
 
+    /// Moves with any change of the nodes or their links (the tests edit
+    /// both between ticks and expect the planner to see it at once).
+    fn links_epoch(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.nodes.iter().for_each(|n| n.0.hash(&mut h));
+        for (n, l) in &self.links {
+            (n.0, l.rtt_ns, l.clock_error_ns, l.synchronised).hash(&mut h);
+        }
+        h.finish()
+    }
+
     fn tables(&self) -> Vec<(NodeId, Table)> {
         let rows = self.jobs.iter().map(|j| j.1 + 1).max().unwrap_or(0);
         self.nodes
