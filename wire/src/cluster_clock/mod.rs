@@ -255,6 +255,13 @@ impl ClusterClock {
         })
     }
 
+    /// The bound the latest sample alone states (half its round trip and
+    /// the fixed slack): what one more probe over this link gives now, or
+    /// None without a sample.
+    pub fn latest_floor_ns(&self) -> Option<u64> {
+        self.latest.map(|a| a.h.saturating_add(SLACK_NS))
+    }
+
     /// The local instant at which gangd's clock reads `remote_ns`, and the
     /// bound on that instant (local ns), or None before `min_samples`
     /// samples or if the instant is outside the u64 range.

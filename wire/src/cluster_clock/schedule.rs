@@ -9,11 +9,16 @@
 //! How it works. After every answer taken in, the next probe is one
 //! `period` later. The period is `fast_ns` while there is no estimate
 //! (fewer than the estimator's `min_samples` since the start or a step) or
-//! its bound now exceeds `target_bound_ns`; otherwise it doubles (up to
+//! its bound now exceeds the target; otherwise it doubles (up to
 //! `slow_ns`) but only as far as the estimator predicts its bound one
-//! period ahead still within `target_bound_ns` (the bound grows with the
+//! period ahead still within the target (the bound grows with the
 //! time since the best sample: about 100 µs a second with the default
-//! model). A `Stepped` answer, a fault injected or a new link (`fast_again`)
+//! model). The target is `target_bound_ns`, or when the sample just taken
+//! in alone states more (a round trip over 2 ms with the defaults, or
+//! gangd answering late because it is loaded) that floor plus half of
+//! `target_bound_ns`: fast probes would bring samples no better, and they
+//! would load a busy gangd further (at 4096 nodes on a loaded machine,
+//! 16 Ki probes a second instead of a few Ki). A `Stepped` answer, a fault injected or a new link (`fast_again`)
 //! sets the period back to `fast_ns` and brings the next probe forward to
 //! at most `fast_ns` away. A probe whose answer does not come is followed
 //! by another `fast_ns` after it.
@@ -147,10 +152,11 @@ impl ProbeSchedule {
     /// it now.
     fn backed_off(&self, clock: &ClusterClock, now: u64) -> u64 {
         let fast = self.config.fast_ns;
+        let target = self.target_ns(clock);
         let fits = |at: u64| {
             clock
                 .estimate(at)
-                .is_some_and(|e| e.error_bound_ns <= self.config.target_bound_ns)
+                .is_some_and(|e| e.error_bound_ns <= target)
         };
         if !fits(now) {
             return fast;
@@ -163,6 +169,22 @@ impl ProbeSchedule {
             period = (period / 2).max(fast);
         }
         period
+    }
+}
+
+impl ProbeSchedule {
+    /// The bound the period is backed off against: `target_bound_ns`, or,
+    /// when the sample just taken in alone states more than that (a round
+    /// trip over twice the target, or a gangd too loaded to answer at
+    /// once), that floor plus half the target. Probing fast would bring
+    /// samples no better than this one, and a loaded gangd probed 32 times
+    /// as often only answers later still.
+    fn target_ns(&self, clock: &ClusterClock) -> u64 {
+        let t = self.config.target_bound_ns;
+        match clock.latest_floor_ns() {
+            Some(floor) if floor > t => floor.saturating_add(t / 2),
+            _ => t,
+        }
     }
 }
 
@@ -330,13 +352,50 @@ mod tests {
     }
 
     #[test]
-    fn a_round_trip_too_long_for_the_target_keeps_probing_fast() {
+    fn a_round_trip_too_long_for_the_target_backs_off_around_its_own_floor() {
         let mut node = Node::new();
-        // 2.5 ms of round trip: the bound is over 1 ms right after a sample.
+        // 2.5 ms of round trip: the bound is over 1 ms right after a
+        // sample, and probing every 250 ms could not change that.
         node.one_way = 1_250 * US;
+        node.run_until(60 * S);
+        let floor = node.clock.latest_floor_ns().unwrap();
+        assert!(floor > MS, "{floor}");
+        assert!(!node.schedule.is_fast());
+        // The rate is less certain over such samples, so the bound grows
+        // faster between them: about one probe a second, not four.
+        assert!(
+            node.probes_between(20 * S, 60 * S) <= 45,
+            "{} probes in 40 s (160 at the fast period)",
+            node.probes_between(20 * S, 60 * S)
+        );
+        // The bound stays within half the target of the floor.
+        for &(t, bound) in node.probes.iter().filter(|p| p.0 > 10 * S) {
+            assert!(bound.is_none_or(|b| b <= floor + MS / 2), "{t}: {bound:?}");
+        }
+    }
+
+    #[test]
+    fn a_gangd_that_starts_answering_late_is_not_probed_faster() {
+        // Good answers first, then gangd is loaded: every answer takes
+        // 3 ms. The good samples age, the bound grows past 1 ms, and
+        // fresh samples cannot bring it back: the period stays long.
+        let mut node = Node::new();
         node.run_until(30 * S);
-        assert!(node.schedule.is_fast());
-        assert!(node.probes_between(20 * S, 30 * S) >= 39);
+        node.one_way = 1_500 * US;
+        node.run_until(120 * S);
+        assert!(!node.schedule.is_fast());
+        let n = node.probes_between(80 * S, 120 * S);
+        assert!(n <= 45, "{n} probes in 40 s (160 at the fast period)");
+    }
+
+    #[test]
+    fn a_link_within_the_target_keeps_the_target_not_its_floor() {
+        // 220 µs round trip: backs off only as far as 1 ms allows (4 s),
+        // not as far as floor + 0.5 ms would.
+        let mut node = Node::new();
+        node.run_until(60 * S);
+        assert!(node.clock.latest_floor_ns().unwrap() < MS / 2);
+        assert_eq!(node.schedule.period_ns(), 4 * S);
     }
 
     #[test]

@@ -269,15 +269,32 @@ fn an_injected_offset_moves_the_estimate_and_the_next_sample_reveals_it() {
     let before = clock.estimate(5_500 * MS).unwrap();
     clock.inject_offset(50 * MS as i64);
     let after = clock.estimate(5_500 * MS).unwrap();
-    assert_eq!(after.offset_ns, before.offset_ns + 50 * MS as i64, "wrong by the offset");
-    assert_eq!(after.error_bound_ns, before.error_bound_ns, "and the bound does not say so");
+    assert_eq!(
+        after.offset_ns,
+        before.offset_ns + 50 * MS as i64,
+        "wrong by the offset"
+    );
+    assert_eq!(
+        after.error_bound_ns, before.error_bound_ns,
+        "and the bound does not say so"
+    );
     // gangd's clock did not move: the next exchange disagrees by 50 ms.
     let event = clock.add(exchange(6_000 * MS, 5 * MS, 100 * US, 100 * US));
-    let Ok(Event::Stepped { offset_change_ns, .. }) = event else {
+    let Ok(Event::Stepped {
+        offset_change_ns, ..
+    }) = event
+    else {
         panic!("{event:?}");
     };
-    assert!(offset_change_ns.abs_diff(-(50 * MS as i64)) < 10 * US, "{offset_change_ns}");
-    assert_eq!(clock.estimate(6_500 * MS), None, "unsynchronised until min_samples again");
+    assert!(
+        offset_change_ns.abs_diff(-(50 * MS as i64)) < 10 * US,
+        "{offset_change_ns}"
+    );
+    assert_eq!(
+        clock.estimate(6_500 * MS),
+        None,
+        "unsynchronised until min_samples again"
+    );
 }
 
 #[test]
@@ -285,5 +302,9 @@ fn an_offset_within_the_bound_is_absorbed_not_detected() {
     let mut clock = synced(5 * MS, 5);
     clock.inject_offset(20 * US as i64);
     let event = clock.add(exchange(6_000 * MS, 5 * MS, 100 * US, 100 * US));
-    assert_eq!(event, Ok(Event::Accepted), "20 us is inside a 100 us half round trip");
+    assert_eq!(
+        event,
+        Ok(Event::Accepted),
+        "20 us is inside a 100 us half round trip"
+    );
 }

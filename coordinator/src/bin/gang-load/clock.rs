@@ -134,11 +134,13 @@ mod tests {
     }
 
     #[test]
-    fn probing_fast_for_ever_reports_every_4_s_once_the_estimate_is_older() {
+    fn a_long_round_trip_probes_slower_and_reports_every_4_s_once_the_estimate_is_older() {
         let mut c = AgentClock::new(ScheduleConfig::default());
         let start = Instant::now();
         let (mut probes, mut reports) = (0, 0);
-        // 3 ms of round trip: the bound never gets under 1 ms.
+        // 3 ms of round trip: the bound never gets under 1 ms, and faster
+        // probes could not change that (gang-wire's schedule backs off
+        // against the floor a sample states).
         for ms in 0..60_000u64 {
             let now_ns = 1_000 * MS + ms * MS;
             for msg in c.tick(now_ns, start + Duration::from_millis(ms)) {
@@ -152,8 +154,8 @@ mod tests {
                 }
             }
         }
-        // 250 ms after each answer (3 ms after its probe).
-        assert!((230..=240).contains(&probes), "{probes}");
+        // Not every 250 ms (240 in a minute).
+        assert!(probes <= 80, "{probes}");
         // Young (under 8 samples kept: the first 8 s) with every probe,
         // then every 4 s: not one report per probe.
         assert!(reports <= 50, "{reports}");
