@@ -152,7 +152,9 @@ pub fn start(
         cfg.cluster_clock.clone(),
         plans,
     )?;
-    let switched = plans::switched_sink(cfg.cluster_clock.clone(), link.clone());
+    let reports = plans::Reports::new(link.clone());
+    reports.spawn_flusher(shutdown.clone())?;
+    let switched = plans::switched_sink(cfg.cluster_clock.clone(), reports);
     cluster_clock::spawn_prober(
         cfg.cluster_clock.clone(),
         link.clone(),
