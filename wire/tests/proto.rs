@@ -105,7 +105,10 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
             slot,
             switch_us
         }),
-        (job(), prop::collection::vec((any::<u32>(), any::<u32>()), 0..5))
+        (
+            job(),
+            prop::collection::vec((any::<u32>(), any::<u32>()), 0..5)
+        )
             .prop_map(|(job, ranks)| FromAgent::RanksStarted { job, ranks }),
         (job(), text()).prop_map(|(job, reason)| FromAgent::StartFailed { job, reason }),
         (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| {
@@ -192,31 +195,41 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
         any::<u32>(),
         any::<u32>(),
     )
-        .prop_map(|(job, name, size, argv, env, cwd, uid, gid)| ToAgent::StartJob {
-            job,
-            name,
-            size,
-            argv,
-            env,
-            cwd,
-            uid,
-            gid,
-            limits: JobLimits {
-                max_pids: Some(size as u64),
-                max_memory: None,
-            },
-        });
-    let pmi_start = (job(), text(), env(), any::<u32>(), any::<u32>(), any::<u16>()).prop_map(
-        |(job, kvsname, preset, size, node, port)| ToAgent::PmiStart {
-            job,
-            kvsname,
-            preset,
-            map: JobMap {
+        .prop_map(
+            |(job, name, size, argv, env, cwd, uid, gid)| ToAgent::StartJob {
+                job,
+                name,
                 size,
-                runs: vec![NodeRun(node, 1, 0, size, port)],
+                argv,
+                env,
+                cwd,
+                uid,
+                gid,
+                limits: JobLimits {
+                    max_pids: Some(size as u64),
+                    max_memory: None,
+                },
             },
-        },
-    );
+        );
+    let pmi_start = (
+        job(),
+        text(),
+        env(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u16>(),
+    )
+        .prop_map(
+            |(job, kvsname, preset, size, node, port)| ToAgent::PmiStart {
+                job,
+                kvsname,
+                preset,
+                map: JobMap {
+                    size,
+                    runs: vec![NodeRun(node, 1, 0, size, port)],
+                },
+            },
+        );
     let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
     prop_oneof![
         any::<u32>().prop_map(|n| ToAgent::Welcome { node_id: NodeId(n) }),
@@ -1151,10 +1164,16 @@ fn a_job_starts_with_one_message_per_node_and_the_per_rank_ones_are_gone() {
     let old_spawn = r#"{"type":"spawn_rank","job":3,"name":"lu","rank":1,"size":2,"argv":["./lu"],
         "env":[],"cwd":"/","uid":1000,"gid":1000,"peers":["n1:7000","n2:7000"]}"#;
     let e = serde_json::from_str::<ToAgent>(old_spawn).unwrap_err();
-    assert!(e.to_string().contains("unknown variant `spawn_rank`"), "{e}");
+    assert!(
+        e.to_string().contains("unknown variant `spawn_rank`"),
+        "{e}"
+    );
     let old_started = r#"{"type":"rank_started","job":3,"rank":1,"pid":5}"#;
     let e = serde_json::from_str::<FromAgent>(old_started).unwrap_err();
-    assert!(e.to_string().contains("unknown variant `rank_started`"), "{e}");
+    assert!(
+        e.to_string().contains("unknown variant `rank_started`"),
+        "{e}"
+    );
     // A version 2 PmiStart: its per-node layout, no map.
     let old_pmi = r#"{"type":"pmi_start","job":3,"kvsname":"k","size":2,"ranks":[0],
         "preset":[],"layout":[["n1",[0]],["n2",[1]]]}"#;

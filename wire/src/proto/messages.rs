@@ -46,34 +46,21 @@ pub enum FromAgent {
         report: FreezeReport,
     },
     /// The node runs `slot` now.
-    Running {
-        gen: Gen,
-        slot: u32,
-        switch_us: u64,
-    },
+    Running { gen: Gen, slot: u32, switch_us: u64 },
     /// Every rank of `job` on this node yielded its slot in generation
     /// `gen` (voluntary yield): as far as this node goes, the switch may
     /// come before the slot's end.
-    Yielded {
-        gen: Gen,
-        job: JobId,
-    },
+    Yielded { gen: Gen, job: JobId },
     /// Answer to StartJob: this node's ranks of `job` that started, as
     /// (rank, pid), one message per node (a rank that could not start is
     /// a RankExited with 127 instead). Sent once they are all started, so
     /// a rank's first output may come before it.
-    RanksStarted {
-        job: JobId,
-        ranks: Vec<(u32, u32)>,
-    },
+    RanksStarted { job: JobId, ranks: Vec<(u32, u32)> },
     /// Answer to StartJob when none of this node's ranks of `job` could be
     /// started because the node does not know them: no JobPeers map of the
     /// job (refused, or never sent), or a map that gives this node no rank.
     /// gangd ends the job as if the node's ranks had exited with 127.
-    StartFailed {
-        job: JobId,
-        reason: String,
-    },
+    StartFailed { job: JobId, reason: String },
     /// At most MAX_OUTPUT_CHUNK bytes of one rank's output.
     RankOutput {
         job: JobId,
@@ -104,9 +91,7 @@ pub enum FromAgent {
         last: bool,
     },
     /// Something gangd asked failed on this node.
-    Error {
-        message: String,
-    },
+    Error { message: String },
     /// Every rank of `job` on this node entered PMI barrier `epoch`
     /// (crate::pmi); `puts` are their keys since the previous barrier.
     PmiBarrierIn {
@@ -117,10 +102,7 @@ pub enum FromAgent {
         puts: Vec<PmiPut>,
     },
     /// A rank of `job` here called PMI finalize.
-    PmiFinalized {
-        job: JobId,
-        rank: u32,
-    },
+    PmiFinalized { job: JobId, rank: u32 },
     /// The job's PMI cannot go on: the rank aborted (`exitcode` is Some),
     /// left before finalize or broke the protocol.
     PmiFailed {
@@ -131,15 +113,10 @@ pub enum FromAgent {
     },
     /// More of this node's puts for the coming PmiBarrierIn, when they do
     /// not fit in one message (pmi::job::MAX_CHUNK).
-    PmiPuts {
-        job: JobId,
-        puts: Vec<PmiPut>,
-    },
+    PmiPuts { job: JobId, puts: Vec<PmiPut> },
     /// The node has `plan_id` (a Plan) and will follow it from its
     /// effective time (timed switching, docs/timed-switching.md).
-    PlanAck {
-        plan_id: u64,
-    },
+    PlanAck { plan_id: u64 },
     /// After the fact, a timed switch of this node: it ran `slot` of
     /// generation `gen` from `at_ns` on the cluster clock (its own estimate
     /// of gangd's clock), `late_us` after the plan's boundary.
@@ -161,10 +138,7 @@ pub enum FromAgent {
     },
     /// A cluster clock exchange begins: `t1` is the node's CLOCK_MONOTONIC
     /// (ns) just before it sent this. Answered by ClockEcho.
-    ClockProbe {
-        seq: u64,
-        t1: u64,
-    },
+    ClockProbe { seq: u64, t1: u64 },
     /// The node's cluster clock, after the fact (every few seconds).
     ClockStatus {
         #[serde(flatten)]
