@@ -2,7 +2,8 @@
 //!
 //! The coordinator's side (`impl Coordinator`): after every change of the
 //! allocator (`placement_changed`), jobs that got a place are prepared on
-//! their nodes (Prepare, each node answers Prepared), then started with
+//! their nodes (Prepare, the same bytes for every node, each answers
+//! Prepared), then started with
 //! three messages per node, each the same bytes for every node of the job
 //! and so encoded once: the job's peer map (JobPeers), its PMI service
 //! (PmiStart) and the start itself (StartJob: each node starts the ranks
@@ -212,16 +213,22 @@ impl Coordinator {
         let j = self.jobs.get_mut(&id).expect("job of the table");
         j.rank_node = rank_node;
         let waiting: BTreeSet<NodeId> = j.rank_node.iter().copied().collect();
+        // The same for every node: encoded once.
+        let prepare = Frame::new(&ToAgent::Prepare {
+            job: id,
+            argv: j.argv.clone(),
+            env: j.env.clone(),
+            cwd: j.cwd.clone(),
+            uid: j.cred.uid,
+            gid: j.cred.gid,
+        });
+        let Some(prepare) = prepare else {
+            let reason = format!("job {id}: its command is too large for one message");
+            return self.cannot_start(id, reason);
+        };
         for n in &waiting {
             if let Some(node) = self.nodes.get(n) {
-                node.link.send(&ToAgent::Prepare {
-                    job: id,
-                    argv: j.argv.clone(),
-                    env: j.env.clone(),
-                    cwd: j.cwd.clone(),
-                    uid: j.cred.uid,
-                    gid: j.cred.gid,
-                });
+                node.link.send_frame(&prepare);
             }
         }
         j.phase = Phase::Preparing { waiting };
