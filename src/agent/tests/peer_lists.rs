@@ -4,6 +4,8 @@
 //! lies refused with the reason; a StartJob the node cannot match with
 //! its table answered StartFailed with the reason; the store bounded.
 
+use std::collections::BTreeMap;
+
 use gang_wire::proto::{DirEntry, Directory, JobMap, NodeRun};
 
 use super::*;
@@ -164,9 +166,24 @@ fn a_start_the_nodes_table_does_not_match_fails_saying_why_and_starts_nothing() 
     conn.send_all(start_of_table(27, halves(4), "echo ran"));
     let started: Vec<u32> = conn.started(27).iter().map(|&(r, _)| r).collect();
     assert_eq!(started, [2, 3], "every rank the table gives this node");
+    // Both run at once: their output and exits interleave.
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    let mut exits = BTreeMap::new();
+    while exits.len() < 2 {
+        match conn.recv() {
+            FromAgent::RankOutput { rank, data, .. } => out
+                .entry(rank)
+                .or_default()
+                .push_str(&String::from_utf8_lossy(&data.0)),
+            FromAgent::RankExited { rank, status, .. } => {
+                exits.insert(rank, status);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
     for rank in [2, 3] {
-        let (out, _, status) = conn.rank_until_exit(JobId(27), rank);
-        assert_eq!((out.as_str(), status), ("ran\n", ExitStatus::Exited(0)));
+        assert_eq!(out[&rank], "ran\n");
+        assert_eq!(exits[&rank], ExitStatus::Exited(0));
     }
 }
 
