@@ -30,10 +30,15 @@ fuzz_target!(|input: &[u8]| {
                     assert_eq!((dir.me(), dir.len()), before, "nothing applied");
                 }
             }
-            ToAgent::JobPeers { map, .. } | ToAgent::PmiStart { map, .. } => match map.expand(&dir) {
+            ToAgent::JobPeers { map, .. } | ToAgent::PmiStart { map, .. } => match map.expand(&dir)
+            {
                 Ok(list) => {
                     assert!(list.len() <= MAX_PEERS_LEN);
-                    let n = if list.is_empty() { 0 } else { list.split(',').count() };
+                    let n = if list.is_empty() {
+                        0
+                    } else {
+                        list.split(',').count()
+                    };
                     assert_eq!(n, map.size as usize);
                     let layout = map.layout(&dir).expect("a map that expands has a layout");
                     let mut ranks: Vec<u32> = layout.into_iter().flat_map(|(_, r)| r).collect();
