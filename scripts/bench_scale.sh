@@ -13,9 +13,8 @@
 #                          [--table-only] [--compare LABEL=CSV]...
 #
 # --bg-per-node K: the three background jobs have K ranks on each node
-# instead of one per CPU (each SpawnRank carries every rank's address, so a
-# job over every CPU of 4096 nodes never gets placed; K = 1 lets the switch
-# be measured there). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
+# instead of one per CPU (cheaper to place and to switch: K = 1 lets the
+# switch be measured at 4096 nodes on 2 cores). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
 # scale.csv, table.txt and scale.svg (the figures against N, drawn by gang-eval; --compare adds
 # another run's scale.csv as a line of its own, e.g. before=DIR/scale.csv), and prints the table.
 # The default run takes about

@@ -951,45 +951,51 @@ mod end_to_end {
             schedule: vec![],
         };
         write_frame(&mut *w.lock().unwrap(), &hello).unwrap();
-        assert!(matches!(
-            read_frame::<ToAgent>(&mut r).unwrap(),
-            Some(ToAgent::Welcome { .. })
-        ));
+        let Some(ToAgent::Welcome { node_id: me }) = read_frame::<ToAgent>(&mut r).unwrap() else {
+            panic!("expected Welcome");
+        };
         let name = name.to_string();
         thread::spawn(move || {
             let mut live: Vec<(JobId, u32)> = Vec::new();
+            // Each job's ranks here, from its map (JobPeers).
+            let mut mine: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
             let send = |m: FromAgent| write_frame(&mut *w.lock().unwrap(), &m).is_ok();
             while let Ok(Some(msg)) = read_frame::<ToAgent>(&mut r) {
                 let ok = match msg {
                     ToAgent::Prepare { job, .. } => send(FromAgent::Prepared { job, error: None }),
-                    ToAgent::SpawnRank {
-                        job, rank, argv, ..
-                    } => {
-                        send(FromAgent::RankStarted {
+                    ToAgent::JobPeers { job, map } => {
+                        let ranks = map.ranks_of(me).into_iter().map(|(r, _)| r).collect();
+                        mine.insert(job, ranks);
+                        true
+                    }
+                    ToAgent::StartJob { job, argv, .. } => {
+                        let ranks = mine.remove(&job).unwrap_or_default();
+                        let mut ok = send(FromAgent::RanksStarted {
                             job,
-                            rank,
-                            pid: 100 + rank,
+                            ranks: ranks.iter().map(|&r| (r, 100 + r)).collect(),
                         });
-                        if argv[0] == "/bin/hello" {
+                        for rank in ranks {
+                            if argv[0] != "/bin/hello" {
+                                live.push((job, rank));
+                                continue;
+                            }
                             for piece in
                                 ["hello from ".to_string(), format!("{name} rank {rank}\n")]
                             {
-                                send(FromAgent::RankOutput {
+                                ok &= send(FromAgent::RankOutput {
                                     job,
                                     rank,
                                     stream: Stream::Stdout,
                                     data: piece.as_bytes().into(),
                                 });
                             }
-                            send(FromAgent::RankExited {
+                            ok &= send(FromAgent::RankExited {
                                 job,
                                 rank,
                                 status: ExitStatus::Exited(rank as i32),
-                            })
-                        } else {
-                            live.push((job, rank));
-                            true
+                            });
                         }
+                        ok
                     }
                     ToAgent::KillJob { job, signal } => {
                         let mut ok = true;

@@ -133,10 +133,24 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
 /// A node agent that answers everything at once, and remembers what it got.
 struct FakeAgent {
     name: String,
+    /// Its id, from its Welcome.
+    id: NodeId,
     got: Arc<Mutex<Vec<ToAgent>>>,
     tx: Arc<Mutex<SessionWriter>>,
     /// How many Freezes still go unanswered (a node too slow to answer).
     deaf_to_freezes: Arc<AtomicU32>,
+}
+
+/// Node `me`'s ranks of `job`, as the last map (JobPeers) of the job it
+/// got gives them.
+fn ranks_here(got: &[ToAgent], job: JobId, me: NodeId) -> Vec<u32> {
+    let map = got.iter().rev().find_map(|m| match m {
+        ToAgent::JobPeers { job: j, map } if *j == job => Some(map),
+        _ => None,
+    });
+    map.map_or_else(Vec::new, |m| {
+        m.ranks_of(me).into_iter().map(|(r, _)| r).collect()
+    })
 }
 
 impl FakeAgent {
@@ -173,11 +187,11 @@ impl FakeAgent {
         };
         let mut w = SessionWriter(session);
         write_frame(&mut w, &hello).map_err(|e| format!("hello: {e}"))?;
-        match read_frame::<ToAgent>(&mut r) {
-            Ok(Some(ToAgent::Welcome { .. })) => {}
+        let id = match read_frame::<ToAgent>(&mut r) {
+            Ok(Some(ToAgent::Welcome { node_id })) => node_id,
             Ok(Some(ToAgent::Refused { reason })) => return Err(reason),
             other => return Err(format!("{other:?}")),
-        }
+        };
         let got = Arc::new(Mutex::new(Vec::new()));
         let tx = Arc::new(Mutex::new(w));
         let deaf_to_freezes = Arc::new(AtomicU32::new(0));
@@ -196,10 +210,12 @@ impl FakeAgent {
                         job: *job,
                         error: None,
                     }),
-                    ToAgent::SpawnRank { job, rank, .. } => Some(FromAgent::RankStarted {
+                    ToAgent::StartJob { job, .. } => Some(FromAgent::RanksStarted {
                         job: *job,
-                        rank: *rank,
-                        pid: 1000 + rank,
+                        ranks: ranks_here(&g2.lock().unwrap(), *job, id)
+                            .into_iter()
+                            .map(|r| (r, 1000 + r))
+                            .collect(),
                     }),
                     ToAgent::Freeze { gen, from_slot, .. } => Some(FromAgent::Frozen {
                         gen: *gen,
@@ -233,6 +249,7 @@ impl FakeAgent {
         });
         Ok(FakeAgent {
             name,
+            id,
             got,
             tx,
             deaf_to_freezes,
@@ -247,14 +264,17 @@ impl FakeAgent {
         self.got.lock().unwrap().clone()
     }
 
+    /// The ranks of `job` it was asked to start: none before its
+    /// StartJob, then those the job's map gives it.
     fn spawned(&self, job: JobId) -> Vec<u32> {
-        self.got()
+        let got = self.got();
+        if !got
             .iter()
-            .filter_map(|m| match m {
-                ToAgent::SpawnRank { job: j, rank, .. } if *j == job => Some(*rank),
-                _ => None,
-            })
-            .collect()
+            .any(|m| matches!(m, ToAgent::StartJob { job: j, .. } if *j == job))
+        {
+            return vec![];
+        }
+        ranks_here(&got, job, self.id)
     }
 
     /// Every rank it was asked to start exits with `status`.
@@ -376,10 +396,13 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
             ag.spawned(a).len() == 1 && ag.spawned(b).len() == 1
         });
     }
-    // Every node gets the job's map once, the same bytes for all, before
-    // its SpawnRanks; with the node directory it got at its Welcome it
-    // expands to every rank, in rank order, one per node.
+    // Every node gets the job's start as three messages, the same for all
+    // (the map, PmiStart, StartJob, in that order, once each); with the
+    // node directory it got at its Welcome the map expands to every rank,
+    // in rank order, and gives each node its own rank.
     let mut maps = Vec::new();
+    let mut starts = Vec::new();
+    let mut all_mine = Vec::new();
     for (i, ag) in agents.iter().enumerate() {
         let got = ag.got();
         let mut dir = Directory::default();
@@ -389,45 +412,34 @@ fn two_jobs_of_three_ranks_alternate_on_every_node_through_the_strict_barrier() 
             }
         }
         assert_eq!(dir.len(), 3, "node {i} knows every node");
-        let tables: Vec<(usize, &JobMap)> = got
+        let of_a: Vec<&ToAgent> = got
             .iter()
-            .enumerate()
-            .filter_map(|(at, m)| match m {
-                ToAgent::JobPeers { job, map } if *job == a => Some((at, map)),
-                _ => None,
+            .filter(|m| match m {
+                ToAgent::JobPeers { job, .. }
+                | ToAgent::PmiStart { job, .. }
+                | ToAgent::StartJob { job, .. } => *job == a,
+                _ => false,
             })
             .collect();
-        assert_eq!(tables.len(), 1, "node {i}: {tables:?}");
-        let (at, table) = tables[0];
+        let [ToAgent::JobPeers { map: table, .. }, ToAgent::PmiStart { map: pmi_map, .. }, start @ ToAgent::StartJob { size: 3, .. }] =
+            of_a[..]
+        else {
+            panic!("node {i}: the map, PmiStart, StartJob once each: {of_a:?}");
+        };
+        assert_eq!(table, pmi_map, "node {i}: PMI's layout is the map");
         maps.push(table.clone());
-        let first_spawn = got
-            .iter()
-            .position(|m| matches!(m, ToAgent::SpawnRank { job, .. } if *job == a))
-            .unwrap();
-        assert!(at < first_spawn, "node {i}: the table comes first");
+        starts.push(start.clone());
         let list = table.expand(&dir).unwrap();
         let peers: Vec<&str> = list.split(',').collect();
         assert_eq!(peers.len(), 3, "{list}");
         assert!(peers.iter().all(|p| p.starts_with("127.0.0.1:")), "{list}");
-        let spawned: Vec<u32> = got
-            .iter()
-            .filter_map(|m| match m {
-                ToAgent::SpawnRank {
-                    job, rank, peers, ..
-                } if *job == a => {
-                    assert!(peers.is_empty(), "no list in SpawnRank any more");
-                    Some(*rank)
-                }
-                _ => None,
-            })
-            .collect();
-        let mine: Vec<u32> = table
-            .ranks_of(dir.me().unwrap())
-            .iter()
-            .map(|&(r, _)| r)
-            .collect();
-        assert_eq!(mine, spawned);
+        let mine = table.ranks_of(dir.me().unwrap());
+        assert_eq!(mine.len(), 1, "node {i}: {mine:?}");
+        all_mine.push(mine[0].0);
     }
+    all_mine.sort();
+    assert_eq!(all_mine, [0, 1, 2], "each rank on one node");
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{starts:?}");
     assert!(maps.windows(2).all(|w| w[0] == w[1]), "{maps:?}");
     wait_until("ten switches", || g.switches().len() >= 10);
     for ag in &agents {
@@ -769,7 +781,7 @@ fn a_missing_program_is_refused_before_any_rank_starts() {
                     },
                 )
                 .unwrap(),
-                ToAgent::SpawnRank { .. } => spawned = true,
+                ToAgent::StartJob { .. } => spawned = true,
                 ToAgent::Heartbeat { seq } => {
                     write_frame(&mut w, &FromAgent::Heartbeat { seq, mono_ns: 1 }).unwrap()
                 }
@@ -1232,18 +1244,21 @@ fn a_slot_ends_early_once_every_node_of_its_job_has_yielded() {
     assert_eq!(fe2.ended().0, 0);
 }
 
-/// The PmiStart this fake node got for `job`: (its ranks, the preset).
+/// The PmiStart this fake node got for `job`: (its ranks in the map, the
+/// preset).
 fn pmi_start(ag: &FakeAgent, job: JobId) -> (Vec<u32>, Vec<(String, String)>) {
     ag.got()
         .iter()
         .find_map(|m| match m {
             ToAgent::PmiStart {
                 job: j,
-                ranks,
                 preset,
-                size: 3,
+                map,
                 ..
-            } if *j == job => Some((ranks.clone(), preset.clone())),
+            } if *j == job && map.size == 3 => {
+                let ranks = map.ranks_of(ag.id).into_iter().map(|(r, _)| r).collect();
+                Some((ranks, preset.clone()))
+            }
             _ => None,
         })
         .expect("a PmiStart")
@@ -1290,6 +1305,43 @@ fn listening_ports(pid: u32) -> Vec<u16> {
     ports
 }
 
+/// A node that knows none of its ranks at StartJob (its map refused or
+/// lost) answers StartFailed: its ranks count as exited 127, which fails
+/// the job and kills the other nodes' ranks.
+#[test]
+fn a_node_that_cannot_start_its_ranks_fails_the_job_with_127() {
+    let g = Gangd::start("startfail", 3, &[]);
+    let agents = three_nodes(&g);
+    let mut fe = FrontEnd::connect(&g);
+    let job = accepted(fe.submit("sf", 3, &["/bin/true"]));
+    for ag in &agents {
+        wait_until("spawns", || ag.spawned(job).len() == 1);
+    }
+    let bad = &agents[1];
+    bad.send(FromAgent::StartFailed {
+        job: JobId(job.0 + 100),
+        reason: "a job gangd does not run: ignored".into(),
+    });
+    bad.send(FromAgent::StartFailed {
+        job,
+        reason: format!("no peer table for job {job}"),
+    });
+    for ag in [&agents[0], &agents[2]] {
+        wait_until("the others killed", || {
+            ag.got()
+                .iter()
+                .any(|m| matches!(m, ToAgent::KillJob { job: j, .. } if *j == job))
+        });
+        ag.exit_all(job, ExitStatus::Signaled(9));
+    }
+    let (code, summary, failure) = fe.ended();
+    assert_eq!(code, 127, "{summary}");
+    let failure = failure.expect("the failed rank");
+    assert_eq!(failure.node, bad.name);
+    assert_eq!(failure.rank, bad.spawned(job)[0]);
+    assert_eq!(failure.status, ExitStatus::Exited(127));
+}
+
 #[test]
 fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
     let g = Gangd::start("pmi", 3, &[]);
@@ -1304,7 +1356,7 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
     assert_eq!(listening_ports(g.child.id()), [g.port]);
     for ag in &agents {
         for m in ag.got() {
-            if let ToAgent::SpawnRank { env, .. } = m {
+            if let ToAgent::StartJob { env, .. } = m {
                 assert!(env.iter().all(|(k, _)| !k.starts_with("PMI_")), "{env:?}");
             }
         }
@@ -1315,7 +1367,7 @@ fn mpi_ranks_find_each_other_through_their_agents_and_an_abort_ends_the_job() {
         let first_spawn = ag
             .got()
             .iter()
-            .position(|m| matches!(m, ToAgent::SpawnRank { .. }));
+            .position(|m| matches!(m, ToAgent::StartJob { .. }));
         assert!(first_start < first_spawn, "PmiStart comes before the ranks");
     }
     let starts: Vec<_> = agents.iter().map(|ag| pmi_start(ag, job)).collect();
@@ -1433,7 +1485,7 @@ fn job_limits_beyond_gangds_maximum_are_refused_and_the_others_reach_the_node() 
         .got()
         .iter()
         .find_map(|m| match m {
-            ToAgent::SpawnRank { job: j, limits, .. } if *j == job => Some(*limits),
+            ToAgent::StartJob { job: j, limits, .. } if *j == job => Some(*limits),
             _ => None,
         })
         .unwrap();

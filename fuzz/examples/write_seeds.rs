@@ -117,6 +117,8 @@ fn main() {
             "\n",
             r#"{"type":"job_peers","job":4,"map":{"size":12,"runs":[[0,3,0,4,20000]]}}"#,
             "\n",
+            r#"{"type":"pmi_start","job":4,"kvsname":"kvs_4_0","preset":[],"map":{"size":12,"runs":[[0,3,0,4,20000]]}}"#,
+            "\n",
         )
         .as_bytes(),
     );

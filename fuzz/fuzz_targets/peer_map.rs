@@ -3,10 +3,12 @@
 //! agent/handler.rs does with NodeDirectory, JobPeers and PmiStart's map).
 //! The input is JSON lines, each a ToAgent message: a NodeDirectory is
 //! applied to the node's directory (Ok, or Err and nothing changed); a
-//! JobPeers map is expanded against it, and PmiStart's layout taken from
-//! it: either a list of exactly `size` "host:port" entries and a layout
-//! naming every rank once, or an error saying so, never a panic and never
-//! more than the bounds of peers.rs.
+//! JobPeers map (and PmiStart's, the same map since protocol 3) is
+//! expanded against it, and PmiStart's layout taken from it: either a list
+//! of exactly `size` "host:port" entries, a layout naming every rank once
+//! and this node's ranks (by its own id, what StartJob starts) among
+//! them, or an error saying so, never a panic and never more than the
+//! bounds of peers.rs.
 
 #![no_main]
 
@@ -28,15 +30,25 @@ fuzz_target!(|input: &[u8]| {
                     assert_eq!((dir.me(), dir.len()), before, "nothing applied");
                 }
             }
-            ToAgent::JobPeers { map, .. } => match map.expand(&dir) {
+            ToAgent::JobPeers { map, .. } | ToAgent::PmiStart { map, .. } => match map.expand(&dir)
+            {
                 Ok(list) => {
                     assert!(list.len() <= MAX_PEERS_LEN);
-                    let n = if list.is_empty() { 0 } else { list.split(',').count() };
+                    let n = if list.is_empty() {
+                        0
+                    } else {
+                        list.split(',').count()
+                    };
                     assert_eq!(n, map.size as usize);
                     let layout = map.layout(&dir).expect("a map that expands has a layout");
                     let mut ranks: Vec<u32> = layout.into_iter().flat_map(|(_, r)| r).collect();
                     ranks.sort_unstable();
                     assert!(ranks.iter().copied().eq(0..map.size));
+                    if let Some(me) = dir.me() {
+                        let mine = map.ranks_of(me);
+                        assert!(mine.windows(2).all(|w| w[0].0 < w[1].0));
+                        assert!(mine.iter().all(|&(r, _)| r < map.size));
+                    }
                 }
                 Err(e) => {
                     assert!(e.starts_with("peer table"), "{e}");

@@ -2,7 +2,7 @@
 //! cluster. Runs on the agent's reader thread, which must stay responsive
 //! (gangd drops a node that does not answer its heartbeats): nothing here
 //! waits long. What touches users' files or processes (Prepare, JobPeers,
-//! SpawnRank, KillJob, SuspendJob, ResumeJob) goes to the job worker thread, in the
+//! StartJob, KillJob, SuspendJob, ResumeJob) goes to the job worker thread, in the
 //! order received, so a path check hung on a dead file system (up to
 //! prepare::CHECK_TIMEOUT) delays the next job action, never a heartbeat. Freeze is answered by the freeze waiter when the drain is
 //! over, a trace by a thread of its own (trace.rs); the slot switch itself (Switch →
@@ -35,7 +35,7 @@ use super::link::Link;
 use super::mainloop::{self, MainLoop};
 use super::peers;
 use super::plans::Plans;
-use super::ranks::{RankSpec, Ranks};
+use super::ranks::{JobStart, Ranks};
 use super::trace::Tracer;
 
 /// Longest wait for the main loop to take a schedule or a switch (it
@@ -190,39 +190,33 @@ impl Handler {
                 }
             }
             ToAgent::JobPeers { job, map } => match peers::expand(job, &map, &self.directory) {
-                Ok((list, mine)) => {
-                    self.job_action(move |ranks| ranks.peers().set(job, list, mine))
-                }
+                Ok(table) => self.job_action(move |ranks| ranks.peers().set(job, table)),
                 Err(e) => self.error(e),
             },
-            ToAgent::SpawnRank {
+            ToAgent::StartJob {
                 job,
                 name,
-                rank,
                 size,
                 argv,
                 env,
                 cwd,
                 uid,
                 gid,
-                peers,
                 limits,
             } => {
                 let ranks = self.ranks.clone();
-                let spec = RankSpec {
+                let start = JobStart {
                     job,
                     name,
-                    rank,
                     size,
                     argv,
                     env,
                     cwd,
                     uid,
                     gid,
-                    peers,
                     limits,
                 };
-                self.on_job_worker(move || ranks.spawn(spec));
+                self.on_job_worker(move || ranks.start_job(start));
             }
             ToAgent::KillJob { job, signal } => self.job_action(move |ranks| {
                 ranks
@@ -253,23 +247,25 @@ impl Handler {
             ToAgent::PmiStart {
                 job,
                 kvsname,
-                size,
-                ranks,
                 preset,
-                layout,
                 map,
             } => {
-                // This gangd's layout is the job's map; an older one's is
-                // the list itself.
-                let layout = match map.map(|m| m.layout(&self.directory)).transpose() {
-                    Ok(Some(l)) => l,
-                    Ok(None) => layout,
+                // The same message for every node: this node's ranks are
+                // those the map gives it, found by its own id.
+                let Some(me) = self.directory.me() else {
+                    return self.error(format!(
+                        "PMI for job {job}: a PmiStart before gangd sent the node directory"
+                    ));
+                };
+                let layout = match map.layout(&self.directory) {
+                    Ok(l) => l,
                     Err(e) => return self.error(format!("PMI for job {job}: {e}")),
                 };
+                let mine: Vec<u32> = map.ranks_of(me).into_iter().map(|(r, _)| r).collect();
                 if let Err(e) = self
                     .ranks
                     .pmi()
-                    .start(job, kvsname, size, &ranks, preset, layout)
+                    .start(job, kvsname, map.size, &mine, preset, layout)
                 {
                     self.error(e);
                 }

@@ -1,7 +1,7 @@
 //! The jobs' peer tables on this node: what a rank is told of its peers.
 //!
 //! gangd sends a job's table once per node (ToAgent::JobPeers, before the
-//! job's SpawnRanks; gang_wire::proto::peers has the format): nodes by id,
+//! job's StartJob; gang_wire::proto::peers has the format): nodes by id,
 //! their addresses in the node directory the handler keeps (gang-wire's
 //! proto/directory.rs). The handler checks and expands it at once
 //! (`expand`) into the list ranks have always had, the job worker keeps
@@ -9,18 +9,17 @@
 //! fits in one environment string (MAX_ARG_STRLEN), else in a file named by
 //! GANG_PEERS_FILE, written once per job, owned by the job's user and
 //! readable by nobody else (mode 0400 in a root-owned directory below
-//! /run), and removed with the job. GANG_PORT is the rank's own port. A
-//! SpawnRank of an older gangd carries its list itself and gets the same
-//! treatment.
+//! /run), and removed with the job. GANG_PORT is the rank's own port.
+//! The table also says which ranks StartJob starts here (`ranks_of`).
 //!
 //! A table lives until every rank the table gives this node was started
 //! (or failed to) and none of them runs here any more (`release`); gangd
-//! sends SpawnRanks right after the table, so that is soon. Tables are
+//! sends StartJob right after the table, so that is soon. Tables are
 //! bounded in number (MAX_TABLES, past which the oldest job's goes) and
 //! size (peers.rs in gang-wire), so a broken gangd cannot make the node
 //! hold unbounded memory.
 //!
-//! Known faults: a table whose SpawnRanks never come (gangd lost in
+//! Known faults: a table whose StartJob never comes (gangd lost in
 //! between) is held until MAX_TABLES newer ones came, the same job's
 //! table comes again or the agent restarts; a file of a job adopted by a
 //! restarted agent is removed with the job only if the job ends while
@@ -44,6 +43,8 @@ pub const MAX_TABLES: usize = 2 * NODE_MAX_GANGS;
 
 /// One job's list and what is left to start.
 struct Entry {
+    /// Ranks of the job.
+    size: u32,
     /// "host:port" of every rank, joined with ','.
     list: String,
     /// This node's ranks and their ports.
@@ -64,18 +65,28 @@ pub struct PeerTables {
 /// into every rank's list and this node's ranks with their ports; `Err`
 /// says what is wrong (a map off the network is bounded: gang-wire's
 /// proto/peers.rs).
-pub fn expand(
-    job: JobId,
-    map: &JobMap,
-    dir: &Directory,
-) -> Result<(String, Vec<(u32, u16)>), String> {
+pub fn expand(job: JobId, map: &JobMap, dir: &Directory) -> Result<Expanded, String> {
     let me = dir
         .me()
         .ok_or_else(|| format!("job {job}: a peer table before gangd sent the node directory"))?;
     let list = map
         .expand(dir)
         .map_err(|e| format!("job {job}: refusing its {e}"))?;
-    Ok((list, map.ranks_of(me)))
+    Ok(Expanded {
+        size: map.size,
+        list,
+        mine: map.ranks_of(me),
+    })
+}
+
+/// A job's table checked and expanded (`expand`).
+pub struct Expanded {
+    /// Ranks of the job.
+    pub size: u32,
+    /// "host:port" of every rank, joined with ','.
+    pub list: String,
+    /// This node's ranks and their ports, in rank order.
+    pub mine: Vec<(u32, u16)>,
 }
 
 /// A node's name as a directory name: agents sharing a host (tests) never
@@ -115,69 +126,44 @@ impl PeerTables {
         self.dir.join(format!("job{}", job.0))
     }
 
-    /// JobPeers, expanded (`expand`): `list` for every rank, `mine` this
-    /// node's ranks and ports. A table of the same job replaces the one
-    /// held.
-    pub fn set(&self, job: JobId, list: String, mine: Vec<(u32, u16)>) -> Result<(), String> {
-        let unstarted = mine.iter().map(|&(r, _)| r).collect();
-        self.insert(job, list, mine.into_iter().collect(), unstarted)
-    }
-
-    fn insert(
-        &self,
-        job: JobId,
-        list: String,
-        ports: BTreeMap<u32, u16>,
-        unstarted: BTreeSet<u32>,
-    ) -> Result<(), String> {
+    /// JobPeers, expanded (`expand`). A table of the same job replaces
+    /// the one held.
+    pub fn set(&self, job: JobId, table: Expanded) -> Result<(), String> {
         let mut jobs = self.lock();
         if !jobs.contains_key(&job) && jobs.len() >= MAX_TABLES {
             // The oldest job's: far more tables than jobs can run here, so
-            // it is one whose SpawnRanks never came.
+            // it is one whose StartJob never came.
             if let Some((old, e)) = jobs.pop_first() {
                 log::warn!("{MAX_TABLES} peer tables held: job {old}'s dropped for job {job}'s");
                 remove_file(e.file);
             }
         }
-        if let Some(old) = jobs.insert(
-            job,
-            Entry {
-                list,
-                ports,
-                unstarted,
-                file: None,
-            },
-        ) {
+        let entry = Entry {
+            size: table.size,
+            unstarted: table.mine.iter().map(|&(r, _)| r).collect(),
+            ports: table.mine.into_iter().collect(),
+            list: table.list,
+            file: None,
+        };
+        if let Some(old) = jobs.insert(job, entry) {
             remove_file(old.file);
         }
         Ok(())
     }
 
     /// The environment of rank `rank` of `job`, run as `uid`:`gid`:
-    /// GANG_PEERS or GANG_PEERS_FILE, and GANG_PORT. `legacy` is the list
-    /// of an older gangd's SpawnRank (empty from this one).
+    /// GANG_PEERS or GANG_PEERS_FILE, and GANG_PORT.
     pub fn env(
         &self,
         job: JobId,
         rank: u32,
         uid: u32,
         gid: u32,
-        legacy: &[String],
     ) -> Result<Vec<(String, String)>, String> {
         let mut jobs = self.lock();
-        if !legacy.is_empty() && !jobs.contains_key(&job) {
-            let port = legacy
-                .get(rank as usize)
-                .and_then(|p| p.rsplit_once(':'))
-                .and_then(|(_, port)| port.parse().ok());
-            let ports = port.map(|p| (rank, p)).into_iter().collect();
-            drop(jobs);
-            self.insert(job, legacy.join(","), ports, BTreeSet::new())?;
-            jobs = self.lock();
-        }
         let Some(entry) = jobs.get_mut(&job) else {
             return Err(format!(
-                "no peer table for job {job} (gangd sent no JobPeers before its SpawnRank)"
+                "no peer table for job {job} (gangd sent no JobPeers before its StartJob)"
             ));
         };
         let mut env = Vec::with_capacity(2);
@@ -202,6 +188,21 @@ impl PeerTables {
             env.push(("GANG_PORT".to_string(), port.to_string()));
         }
         Ok(env)
+    }
+
+    /// The job's size and this node's ranks of it, in rank order, as its
+    /// table says (None: no table of the job here).
+    pub fn ranks_of(&self, job: JobId) -> Option<(u32, Vec<u32>)> {
+        let jobs = self.lock();
+        let e = jobs.get(&job)?;
+        Some((e.size, e.ports.keys().copied().collect()))
+    }
+
+    /// The job will not start here: no rank waits for its table any more.
+    pub fn forget(&self, job: JobId) {
+        if let Some(e) = self.lock().get_mut(&job) {
+            e.unstarted.clear();
+        }
     }
 
     /// Rank `rank` of `job` was started or failed to: the table is no

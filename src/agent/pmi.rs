@@ -4,7 +4,8 @@
 //! the authenticated link.
 //!
 //! - gangd's PmiStart opens a job's relay ([`PmiRelays::start`]): its
-//!   ranks here, the KVS name, the presets. It comes before SpawnRank.
+//!   ranks here (from the job's map), the KVS name, the presets, the
+//!   layout. It comes before StartJob.
 //! - Starting a rank ([`PmiRelays::socket`]) makes its socketpair. Both
 //!   ends are close-on-exec; the rank's end is made inheritable in the
 //!   forked child only ([`prepare`], between fork and exec), so no other
@@ -50,8 +51,7 @@ pub type ToGangd = Arc<dyn Fn(FromAgent) + Send + Sync>;
 pub(super) struct Relay {
     pub(super) job: JobId,
     state: Mutex<RelayState>,
-    /// Every node of the job and its ranks (PmiStart; empty from a gangd
-    /// that does not send it: no PMIx then).
+    /// Every node of the job and its ranks (PmiStart's map).
     pub(super) layout: Vec<(String, Vec<u32>)>,
     /// This node's index in `layout`.
     pub(super) node_index: usize,
@@ -108,17 +108,21 @@ impl PmiRelays {
         preset: Vec<(String, String)>,
         layout: Vec<(String, Vec<u32>)>,
     ) -> Result<(), String> {
-        if ranks.is_empty() || ranks.iter().any(|&r| r >= size) {
+        if ranks.is_empty() {
+            return Err(format!(
+                "PMI for job {job}: the job's map gives this node no rank"
+            ));
+        }
+        if ranks.iter().any(|&r| r >= size) {
             return Err(format!(
                 "PMI for job {job}: ranks {ranks:?} do not fit a job of {size}"
             ));
         }
-        let node_index = layout.iter().position(|(_, r)| r == ranks);
-        if !layout.is_empty() && node_index.is_none() {
+        let Some(node_index) = layout.iter().position(|(_, r)| r == ranks) else {
             return Err(format!(
                 "PMI for job {job}: this node's ranks {ranks:?} are not in the job's layout"
             ));
-        }
+        };
         let mut config = JobConfig::new(job.0, size);
         config.kvsname = kvsname;
         config.preset = preset;
@@ -129,7 +133,7 @@ impl PmiRelays {
                 socks: BTreeMap::new(),
             }),
             layout,
-            node_index: node_index.unwrap_or(0),
+            node_index,
             pmix: Mutex::new(PmixSlot::NotStarted),
             fences: Mutex::new(BTreeMap::new()),
         });
@@ -430,8 +434,9 @@ mod tests {
             Err("not in these tests".into()),
         );
         *back.lock().unwrap() = Some(relays.clone());
+        let layout = vec![("n0".to_string(), ranks.to_vec())];
         relays
-            .start(JobId(3), "kvs_3_0".into(), size, ranks, vec![], vec![])
+            .start(JobId(3), "kvs_3_0".into(), size, ranks, vec![], layout)
             .unwrap();
         (relays, seen)
     }
@@ -456,6 +461,30 @@ mod tests {
 
     fn cloexec(fd: RawFd) -> bool {
         unsafe { libc::fcntl(fd, libc::F_GETFD) & libc::FD_CLOEXEC != 0 }
+    }
+
+    #[test]
+    fn a_start_with_no_rank_here_or_off_the_layout_is_refused_saying_why() {
+        let relays = PmiRelays::new(Arc::new(|_| {}), Err("not in these tests".into()));
+        let layout = vec![("n0".to_string(), vec![0]), ("n1".to_string(), vec![1])];
+        let start = |ranks: &[u32]| {
+            relays
+                .start(JobId(4), "k".into(), 2, ranks, vec![], layout.clone())
+                .unwrap_err()
+        };
+        assert_eq!(
+            start(&[]),
+            "PMI for job 4: the job's map gives this node no rank"
+        );
+        assert_eq!(
+            start(&[0, 1]),
+            "PMI for job 4: this node's ranks [0, 1] are not in the job's layout"
+        );
+        assert_eq!(
+            start(&[2]),
+            "PMI for job 4: ranks [2] do not fit a job of 2"
+        );
+        assert!(relays.jobs().is_empty(), "nothing kept");
     }
 
     #[test]

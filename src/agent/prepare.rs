@@ -2,8 +2,8 @@
 //! starts anywhere, so a typo in the program name is one clear refusal
 //! instead of a job with half its ranks running. Nothing is started here.
 //!
-//! The program is found the way SpawnRank finds it (the same function), so
-//! what Prepare accepts is what SpawnRank executes: a name with a '/' is a
+//! The program is found the way a rank's start finds it (the same function), so
+//! what Prepare accepts is what StartJob executes: a name with a '/' is a
 //! path (relative to the job's cwd), a bare name is looked up in the job's
 //! PATH, or the node's PATH if the job has none.
 //!

@@ -2,11 +2,17 @@
 //! under the user's ids, relaying their output, reaping them, and acting on
 //! a whole job (signal, suspend, resume).
 //!
-//! Per rank: the job worker starts it (SpawnRank, with its peers from the
-//! job's table: peers.rs), two pump threads
-//! forward stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes,
-//! and a reaper thread waits for it (ends.rs, which also takes over the
-//! ranks a previous daemon left, adopt.rs).
+//! Per job: gangd's StartJob (the same message for every node) names no
+//! rank; the job worker starts the ranks the job's table gives this node
+//! (JobPeers, peers.rs), one by one on the one per-rank path (`spawn`),
+//! answers RanksStarted once, then per rank two pump threads forward
+//! stdout and stderr in chunks of at most MAX_OUTPUT_CHUNK bytes, and a
+//! reaper thread waits for it (ends.rs, which also takes over the ranks a
+//! previous daemon left, adopt.rs). The pumps start after RanksStarted
+//! is sent, so a rank's output never comes before it (the pipe holds it
+//! meanwhile). A node that knows none of its ranks of the job (no table,
+//! none of its ranks in it, a size other than the table's) answers
+//! StartFailed with the reason.
 //!
 //! A rank runs as its job's user, never root or a system account unless
 //! the operator allows it (`--min-rank-uid`), with the user's groups, sane
@@ -48,21 +54,17 @@ use super::pmix::PmixConfig;
 use super::prepare;
 use super::user::RankUser;
 
-/// What SpawnRank asks for.
+/// What StartJob asks for: the job, the same for each of its ranks.
 #[derive(Clone, Debug)]
-pub struct RankSpec {
+pub struct JobStart {
     pub job: JobId,
     pub name: String,
-    pub rank: u32,
     pub size: u32,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: String,
     pub uid: u32,
     pub gid: u32,
-    /// Every rank's "host:port" from an older gangd; empty from this one,
-    /// which sends the job's table first (peers.rs).
-    pub peers: Vec<String>,
     /// The job's own limits (None: the node's default).
     pub limits: JobLimits,
 }
@@ -216,14 +218,60 @@ impl Ranks {
         }
     }
 
-    /// SpawnRank: answers RankStarted, or an Error and RankExited(127).
-    pub fn spawn(&self, spec: RankSpec) {
-        let (job, rank) = (spec.job, spec.rank);
+    /// StartJob: starts this node's ranks of the job, those its table
+    /// gives this node (peers.rs), each as `spawn` does; answers
+    /// RanksStarted with those that started (a rank that could not is a
+    /// RankExited 127), then relays their output and exits. StartFailed
+    /// when the node knows none of its ranks of the job.
+    pub fn start_job(&self, spec: JobStart) {
+        let job = spec.job;
         let link = &self.inner.link;
-        let started = self.start(&spec);
+        let mine = match self.inner.peers.ranks_of(job) {
+            None => Err(format!(
+                "no peer table for job {job} (its JobPeers was refused or never came)"
+            )),
+            Some((size, _)) if size != spec.size => Err(format!(
+                "job {job} of {} ranks, but its peer table has {size}",
+                spec.size
+            )),
+            Some((_, mine)) if mine.is_empty() => {
+                Err(format!("job {job}'s peer table gives this node no rank"))
+            }
+            Some((_, mine)) => Ok(mine),
+        };
+        let mine = match mine {
+            Ok(mine) => mine,
+            Err(reason) => {
+                warn!("{}: cannot start job {job}: {reason}", self.inner.node);
+                self.inner.peers.forget(job);
+                self.release_peers(job);
+                link.send(FromAgent::StartFailed { job, reason });
+                return;
+            }
+        };
+        let started: Vec<(u32, Child)> = mine
+            .into_iter()
+            .filter_map(|rank| self.spawn(&spec, rank).map(|child| (rank, child)))
+            .collect();
+        if started.is_empty() {
+            return;
+        }
+        let pids = started.iter().map(|(r, c)| (*r, c.id())).collect();
+        link.send(FromAgent::RanksStarted { job, ranks: pids });
+        for (rank, child) in started {
+            self.relay(job, rank, child);
+        }
+    }
+
+    /// Starts rank `rank` of the job: its process, or an Error and
+    /// RankExited(127) to gangd and None.
+    fn spawn(&self, spec: &JobStart, rank: u32) -> Option<Child> {
+        let job = spec.job;
+        let link = &self.inner.link;
+        let started = self.start(spec, rank);
         self.inner.peers.started(job, rank);
         self.release_peers(job);
-        let (mut child, program) = match started {
+        let (child, program) = match started {
             Ok(started) => started,
             Err(why) => {
                 let message = format!("{}: job {job} rank {rank}: {why}", self.inner.node);
@@ -235,21 +283,24 @@ impl Ranks {
                     status: ExitStatus::Exited(127),
                 });
                 self.remove_cgroup_if_idle(job);
-                return;
+                return None;
             }
         };
-        let pid = child.id();
         info!(
-            "job {job} ({}) rank {rank}/{} started: pid {pid}, {} as {}:{}",
+            "job {job} ({}) rank {rank}/{} started: pid {}, {} as {}:{}",
             spec.name,
             spec.size,
+            child.id(),
             program.display(),
             spec.uid,
             spec.gid
         );
-        // Before any of its output.
-        link.send(FromAgent::RankStarted { job, rank, pid });
+        Some(child)
+    }
 
+    /// A started rank's output relayed to gangd (two pump threads) and
+    /// its exit (a reaper thread).
+    fn relay(&self, job: JobId, rank: u32, mut child: Child) {
         let (done, pumps_done) = mpsc::channel::<()>();
         let pipes: [(Stream, Option<Box<dyn Read + Send>>); 2] = [
             (
@@ -293,7 +344,7 @@ impl Ranks {
     }
 
     /// Starts the rank's process; the job's cgroup is made first.
-    fn start(&self, spec: &RankSpec) -> Result<(Child, PathBuf), String> {
+    fn start(&self, spec: &JobStart, rank: u32) -> Result<(Child, PathBuf), String> {
         let user = RankUser::resolve(spec.uid, spec.gid, self.inner.rules.min_uid)?;
         let first = spec.argv.first().ok_or("empty command (no program)")?;
         // As the user, in a child, before the table is locked (prepare.rs).
@@ -312,21 +363,15 @@ impl Ranks {
                     false
                 }
             });
-            self.inner.pmi.pmix_env(spec.job, spec.rank, &user, cgroup)
+            self.inner.pmi.pmix_env(spec.job, rank, &user, cgroup)
         } else {
             Vec::new()
         };
         let mut jobs = self.lock();
-        if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&spec.rank)) {
-            return Err(format!(
-                "rank {} is already running here (pid {pid})",
-                spec.rank
-            ));
+        if let Some(pid) = jobs.get(&spec.job).and_then(|j| j.live.get(&rank)) {
+            return Err(format!("rank {} is already running here (pid {pid})", rank));
         }
-        let peers_env =
-            self.inner
-                .peers
-                .env(spec.job, spec.rank, user.uid, user.gid, &spec.peers)?;
+        let peers_env = self.inner.peers.env(spec.job, rank, user.uid, user.gid)?;
         let cwd = CString::new(spec.cwd.as_bytes())
             .map_err(|_| format!("cwd {:?} contains a NUL byte", spec.cwd))?;
         let procs: Option<File> = match &dir {
@@ -352,7 +397,7 @@ impl Ranks {
             .args(&spec.argv[1..])
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .env("GANG_RANK", spec.rank.to_string())
+            .env("GANG_RANK", rank.to_string())
             .env("GANG_SIZE", spec.size.to_string())
             .env("GANG_JOB", spec.job.to_string())
             .env("GANG_JOB_NAME", &spec.name)
@@ -379,7 +424,7 @@ impl Ranks {
         let pmi_socket = self
             .inner
             .pmi
-            .socket(spec.job, spec.rank)
+            .socket(spec.job, rank)
             .map_err(|e| format!("making its PMI socket: {e}"))?;
         pmi::prepare(&mut cmd, pmi_socket.as_ref());
         cmd.envs(pmix_env);
@@ -419,18 +464,18 @@ impl Ranks {
             // The child exec'd, so the move was made (a failed move stops
             // it in pre_exec); anything said here is after the fact.
             if let Err(e) = mover.finish() {
-                warn!("job {} rank {}: cgroup move: {e}", spec.job, spec.rank);
+                warn!("job {} rank {}: cgroup move: {e}", spec.job, rank);
             }
         }
         if let Some(socket) = pmi_socket {
             socket.serve();
         }
         if let Some(dir) = &dir {
-            if let Err(e) = adopt::record_rank(dir, spec.rank, child.id()) {
+            if let Err(e) = adopt::record_rank(dir, rank, child.id()) {
                 warn!(
                     "job {} rank {}: recording its pid on {}: {e}; a restarted daemon will not adopt it",
                     spec.job,
-                    spec.rank,
+                    rank,
                     dir.display()
                 );
             }
@@ -444,7 +489,7 @@ impl Ranks {
                 live: BTreeMap::new(),
             })
             .live
-            .insert(spec.rank, child.id());
+            .insert(rank, child.id());
         Ok((child, program))
     }
 

@@ -15,7 +15,7 @@ use gang_wire::proto::tls::testing::{self as tls_testing, TestCa};
 use gang_wire::proto::tls::{self as gtls, rustls, Session, SessionReader, SessionWriter};
 use gang_wire::proto::{
     read_frame, write_frame, Bytes, ClockSource, ClockState, DirEntry, ExitStatus, FromAgent, Gen,
-    JobId, LiveJob, NodeId, Placement, Stream, ToAgent, MAX_OUTPUT_CHUNK,
+    JobId, JobMap, LiveJob, NodeId, Placement, Stream, ToAgent, MAX_OUTPUT_CHUNK,
 };
 use gang_wire::trace::{EventKind, TraceEvent, TraceMeta};
 
@@ -222,6 +222,20 @@ impl Conn {
         write_frame(&mut SessionWriter(self.session.clone()), &msg).unwrap();
     }
 
+    fn send_all(&mut self, msgs: impl IntoIterator<Item = ToAgent>) {
+        for m in msgs {
+            self.send(m);
+        }
+    }
+
+    /// The RanksStarted of `job`: its (rank, pid)s.
+    fn started(&mut self, job: u64) -> Vec<(u32, u32)> {
+        match self.recv() {
+            FromAgent::RanksStarted { job: j, ranks } if j == JobId(job) => ranks,
+            other => panic!("expected job {job}'s RanksStarted, got {other:?}"),
+        }
+    }
+
     /// The next message other than the cluster clock's (ClockProbe and
     /// ClockStatus come every 250 ms to 8 s whatever else happens).
     fn recv(&mut self) -> FromAgent {
@@ -400,24 +414,46 @@ fn ids() -> (u32, u32) {
     )
 }
 
-fn spawn_rank(job: u64, rank: u32, argv: &[&str], env: &[(&str, &str)]) -> ToAgent {
+/// A job of two ranks with rank `rank` on node 1 (the agent the tests
+/// accept as node 1) from port 30000, the other on node 0 from 20000.
+fn one_rank_here(rank: u32) -> JobMap {
+    let mut ranks = [(NodeId(0), 20000); 2];
+    ranks[rank as usize] = (NodeId(1), 30000);
+    JobMap::from_ranks(&ranks)
+}
+
+/// gangd's start of `job` as every node of it gets it: its map
+/// (JobPeers), then StartJob, which starts the ranks the map gives the
+/// node.
+fn start_job(job: u64, map: JobMap, argv: &[&str], env: &[(&str, &str)]) -> [ToAgent; 2] {
     let (uid, gid) = ids();
-    ToAgent::SpawnRank {
-        job: JobId(job),
-        name: format!("test{job}"),
-        rank,
-        size: 2,
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        cwd: "/".into(),
-        uid,
-        gid,
-        peers: vec!["h1:100".into(), "h2:200".into()],
-        limits: Default::default(),
-    }
+    let size = map.size;
+    [
+        ToAgent::JobPeers {
+            job: JobId(job),
+            map,
+        },
+        ToAgent::StartJob {
+            job: JobId(job),
+            name: format!("test{job}"),
+            size,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: "/".into(),
+            uid,
+            gid,
+            limits: Default::default(),
+        },
+    ]
+}
+
+/// Rank `rank` of a two-rank job started on the agent as node 1
+/// (`one_rank_here`).
+fn start_rank(job: u64, rank: u32, argv: &[&str], env: &[(&str, &str)]) -> [ToAgent; 2] {
+    start_job(job, one_rank_here(rank), argv, env)
 }
 
 // ---- the tests ----
@@ -1156,37 +1192,31 @@ fn ranks_get_their_environment_and_report_output_then_exit() {
     let _agent = start_agent("rank-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
     let script = r#"echo "$GANG_RANK $GANG_SIZE $GANG_JOB $GANG_JOB_NAME $GANG_NODE $GANG_PEERS $GANG_PORT $FOO ${HOME-nohome} $0"; [ "$(cut -d' ' -f6 /proc/$$/stat)" = $$ ] && echo own-session; echo oops >&2; exit 3"#;
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         7,
         1,
         &["sh", "-c", script, "argv0"],
         &[("FOO", "bar"), ("PATH", "/usr/bin:/bin")],
     ));
-    let pid = match conn.recv() {
-        FromAgent::RankStarted { job, rank, pid } => {
-            assert_eq!((job, rank), (JobId(7), 1));
-            pid
-        }
-        other => panic!("{other:?}"),
-    };
-    assert!(pid > 0);
+    let started = conn.started(7);
+    assert!(matches!(started[..], [(1, pid)] if pid > 0), "{started:?}");
     let (out, err, status) = conn.rank_until_exit(JobId(7), 1);
     assert_eq!(
         out,
-        "1 2 7 test7 rank-node h1:100,h2:200 200 bar nohome argv0\nown-session\n"
+        "1 2 7 test7 rank-node 10.0.0.1:20000,10.0.0.2:30000 30000 bar nohome argv0\nown-session\n"
     );
     assert_eq!(err, "oops\n");
     assert_eq!(status, ExitStatus::Exited(3));
     wait_for_log(&["job 7 rank 1", "exited with code 3"]);
 
     // Output larger than a chunk comes in chunks, all before the exit.
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         8,
         0,
         &["/bin/sh", "-c", "head -c 200000 /dev/zero"],
         &[],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(8);
     let (out, _, status) = conn.rank_until_exit(JobId(8), 0);
     assert_eq!(out.len(), 200_000);
     assert_eq!(status, ExitStatus::Exited(0));
@@ -1198,7 +1228,7 @@ fn a_rank_that_cannot_start_exits_127_with_the_reason() {
     let gangd = Gangd::new(&ca);
     let _agent = start_agent("bad-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    conn.send(spawn_rank(3, 0, &["/no/such/program"], &[]));
+    conn.send_all(start_rank(3, 0, &["/no/such/program"], &[]));
     match conn.recv() {
         FromAgent::Error { message } => assert_eq!(
             message,
@@ -1229,7 +1259,7 @@ fn ranks_outlive_gangd_and_are_reported_to_the_next_one() {
         }]],
     });
     // Prints once gangd is gone, then waits for a signal.
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         21,
         0,
         &[
@@ -1239,7 +1269,7 @@ fn ranks_outlive_gangd_and_are_reported_to_the_next_one() {
         ],
         &[],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(21);
     assert!(matches!(next_request(&agent.seen), Request::Column { .. }));
     drop(conn);
     assert_eq!(next_request(&agent.seen), Request::Autonomous);
@@ -1274,13 +1304,13 @@ fn ranks_outlive_gangd_and_are_reported_to_the_next_one() {
     assert_eq!(status, ExitStatus::Exited(5));
 
     // A rank killed by a signal it does not handle.
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         22,
         1,
         &["sleep", "30"],
         &[("PATH", "/bin:/usr/bin")],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(22);
     conn.send(ToAgent::KillJob {
         job: JobId(22),
         signal: libc::SIGKILL,
@@ -1333,8 +1363,8 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
     let mut conn = gangd.accept(1).unwrap();
     let job_dir = root.join("job31");
 
-    conn.send(spawn_rank(31, 0, &["/bin/cat", "/proc/self/cgroup"], &[]));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.send_all(start_rank(31, 0, &["/bin/cat", "/proc/self/cgroup"], &[]));
+    conn.started(31);
     let (out, _, status) = conn.rank_until_exit(JobId(31), 0);
     assert_eq!(status, ExitStatus::Exited(0));
     let rel = job_dir.strip_prefix(&mount).unwrap();
@@ -1346,7 +1376,7 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
     wait_gone(&job_dir);
 
     // Suspend / resume / a signal to a suspended job.
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         32,
         0,
         &[
@@ -1356,7 +1386,7 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
         ],
         &[],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(32);
     // Its trap is set before it is suspended.
     match conn.recv() {
         FromAgent::RankOutput { data, .. } => assert_eq!(data.0, b"trapped\n"),
@@ -1388,13 +1418,13 @@ fn ranks_run_in_their_job_cgroup_which_goes_with_the_last_rank() {
     wait_gone(&dir);
 
     // What a rank leaves behind is killed with the job's last rank.
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         33,
         0,
         &["/bin/sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"],
         &[],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(33);
     let (out, _, status) = conn.rank_until_exit(JobId(33), 0);
     assert_eq!(status, ExitStatus::Exited(0));
     wait_gone(&root.join("job33"));

@@ -63,25 +63,23 @@ impl Sim {
             layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
             names
         );
-        for a in gangd.start(&map) {
-            let cluster::Action::ToNode(
-                n,
-                ToAgent::PmiStart {
-                    job,
-                    kvsname,
-                    size,
-                    ranks,
-                    preset,
-                    ..
-                },
-            ) = a
-            else {
-                panic!("{a:?}")
-            };
+        // One PmiStart for every node: each finds its ranks in the map.
+        let ToAgent::PmiStart {
+            job,
+            kvsname,
+            preset,
+            map: sent,
+        } = gangd.start(&map)
+        else {
+            panic!("a PmiStart")
+        };
+        assert_eq!(sent, map);
+        for n in gangd.nodes() {
+            let ranks: Vec<u32> = sent.ranks_of(n).into_iter().map(|(r, _)| r).collect();
             assert!(layout.contains(&(format!("n{}", n.0), ranks.clone())));
-            let mut config = JobConfig::new(job.0, size);
-            config.kvsname = kvsname;
-            config.preset = preset;
+            let mut config = JobConfig::new(job.0, sent.size);
+            config.kvsname = kvsname.clone();
+            config.preset = preset.clone();
             nodes.insert(n, NodePmi::new(job, config, &ranks));
         }
         Sim {

@@ -105,11 +105,12 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
             slot,
             switch_us
         }),
-        (job(), any::<u32>(), any::<u32>()).prop_map(|(job, rank, pid)| FromAgent::RankStarted {
-            job,
-            rank,
-            pid
-        }),
+        (
+            job(),
+            prop::collection::vec((any::<u32>(), any::<u32>()), 0..5)
+        )
+            .prop_map(|(job, ranks)| FromAgent::RanksStarted { job, ranks }),
+        (job(), text()).prop_map(|(job, reason)| FromAgent::StartFailed { job, reason }),
         (job(), any::<u32>(), stream(), bytes()).prop_map(|(job, rank, stream, data)| {
             FromAgent::RankOutput {
                 job,
@@ -184,36 +185,51 @@ fn node_directory() -> impl Strategy<Value = ToAgent> {
 }
 
 fn to_agent() -> impl Strategy<Value = ToAgent> {
-    let spawn = (
+    let start = (
         job(),
         text(),
-        any::<u32>(),
         any::<u32>(),
         strings(),
         env(),
         text(),
         any::<u32>(),
         any::<u32>(),
-        strings(),
     )
-        .prop_map(|(job, name, rank, size, argv, env, cwd, uid, gid, peers)| {
-            ToAgent::SpawnRank {
+        .prop_map(
+            |(job, name, size, argv, env, cwd, uid, gid)| ToAgent::StartJob {
                 job,
                 name,
-                rank,
                 size,
                 argv,
                 env,
                 cwd,
                 uid,
                 gid,
-                peers,
                 limits: JobLimits {
                     max_pids: Some(size as u64),
                     max_memory: None,
                 },
-            }
-        });
+            },
+        );
+    let pmi_start = (
+        job(),
+        text(),
+        env(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u16>(),
+    )
+        .prop_map(
+            |(job, kvsname, preset, size, node, port)| ToAgent::PmiStart {
+                job,
+                kvsname,
+                preset,
+                map: JobMap {
+                    size,
+                    runs: vec![NodeRun(node, 1, 0, size, port)],
+                },
+            },
+        );
     let barrier = prop_oneof![Just(Barrier::Strict), Just(Barrier::Off)];
     prop_oneof![
         any::<u32>().prop_map(|n| ToAgent::Welcome { node_id: NodeId(n) }),
@@ -235,7 +251,8 @@ fn to_agent() -> impl Strategy<Value = ToAgent> {
             slot,
             slot_ms
         }),
-        spawn,
+        start,
+        pmi_start,
         (job(), any::<i32>()).prop_map(|(job, signal)| ToAgent::KillJob { job, signal }),
         job().prop_map(|job| ToAgent::SuspendJob { job }),
         job().prop_map(|job| ToAgent::ResumeJob { job }),
@@ -539,10 +556,13 @@ fn every_message_type_has_a_sample_and_round_trips() {
             slot: 1,
             switch_us: 40,
         },
-        FromAgent::RankStarted {
+        FromAgent::RanksStarted {
             job,
-            rank: 3,
-            pid: 4242,
+            ranks: vec![(3, 4242), (4, 4243)],
+        },
+        FromAgent::StartFailed {
+            job,
+            reason: "no peer table for job 7".into(),
         },
         FromAgent::RankOutput {
             job,
@@ -654,17 +674,15 @@ fn every_message_type_has_a_sample_and_round_trips() {
                 runs: vec![NodeRun(0, 2, 0, 2, 20000)],
             },
         },
-        ToAgent::SpawnRank {
+        ToAgent::StartJob {
             job,
             name: "lu".into(),
-            rank: 0,
             size: 4,
             argv: vec!["./lu".into(), "-n".into()],
             env: vec![("OMP_NUM_THREADS".into(), "1".into())],
             cwd: "/home/u".into(),
             uid: 1000,
             gid: 1000,
-            peers: vec!["n1:7000".into(), "n2:7000".into()],
             limits: JobLimits {
                 max_pids: Some(512),
                 max_memory: None,
@@ -692,23 +710,11 @@ fn every_message_type_has_a_sample_and_round_trips() {
         ToAgent::PmiStart {
             job,
             kvsname: "kvs_7_0".into(),
-            size: 4,
-            ranks: vec![0, 1],
             preset: vec![("PMI_process_mapping".into(), "(vector,(0,2,2))".into())],
-            layout: vec![("node0".into(), vec![0, 1]), ("node1".into(), vec![2, 3])],
-            map: None,
-        },
-        ToAgent::PmiStart {
-            job,
-            kvsname: "kvs_7_0".into(),
-            size: 4,
-            ranks: vec![0, 1],
-            preset: vec![],
-            layout: vec![],
-            map: Some(JobMap {
+            map: JobMap {
                 size: 4,
                 runs: vec![NodeRun(0, 2, 0, 2, 20000)],
-            }),
+            },
         },
         ToAgent::PmiBarrierOut {
             job,
@@ -868,6 +874,16 @@ fn unsupported_version() {
             got: PROTOCOL_VERSION + 1,
             supported: PROTOCOL_VERSION
         }
+    );
+    // Version 2 (before the node directory and StartJob): refused, the
+    // error naming both versions and what to do.
+    assert_eq!(PROTOCOL_VERSION, 3);
+    let mut f = header(2, Channel::ToAgent as u8, 2);
+    f.extend_from_slice(b"{}");
+    let e = both_fail::<ToAgent>(&f);
+    assert_eq!(
+        e.to_string(),
+        "protocol version 2 not supported (this side speaks 3): gangd and every node agent must run the same protocol version; upgrade them together"
     );
 }
 
@@ -1116,27 +1132,58 @@ fn job_limits_beyond_the_clusters_maximum_are_named() {
     assert_eq!(ask(Some(1 << 40), None).beyond(&JobLimits::default()), None);
 }
 
-/// gangd sends a job's peer table once per node (JobPeers): its SpawnRank
-/// carries no list, and one from an older gangd, list and all, still reads.
+/// Protocol 3: a job starts with one message per node, the same for every
+/// node (StartJob, no rank in it), answered once per node; the old
+/// per-rank messages and PmiStart's per-node fields are unknown or
+/// malformed now, each a clear error.
 #[test]
-fn spawn_rank_leaves_out_the_peer_list_and_still_reads_an_old_one() {
-    let spawn = |peers: Vec<String>| ToAgent::SpawnRank {
+fn a_job_starts_with_one_message_per_node_and_the_per_rank_ones_are_gone() {
+    let start = ToAgent::StartJob {
         job: JobId(3),
         name: "lu".into(),
-        rank: 1,
         size: 2,
         argv: vec!["./lu".into()],
         env: vec![],
         cwd: "/".into(),
         uid: 1000,
         gid: 1000,
-        peers,
         limits: JobLimits::default(),
     };
-    let json = serde_json::to_value(spawn(vec![])).unwrap();
-    assert!(json.get("peers").is_none(), "{json}");
-    let old = r#"{"type":"spawn_rank","job":3,"name":"lu","rank":1,"size":2,"argv":["./lu"],
+    assert_eq!(
+        serde_json::to_string(&start).unwrap(),
+        r#"{"type":"start_job","job":3,"name":"lu","size":2,"argv":["./lu"],"env":[],"cwd":"/","uid":1000,"gid":1000,"limits":{}}"#
+    );
+    let started = FromAgent::RanksStarted {
+        job: JobId(3),
+        ranks: vec![(0, 100), (1, 101)],
+    };
+    assert_eq!(
+        serde_json::to_string(&started).unwrap(),
+        r#"{"type":"ranks_started","job":3,"ranks":[[0,100],[1,101]]}"#
+    );
+    let old_spawn = r#"{"type":"spawn_rank","job":3,"name":"lu","rank":1,"size":2,"argv":["./lu"],
         "env":[],"cwd":"/","uid":1000,"gid":1000,"peers":["n1:7000","n2:7000"]}"#;
-    let got: ToAgent = serde_json::from_str(old).unwrap();
-    assert_eq!(got, spawn(vec!["n1:7000".into(), "n2:7000".into()]));
+    let e = serde_json::from_str::<ToAgent>(old_spawn).unwrap_err();
+    assert!(
+        e.to_string().contains("unknown variant `spawn_rank`"),
+        "{e}"
+    );
+    let old_started = r#"{"type":"rank_started","job":3,"rank":1,"pid":5}"#;
+    let e = serde_json::from_str::<FromAgent>(old_started).unwrap_err();
+    assert!(
+        e.to_string().contains("unknown variant `rank_started`"),
+        "{e}"
+    );
+    // A version 2 PmiStart: its per-node layout, no map.
+    let old_pmi = r#"{"type":"pmi_start","job":3,"kvsname":"k","size":2,"ranks":[0],
+        "preset":[],"layout":[["n1",[0]],["n2",[1]]]}"#;
+    let e = serde_json::from_str::<ToAgent>(old_pmi).unwrap_err();
+    assert!(e.to_string().contains("missing field `map`"), "{e}");
+    // A StartJob missing a field, or with a negative size, is refused.
+    for bad in [
+        r#"{"type":"start_job","job":3,"name":"lu","size":2,"argv":[],"env":[],"cwd":"/","uid":1,"gid":1}"#,
+        r#"{"type":"start_job","job":3,"name":"lu","size":-2,"argv":[],"env":[],"cwd":"/","uid":1,"gid":1,"limits":{}}"#,
+    ] {
+        assert!(serde_json::from_str::<ToAgent>(bad).is_err(), "{bad}");
+    }
 }

@@ -2,10 +2,13 @@
 //!
 //! The coordinator's side (`impl Coordinator`): after every change of the
 //! allocator (`placement_changed`), jobs that got a place are prepared on
-//! their nodes (Prepare, each node answers Prepared), then spawned (the
-//! job's peer map, JobPeers, the same bytes for every node, its PMI
-//! service, PmiStart, then SpawnRank per rank); the rotation hears
-//! that the matrix changed. A job ends once no rank is left: by
+//! their nodes (Prepare, the same bytes for every node, each answers
+//! Prepared), then started with
+//! three messages per node, each the same bytes for every node of the job
+//! and so encoded once: the job's peer map (JobPeers), its PMI service
+//! (PmiStart) and the start itself (StartJob: each node starts the ranks
+//! the map gives it, and answers RanksStarted, or StartFailed when it
+//! knows none of them); the rotation hears that the matrix changed. A job ends once no rank is left: by
 //! themselves, a rank failing (the others are SIGKILLed), a node lost, or
 //! a request (kill, Ctrl-C, the front end gone); its front end gets the
 //! exit code and a one-line summary.
@@ -210,16 +213,22 @@ impl Coordinator {
         let j = self.jobs.get_mut(&id).expect("job of the table");
         j.rank_node = rank_node;
         let waiting: BTreeSet<NodeId> = j.rank_node.iter().copied().collect();
+        // The same for every node: encoded once.
+        let prepare = Frame::new(&ToAgent::Prepare {
+            job: id,
+            argv: j.argv.clone(),
+            env: j.env.clone(),
+            cwd: j.cwd.clone(),
+            uid: j.cred.uid,
+            gid: j.cred.gid,
+        });
+        let Some(prepare) = prepare else {
+            let reason = format!("job {id}: its command is too large for one message");
+            return self.cannot_start(id, reason);
+        };
         for n in &waiting {
             if let Some(node) = self.nodes.get(n) {
-                node.link.send(&ToAgent::Prepare {
-                    job: id,
-                    argv: j.argv.clone(),
-                    env: j.env.clone(),
-                    cwd: j.cwd.clone(),
-                    uid: j.cred.uid,
-                    gid: j.cred.gid,
-                });
+                node.link.send_frame(&prepare);
             }
         }
         j.phase = Phase::Preparing { waiting };
@@ -233,34 +242,39 @@ impl Coordinator {
             return;
         };
         if let Some(reason) = error {
-            info!("job {id} cannot start: {reason}");
-            let client = j.client;
-            let accepted = j.accepted;
-            self.jobs.remove(&id);
-            let _ = self.alloc.finish(id);
-            if let Some(conn) = client {
-                if accepted {
-                    self.reply(
-                        conn,
-                        ToClient::JobEnded {
-                            job: id,
-                            exit_code: 127,
-                            summary: reason,
-                            failure: None,
-                        },
-                    );
-                } else {
-                    self.reply(conn, ToClient::Refused { reason });
-                }
-            }
-            self.placement_changed();
-            self.publish_status();
-            return;
+            return self.cannot_start(id, reason);
         }
         waiting.remove(&node);
         if waiting.is_empty() {
             self.spawn(id);
         }
+    }
+
+    /// A job that got a place cannot start (a node refused it, or its
+    /// start cannot be sent): it goes, its front end is told why.
+    fn cannot_start(&mut self, id: JobId, reason: String) {
+        let Some(j) = self.jobs.remove(&id) else {
+            return;
+        };
+        info!("job {id} cannot start: {reason}");
+        let _ = self.alloc.finish(id);
+        if let Some(conn) = j.client {
+            if j.accepted {
+                self.reply(
+                    conn,
+                    ToClient::JobEnded {
+                        job: id,
+                        exit_code: 127,
+                        summary: reason,
+                        failure: None,
+                    },
+                );
+            } else {
+                self.reply(conn, ToClient::Refused { reason });
+            }
+        }
+        self.placement_changed();
+        self.publish_status();
     }
 
     pub(super) fn spawn(&mut self, id: JobId) {
@@ -270,8 +284,8 @@ impl Coordinator {
         let j = self.jobs.get_mut(&id).expect("job of the table");
         // Each rank takes its node's next port, in rank order; every node
         // gets the same map (nodes by id, by runs: O(1) bytes for a job
-        // over whole nodes), encoded once; then its PmiStart; its
-        // SpawnRanks carry no list.
+        // over whole nodes), then the same PmiStart and StartJob, each
+        // encoded once: a node finds its ranks in the map by its own id.
         let mut ports = Vec::with_capacity(j.rank_node.len());
         for &n in &j.rank_node {
             let node = self
@@ -282,36 +296,33 @@ impl Coordinator {
         }
         let map = JobMap::from_ranks(&ports);
         let pmi = gang_wire::pmi::ClusterPmi::new(id, j.rank_node.clone());
-        if let Some(frame) = Frame::new(&ToAgent::JobPeers {
+        let start = ToAgent::StartJob {
             job: id,
-            map: map.clone(),
-        }) {
+            name: j.name.clone(),
+            size: j.ranks,
+            argv: j.argv.clone(),
+            env: j.env.clone(),
+            cwd: j.cwd.clone(),
+            uid: j.cred.uid,
+            gid: j.cred.gid,
+            limits: j.limits,
+        };
+        let pmi_start = pmi.start(&map);
+        let peers = ToAgent::JobPeers { job: id, map };
+        let frames: Option<Vec<Frame>> = [&peers, &pmi_start, &start]
+            .into_iter()
+            .map(Frame::new)
+            .collect();
+        let Some(frames) = frames else {
+            let reason = format!("job {id}: its start is too large for one message");
+            return self.cannot_start(id, reason);
+        };
+        for frame in &frames {
             for n in pmi.nodes() {
-                self.nodes[&n].link.send_frame(&frame);
-            }
-        }
-        for a in pmi.start(&map) {
-            if let gang_wire::pmi::cluster::Action::ToNode(n, m) = a {
-                self.nodes[&n].link.send(&m);
+                self.nodes[&n].link.send_frame(frame);
             }
         }
         j.pmi = Some(pmi);
-        for (rank, &n) in j.rank_node.iter().enumerate() {
-            let env = j.env.clone();
-            self.nodes[&n].link.send(&ToAgent::SpawnRank {
-                job: id,
-                name: j.name.clone(),
-                rank: rank as u32,
-                size: j.ranks,
-                argv: j.argv.clone(),
-                env,
-                cwd: j.cwd.clone(),
-                uid: j.cred.uid,
-                gid: j.cred.gid,
-                peers: Vec::new(),
-                limits: j.limits,
-            });
-        }
         j.live = (0..j.ranks).collect();
         j.phase = Phase::Started;
         info!("job {id} ({}) started: {} ranks", j.name, j.ranks);
@@ -344,6 +355,27 @@ impl Coordinator {
             self.kill_job(id, libc::SIGKILL);
         }
         self.maybe_end(id);
+    }
+
+    /// A node knew none of its ranks of the job at its StartJob (no map
+    /// of the job, or none of its ranks in it): its ranks count as exited
+    /// with 127, which fails the job. Only the ranks gangd placed on that
+    /// node.
+    pub(super) fn start_failed(&mut self, id: JobId, node: NodeId, reason: &str) {
+        let Some(j) = self.jobs.get(&id) else {
+            return;
+        };
+        let name = self.node_name(node).unwrap_or_default();
+        warn!("job {id}: node {name} could not start its ranks: {reason}");
+        let ranks: Vec<u32> = j
+            .live
+            .iter()
+            .copied()
+            .filter(|&r| j.rank_node.get(r as usize) == Some(&node))
+            .collect();
+        for rank in ranks {
+            self.rank_exited(id, rank, node, ExitStatus::Exited(127));
+        }
     }
 
     /// Kill, Ctrl-C, or the front end gone.

@@ -571,9 +571,10 @@ impl Coordinator {
                 self.send_to_nodes(out);
             }
             FromAgent::Prepared { job, error } => self.prepared(job, node, error),
-            FromAgent::RankStarted { job, rank, pid } => {
-                log::debug!("job {job} rank {rank} started on {name} as pid {pid}");
+            FromAgent::RanksStarted { job, ranks } => {
+                log::debug!("job {job}: ranks started on {name} (rank, pid): {ranks:?}");
             }
+            FromAgent::StartFailed { job, reason } => self.start_failed(job, node, &reason),
             FromAgent::RankOutput {
                 job,
                 rank,

@@ -5,15 +5,15 @@
 
 use super::*;
 
-/// SpawnRank as another user, in `cwd`.
-fn spawn_as(uid: u32, gid: u32, cwd: &str, job: u64, argv: &[&str]) -> ToAgent {
-    let mut m = spawn_rank(job, 0, argv, &[("PATH", "/usr/bin:/bin")]);
-    if let ToAgent::SpawnRank {
+/// Rank 0 of a job started as another user, in `cwd`.
+fn spawn_as(uid: u32, gid: u32, cwd: &str, job: u64, argv: &[&str]) -> [ToAgent; 2] {
+    let mut m = start_rank(job, 0, argv, &[("PATH", "/usr/bin:/bin")]);
+    if let ToAgent::StartJob {
         cwd: c,
         uid: u,
         gid: g,
         ..
-    } = &mut m
+    } = &mut m[1]
     {
         *c = cwd.into();
         *u = uid;
@@ -49,7 +49,7 @@ fn a_rank_runs_with_its_users_groups_and_sane_limits_not_roots() {
     let gangd = Gangd::new(&ca);
     let _agent = start_agent("user-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    conn.send(spawn_as(
+    conn.send_all(spawn_as(
         uid,
         gid,
         "/",
@@ -60,7 +60,7 @@ fn a_rank_runs_with_its_users_groups_and_sane_limits_not_roots() {
             "id -u; id -g; id -G; cat /proc/self/limits",
         ],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(41);
     let (out, err, status) = conn.rank_until_exit(JobId(41), 0);
     assert_eq!(status, ExitStatus::Exited(0), "{err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -120,7 +120,7 @@ fn ranks_of_root_and_system_accounts_are_refused() {
     let _agent = start_agent_with("strict-node", gangd.addr(), &ca, None, accept_all(), rules);
     let mut conn = gangd.accept(1).unwrap();
     for (job, uid) in [(51, 0), (52, 999)] {
-        conn.send(spawn_as(uid, uid, "/", job, &["/bin/true"]));
+        conn.send_all(spawn_as(uid, uid, "/", job, &["/bin/true"]));
         match conn.recv() {
             FromAgent::Error { message } => assert_eq!(
                 message,
@@ -149,7 +149,7 @@ fn a_rank_enters_its_cwd_with_the_users_rights_only() {
     let gangd = Gangd::new(&ca);
     let _agent = start_agent("cwd-node", gangd.addr(), &ca, None, accept_all());
     let mut conn = gangd.accept(1).unwrap();
-    conn.send(spawn_as(
+    conn.send_all(spawn_as(
         65534,
         65534,
         dir.to_str().unwrap(),
@@ -259,13 +259,13 @@ fn a_restarted_agent_adopts_the_ranks_of_its_job_cgroups() {
         accept_all(),
     );
     let mut conn = gangd.accept(1).unwrap();
-    conn.send(spawn_rank(
+    conn.send_all(start_rank(
         81,
         1,
         &["/bin/sh", "-c", "echo up; while :; do sleep 0.05; done"],
         &[],
     ));
-    assert!(matches!(conn.recv(), FromAgent::RankStarted { .. }));
+    conn.started(81);
     assert!(matches!(conn.recv(), FromAgent::RankOutput { .. }));
     conn.send(ToAgent::SuspendJob { job: JobId(81) });
     let frozen = || {

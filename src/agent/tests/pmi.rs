@@ -66,16 +66,18 @@ fn run_mpi(conn: &mut Conn, pmi: &mut ClusterPmi, job: JobId, argv: &[&str]) -> 
             }
         }
     };
-    send(conn, pmi.start(&two_ranks_here()));
+    conn.send(pmi.start(&two_ranks_here()));
     // UCX's shared memory needs nothing from the host; keep it off the
     // network so that the test runs in a sandbox.
     let env = [("PATH", "/usr/bin:/bin"), ("UCX_TLS", "self,sm")];
-    conn.send(spawn_rank(job.0, 0, argv, &env));
-    conn.send(spawn_rank(job.0, 1, argv, &env));
+    conn.send_all(start_job(job.0, two_ranks_here(), argv, &env));
     let mut run = MpiRun::default();
     while run.exits.len() < 2 {
         match conn.recv() {
-            FromAgent::RankStarted { .. } => {}
+            FromAgent::RanksStarted { ranks, .. } => {
+                let started: Vec<u32> = ranks.iter().map(|&(r, _)| r).collect();
+                assert_eq!(started, [0, 1], "one answer for both ranks here");
+            }
             FromAgent::RankOutput {
                 rank, stream, data, ..
             } => {
@@ -158,18 +160,18 @@ fn each_rank_holds_its_own_pmi_socket_and_no_other() {
     let mut conn = gangd.accept(1).unwrap();
     let job = JobId(22);
     let pmi = ClusterPmi::new(job, vec![NodeId(1); 2]);
-    for a in pmi.start(&two_ranks_here()) {
-        if let Action::ToNode(_, m) = a {
-            conn.send(m);
-        }
-    }
+    conn.send(pmi.start(&two_ranks_here()));
     // Each rank lists the sockets it holds (its shell's fds are what it
     // inherited) and its PMI environment; rank 0 is still alive, holding
     // its socket, when rank 1 starts.
     let script = r#"echo "$PMI_FD $PMI_RANK $PMI_SIZE ${PMI_PORT-noport} ${PMI_ID-noid}"; for f in /proc/$$/fd/*; do readlink $f; done | grep -c socket; sleep 0.3"#;
     let env = [("PATH", "/usr/bin:/bin"), ("PMI_PORT", "10.0.0.1:99")];
-    conn.send(spawn_rank(job.0, 0, &["sh", "-c", script], &env));
-    conn.send(spawn_rank(job.0, 1, &["sh", "-c", script], &env));
+    conn.send_all(start_job(
+        job.0,
+        two_ranks_here(),
+        &["sh", "-c", script],
+        &env,
+    ));
     let mut out: BTreeMap<u32, String> = BTreeMap::new();
     let mut exits = 0;
     while exits < 2 {
@@ -182,7 +184,10 @@ fn each_rank_holds_its_own_pmi_socket_and_no_other() {
                 assert_eq!(status, ExitStatus::Exited(0), "{out:?}");
                 exits += 1;
             }
-            FromAgent::RankStarted { .. } => {}
+            FromAgent::RanksStarted { ranks, .. } => {
+                let started: Vec<u32> = ranks.iter().map(|&(r, _)| r).collect();
+                assert_eq!(started, [0, 1], "one answer for both ranks here");
+            }
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -87,10 +87,14 @@ fn run_two(pair: &Pair, job: JobId, argv: &[&str]) -> Run {
         send(n, ToAgent::NodeDirectory { you, reset, nodes });
     }
     let map = JobMap::from_ranks(&[(NodeId(1), 20000), (NodeId(2), 20000)]);
-    route(pmi.start(&map));
     let env = [("PATH", "/usr/bin:/bin")];
-    send(1, spawn_rank(job.0, 0, argv, &env));
-    send(2, spawn_rank(job.0, 1, argv, &env));
+    // The same three messages for both nodes, as gangd sends them.
+    let start = start_job(job.0, map.clone(), argv, &env);
+    for n in [1, 2] {
+        send(n, start[0].clone());
+        send(n, pmi.start(&map));
+        send(n, start[1].clone());
+    }
     let mut run = Run::default();
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut beat, mut last_beat) = (0, Instant::now());
@@ -112,7 +116,7 @@ fn run_two(pair: &Pair, job: JobId, argv: &[&str]) -> Run {
             continue;
         };
         match msg {
-            FromAgent::RankStarted { .. } if run.probe.is_none() => {
+            FromAgent::RanksStarted { .. } if run.probe.is_none() => {
                 run.probe = Some(probe_pmix_port(job));
             }
             FromAgent::RankOutput {

@@ -6,7 +6,8 @@
 //!
 //! - `fake-gangd --listen ADDR --secs S`: a gangd of a CA of its own (made
 //!   on the spot) on gangd's port while the real one is away; every agent
-//!   that completes a handshake is sent a SpawnRank as uid 0.
+//!   that completes a handshake is sent a job of one rank on it, as uid 0
+//!   (a directory naming it, the job's map, StartJob).
 //! - `rogue-agent --to ADDR`: a node with a certificate of its own CA.
 //! - `replay --listen ADDR --to ADDR --secs S`: a machine in the middle:
 //!   forwards an agent's connections to gangd, recording the first one's
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use gang_wire::proto::tls::testing::{self, TestCa};
 use gang_wire::proto::tls::{handshake, rustls, SessionWriter};
-use gang_wire::proto::{write_frame, JobId, NodeId, ToAgent};
+use gang_wire::proto::{write_frame, DirEntry, JobId, JobMap, NodeId, ToAgent};
 
 fn arg(args: &[String], name: &str) -> String {
     args.windows(2)
@@ -78,22 +79,32 @@ fn fake_gangd(listen: &str, secs: Duration) {
                 ok += 1;
                 let mut w = SessionWriter(Arc::new(session));
                 let _ = write_frame(&mut w, &ToAgent::Welcome { node_id: NodeId(0) });
-                let _ = write_frame(
-                    &mut w,
-                    &ToAgent::SpawnRank {
-                        job: JobId(999),
+                let job = JobId(999);
+                let pwn = [
+                    ToAgent::NodeDirectory {
+                        you: Some(NodeId(0)),
+                        reset: true,
+                        nodes: vec![DirEntry(NodeId(0), "pwned".into(), "127.0.0.1".into())],
+                    },
+                    ToAgent::JobPeers {
+                        job,
+                        map: JobMap::from_ranks(&[(NodeId(0), 20000)]),
+                    },
+                    ToAgent::StartJob {
+                        job,
                         name: "pwn".into(),
-                        rank: 0,
                         size: 1,
                         argv: vec!["/bin/sh".into(), "-c".into(), "id > /tmp/pwned".into()],
                         env: vec![],
                         cwd: "/".into(),
                         uid: 0,
                         gid: 0,
-                        peers: vec![],
                         limits: Default::default(),
                     },
-                );
+                ];
+                for m in &pwn {
+                    let _ = write_frame(&mut w, m);
+                }
             }
             Err(e) => errors.push(format!("{peer}: {e}")),
         }

@@ -114,29 +114,18 @@ impl ClusterPmi {
         self.epoch
     }
 
-    /// The PmiStart each node of the job gets before its SpawnRanks. The
-    /// layout is `map`, the job's JobPeers map (proto::peers), whose
-    /// `layout` lists the nodes by id as `self.nodes` does: O(1) bytes per
-    /// node for a job over whole nodes, where a list of every node's
-    /// ranks was O(ranks) on every node.
-    pub fn start(&self, map: &JobMap) -> Vec<Action> {
-        self.nodes
-            .iter()
-            .map(|(&node, ranks)| {
-                Action::ToNode(
-                    node,
-                    ToAgent::PmiStart {
-                        job: self.job,
-                        kvsname: self.config.kvsname.clone(),
-                        size: self.config.size,
-                        ranks: ranks.clone(),
-                        preset: self.config.preset.clone(),
-                        layout: Vec::new(),
-                        map: Some(map.clone()),
-                    },
-                )
-            })
-            .collect()
+    /// The PmiStart every node of the job gets before its StartJob: one
+    /// message for all of them (gangd encodes it once). `map` is the
+    /// job's JobPeers map (proto::peers): a node finds its ranks in it by
+    /// its own id, and its `layout` lists the nodes by id as `self.nodes`
+    /// does, so every node numbers the job's nodes as this service does.
+    pub fn start(&self, map: &JobMap) -> ToAgent {
+        ToAgent::PmiStart {
+            job: self.job,
+            kvsname: self.config.kvsname.clone(),
+            preset: self.config.preset.clone(),
+            map: map.clone(),
+        }
     }
 
     /// The node's ranks, or why it may not speak for this job.

@@ -91,7 +91,7 @@
 //! link:
 //!
 //! ```text
-//! gangd → each node of the job   PmiStart{ranks here, size, kvsname, preset}   (before SpawnRank)
+//! gangd → each node of the job   PmiStart{kvsname, preset, map} (the same for all; before StartJob)
 //! node → gangd                   PmiBarrierIn{epoch, ranks, puts since last}   (all local ranks in)
 //! gangd → each node              PmiBarrierOut{epoch, every node's new puts}   (all nodes in)
 //! node → gangd                   PmiFinalized{rank} | PmiFailed{rank, exitcode, reason}

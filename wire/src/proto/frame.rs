@@ -25,8 +25,11 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 4] = *b"GANG";
 /// Bumped on any incompatible change. Adding a field is compatible within a
 /// version: the decoder ignores fields it does not know, and a new field
-/// needs `#[serde(default)]` to be optional for older peers.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// needs `#[serde(default)]` to be optional for older peers. 3: the node
+/// directory, a job's start in one message per node (StartJob,
+/// RanksStarted, PmiStart the same for every node); version 2 peers
+/// cannot place a job with version 3 ones.
+pub const PROTOCOL_VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 11;
 /// Largest payload accepted or sent. Output chunks are far smaller (see
 /// `MAX_OUTPUT_CHUNK`); this bounds what one connection can make us hold.
@@ -117,7 +120,7 @@ impl fmt::Display for FrameError {
             Self::UnsupportedVersion { got, supported } => {
                 write!(
                     f,
-                    "protocol version {got} not supported (this side speaks {supported})"
+                    "protocol version {got} not supported (this side speaks {supported}): gangd and every node agent must run the same protocol version; upgrade them together"
                 )
             }
             Self::WrongChannel { got, expected } => write!(
@@ -396,7 +399,7 @@ mod tests {
         let payload = br#"{"type":"ping","seq":7}"#;
         assert_eq!(f, frame_with(payload));
         assert_eq!(&f[..4], b"GANG");
-        assert_eq!(&f[4..6], &[0, 2]);
+        assert_eq!(&f[4..6], &[0, 3]);
         assert_eq!(f[6], 1);
         assert_eq!(&f[7..11], &(payload.len() as u32).to_be_bytes());
     }

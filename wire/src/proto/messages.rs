@@ -46,23 +46,21 @@ pub enum FromAgent {
         report: FreezeReport,
     },
     /// The node runs `slot` now.
-    Running {
-        gen: Gen,
-        slot: u32,
-        switch_us: u64,
-    },
+    Running { gen: Gen, slot: u32, switch_us: u64 },
     /// Every rank of `job` on this node yielded its slot in generation
     /// `gen` (voluntary yield): as far as this node goes, the switch may
     /// come before the slot's end.
-    Yielded {
-        gen: Gen,
-        job: JobId,
-    },
-    RankStarted {
-        job: JobId,
-        rank: u32,
-        pid: u32,
-    },
+    Yielded { gen: Gen, job: JobId },
+    /// Answer to StartJob: this node's ranks of `job` that started, as
+    /// (rank, pid), one message per node (a rank that could not start is
+    /// a RankExited with 127 instead). Sent once they are all started, so
+    /// a rank's first output may come before it.
+    RanksStarted { job: JobId, ranks: Vec<(u32, u32)> },
+    /// Answer to StartJob when none of this node's ranks of `job` could be
+    /// started because the node does not know them: no JobPeers map of the
+    /// job (refused, or never sent), or a map that gives this node no rank.
+    /// gangd ends the job as if the node's ranks had exited with 127.
+    StartFailed { job: JobId, reason: String },
     /// At most MAX_OUTPUT_CHUNK bytes of one rank's output.
     RankOutput {
         job: JobId,
@@ -93,9 +91,7 @@ pub enum FromAgent {
         last: bool,
     },
     /// Something gangd asked failed on this node.
-    Error {
-        message: String,
-    },
+    Error { message: String },
     /// Every rank of `job` on this node entered PMI barrier `epoch`
     /// (crate::pmi); `puts` are their keys since the previous barrier.
     PmiBarrierIn {
@@ -106,10 +102,7 @@ pub enum FromAgent {
         puts: Vec<PmiPut>,
     },
     /// A rank of `job` here called PMI finalize.
-    PmiFinalized {
-        job: JobId,
-        rank: u32,
-    },
+    PmiFinalized { job: JobId, rank: u32 },
     /// The job's PMI cannot go on: the rank aborted (`exitcode` is Some),
     /// left before finalize or broke the protocol.
     PmiFailed {
@@ -120,15 +113,10 @@ pub enum FromAgent {
     },
     /// More of this node's puts for the coming PmiBarrierIn, when they do
     /// not fit in one message (pmi::job::MAX_CHUNK).
-    PmiPuts {
-        job: JobId,
-        puts: Vec<PmiPut>,
-    },
+    PmiPuts { job: JobId, puts: Vec<PmiPut> },
     /// The node has `plan_id` (a Plan) and will follow it from its
     /// effective time (timed switching, docs/timed-switching.md).
-    PlanAck {
-        plan_id: u64,
-    },
+    PlanAck { plan_id: u64 },
     /// After the fact, a timed switch of this node: it ran `slot` of
     /// generation `gen` from `at_ns` on the cluster clock (its own estimate
     /// of gangd's clock), `late_us` after the plan's boundary.
@@ -150,10 +138,7 @@ pub enum FromAgent {
     },
     /// A cluster clock exchange begins: `t1` is the node's CLOCK_MONOTONIC
     /// (ns) just before it sent this. Answered by ClockEcho.
-    ClockProbe {
-        seq: u64,
-        t1: u64,
-    },
+    ClockProbe { seq: u64, t1: u64 },
     /// The node's cluster clock, after the fact (every few seconds).
     ClockStatus {
         #[serde(flatten)]
@@ -226,31 +211,28 @@ pub enum ToAgent {
     },
     /// Where every rank of `job` runs, by node id (peers.rs), the same
     /// message for every node of the job, before the job's PmiStart and
-    /// SpawnRanks.
+    /// StartJob.
     JobPeers {
         job: JobId,
         map: JobMap,
     },
-    /// Start one rank of a job on this node.
-    SpawnRank {
+    /// Start this node's ranks of `job`: the ranks its JobPeers map gives
+    /// this node (found by the node's own id from the directory), each
+    /// with GANG_RANK and its port from the map. The same message for
+    /// every node of the job (gangd encodes it once), after the job's
+    /// JobPeers and PmiStart. Answered by RanksStarted, a RankExited (127)
+    /// for each rank that could not start, or StartFailed.
+    StartJob {
         job: JobId,
         /// The user's name for the job.
         name: String,
-        rank: u32,
-        /// Number of ranks in the job.
+        /// Number of ranks in the job (the map's size).
         size: u32,
         argv: Vec<String>,
         env: Vec<(String, String)>,
         cwd: String,
         uid: u32,
         gid: u32,
-        /// "host:port" of every rank, indexed by rank, from an older gangd;
-        /// empty (and absent) from this one, which sends the job's
-        /// JobPeers before its SpawnRanks.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        peers: Vec<String>,
-        /// Absent from an older gangd: the node's defaults.
-        #[serde(default)]
         limits: JobLimits,
     },
     KillJob {
@@ -286,27 +268,19 @@ pub enum ToAgent {
         id: u64,
         ms: u64,
     },
-    /// Serve PMI to `ranks` of `job` (this node's, all of them), sent
-    /// before their SpawnRanks: each rank gets PMI_FD, PMI_RANK and
-    /// PMI_SIZE, and `preset` (e.g. PMI_process_mapping) is in the KVS
-    /// before it starts.
+    /// Serve PMI to this node's ranks of `job`, sent before its
+    /// StartJob: each rank gets PMI_FD, PMI_RANK and PMI_SIZE, and
+    /// `preset` (e.g. PMI_process_mapping) is in the KVS before it
+    /// starts. The same message for every node of the job (encoded once):
+    /// the node finds its ranks in `map`, the job's JobPeers map, by its
+    /// own id; the map's `layout` (nodes by id, named by the directory) is
+    /// every node of the job with its ranks, in the order that numbers
+    /// the nodes' PMIx fence data. The job's size is the map's.
     PmiStart {
         job: JobId,
         kvsname: String,
-        size: u32,
-        ranks: Vec<u32>,
         preset: Vec<(String, String)>,
-        /// Every node of the job with its ranks, in one order all nodes
-        /// share (a node's index in it numbers its PMIx fence data;
-        /// its names are the hostnames PMIx gives the ranks). Empty
-        /// from this gangd, which sends `map` instead.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        layout: Vec<(String, Vec<u32>)>,
-        /// The layout as the job's JobPeers map (peers.rs): nodes by id,
-        /// named by the node directory; O(1) bytes for a job over whole
-        /// nodes, where `layout` is O(ranks) on every node.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        map: Option<JobMap>,
+        map: JobMap,
     },
     /// PMI barrier `epoch` of `job` is complete on every node: release
     /// the ranks; `entries` are the keys put everywhere since the previous
@@ -458,7 +432,8 @@ impl Message for FromAgent {
         "prepared",
         "frozen",
         "running",
-        "rank_started",
+        "ranks_started",
+        "start_failed",
         "rank_output",
         "rank_exited",
         "heartbeat",
@@ -483,7 +458,7 @@ impl Message for ToAgent {
     /// The Welcome too: it is a link's first message and must stay so (a
     /// heartbeat may follow it at once, and the agent waits for Welcome
     /// alone). Nothing else jumps: a Freeze or Switch names slots of the
-    /// last Schedule, a SpawnRank needs its JobPeers and PmiStart, a
+    /// last Schedule, a StartJob needs its JobPeers and PmiStart, a
     /// JobPeers the NodeDirectory entries before it. (ClockEcho jumps too;
     /// gangd's agent loop queues it itself.)
     fn urgent(&self) -> bool {
@@ -498,7 +473,7 @@ impl Message for ToAgent {
         "switch",
         "prepare",
         "job_peers",
-        "spawn_rank",
+        "start_job",
         "kill_job",
         "suspend_job",
         "resume_job",

@@ -15,8 +15,8 @@
 //!                                    ←   Hello{nr_cpus, ..., jobs, schedule}
 //!   Welcome{node_id} | Refused       →   (Refused: gangd closes)
 //!   NodeDirectory{you, reset}, NodeDirectory{nodes}...  →  (directory.rs)
-//!   Knobs, Schedule, JobPeers, PmiStart, SpawnRank, ...  →
-//!                                    ←   RankStarted, RankOutput, RankExited
+//!   Knobs, Schedule, JobPeers, PmiStart, StartJob, ...   →
+//!                                    ←   RanksStarted, RankOutput, RankExited
 //! slot switch, generation g:
 //!   Freeze{g, from, to}  to every node of the switch
 //!                                    ←   Frozen{g, from}   (gangs stopped, traffic drained)

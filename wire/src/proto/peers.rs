@@ -1,6 +1,6 @@
 //! A job's peer table: which node runs each rank and on which port, sent
 //! to each node of the job once (ToAgent::JobPeers) instead of a list in
-//! every SpawnRank, and the same for every node (gangd encodes it once).
+//! every rank's start, and the same for every node (gangd encodes it once).
 //!
 //! The table (`JobMap`) names nodes by id, the addresses being in the
 //! node directory every node holds (directory.rs), and by runs of ids:

@@ -4,11 +4,13 @@
 //! 1.3 handshake with its own certificate from the cluster CA, `Hello`,
 //! `Welcome`, then frames encoded by gang-wire's own encoder and decoded
 //! by its `FrameDecoder`. What a real agent would do with a message is
-//! replaced by an immediate answer: `Prepare` → `Prepared`, `JobPeers`
-//! and `NodeDirectory` → nothing (counted: the directory is not kept, its
-//! copies would be O(nodes²) in this one process), `SpawnRank` →
-//! `RankStarted` (no process), `KillJob` → `RankExited` (killed by its
-//! signal) for each of the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
+//! replaced by an immediate answer: `Prepare` → `Prepared`,
+//! `NodeDirectory` and `PmiStart` → nothing (counted: the directory is not
+//! kept, its copies would be O(nodes²) in this one process), `JobPeers` →
+//! the node's ranks noted (found in the map by the id of its Welcome, as
+//! the real agent does), `StartJob` → `RanksStarted` for them (no
+//! process), `KillJob` → `RankExited` (killed by its signal) for each of
+//! the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
 //! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; `ClockProbe`s on the
 //! real agent's schedule, echoes fed to an estimator, and `ClockStatus`
 //! reports (clock.rs).
@@ -23,7 +25,8 @@
 //!
 //! What the agents saw is written into `Events` (shared, behind a mutex)
 //! with the harness's clock: the first Freeze of each generation, the last
-//! Running sent, the SpawnRanks of each job and when the last arrived.
+//! Running sent, the ranks each job's StartJobs started and when the last
+//! StartJob arrived.
 //!
 //! A link that ends (gangd closed it, e.g. after declaring the node
 //! silent) or a join that fails is tried again a second later, as a real
@@ -48,7 +51,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::tls::rustls::ClientConnection;
 use gang_wire::proto::tls::ClientTls;
-use gang_wire::proto::{encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, ToAgent};
+use gang_wire::proto::{
+    encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, NodeId, ToAgent,
+};
 
 use crate::clock::AgentClock;
 
@@ -68,7 +73,8 @@ pub struct Events {
 pub struct Seen {
     /// Per generation: first Freeze received, last Running sent, how many.
     pub gens: HashMap<u64, GenTimes>,
-    /// Per job: how many SpawnRanks arrived, and when the last did.
+    /// Per job: how many ranks its StartJobs started, and when the last
+    /// StartJob arrived.
     pub spawned: HashMap<JobId, (u32, Instant)>,
     /// Nodes whose link ended (gangd closed it or it broke).
     pub closed: Vec<(usize, Instant)>,
@@ -102,6 +108,11 @@ pub struct Agent {
     sock: TcpStream,
     conn: ClientConnection,
     decoder: FrameDecoder<ToAgent>,
+    /// Its id, from its Welcome.
+    id: NodeId,
+    /// Per job whose map came and whose StartJob did not yet: its ranks
+    /// here.
+    mapped: HashMap<JobId, Vec<u32>>,
     /// Ranks started here: (job, rank).
     ranks: Vec<(JobId, u32)>,
     /// Lost on purpose: reads and answers nothing.
@@ -154,17 +165,19 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
             }
         }
     }
-    match got.remove(0) {
-        ToAgent::Welcome { .. } => {}
+    let id = match got.remove(0) {
+        ToAgent::Welcome { node_id } => node_id,
         ToAgent::Refused { reason } => bail!("refused: {reason}"),
         other => bail!("expected Welcome, got {other:?}"),
-    }
+    };
     sock.set_nonblocking(true)?;
     let agent = Agent {
         spec,
         sock,
         conn,
         decoder,
+        id,
+        mapped: HashMap::new(),
         ranks: vec![],
         silent: false,
         dead: false,
@@ -512,23 +525,32 @@ impl Worker {
                 self.events.other.fetch_add(1, Ordering::Relaxed);
                 Some(FromAgent::Prepared { job, error: None })
             }
-            ToAgent::SpawnRank { job, rank, .. } => {
+            ToAgent::JobPeers { job, map } => {
                 self.events.other.fetch_add(1, Ordering::Relaxed);
-                self.agents[i].ranks.push((job, rank));
+                let a = &mut self.agents[i];
+                let mine = map.ranks_of(a.id).into_iter().map(|(r, _)| r).collect();
+                a.mapped.insert(job, mine);
+                None
+            }
+            ToAgent::StartJob { job, .. } => {
+                self.events.other.fetch_add(1, Ordering::Relaxed);
+                let a = &mut self.agents[i];
+                let mine = a.mapped.remove(&job).unwrap_or_default();
+                a.ranks.extend(mine.iter().map(|&r| (job, r)));
                 let mut seen = self.events.seen();
                 let e = seen.spawned.entry(job).or_insert((0, now));
-                e.0 += 1;
+                e.0 += mine.len() as u32;
                 e.1 = now;
                 drop(seen);
-                Some(FromAgent::RankStarted {
+                Some(FromAgent::RanksStarted {
                     job,
-                    rank,
-                    pid: 1000 + rank,
+                    ranks: mine.iter().map(|&r| (r, 1000 + r)).collect(),
                 })
             }
-            // The real agent expands the table for its ranks; that is the
-            // node's work, not gangd's, so the fake agent only counts it.
-            ToAgent::JobPeers { .. } | ToAgent::NodeDirectory { .. } => {
+            // The real agent expands the directory and the PMI layout for
+            // its ranks; that is the node's work, not gangd's, so the fake
+            // agent only counts them.
+            ToAgent::NodeDirectory { .. } | ToAgent::PmiStart { .. } => {
                 self.events.other.fetch_add(1, Ordering::Relaxed);
                 None
             }

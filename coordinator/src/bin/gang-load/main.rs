@@ -20,7 +20,7 @@
 //! 3. arrivals: jobs of 1–N nodes (log-uniform) arrive one after the
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
-//!    the last SpawnRank (the placement reaching every node).
+//!    the last StartJob at a node (the placement reaching every node).
 //! 4. loss: node 0 goes silent; the time until gangd fails the jobs on it
 //!    (the front end's JobEnded), then it joins again (time to Welcome).
 //!

@@ -269,13 +269,13 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     Ok(())
 }
 
-/// How many SpawnRanks of `job` reached the agents.
+/// How many ranks of `job` the agents' StartJobs started.
 fn reached(pool: &Pool, job: JobId) -> u32 {
     let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
     seen.spawned.get(&job).map_or(0, |(ranks, _)| *ranks)
 }
 
-/// When the last SpawnRank of `job` arrived (called once every rank's did).
+/// When the last StartJob of `job` arrived (called once every rank started).
 fn last_spawn(pool: &Pool, job: JobId) -> Instant {
     let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
     seen.spawned

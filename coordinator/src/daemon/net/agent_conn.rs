@@ -234,6 +234,14 @@ impl AgentConn {
             };
             let msgs = match self.decoder.feed(&cx.buf[..n]) {
                 Ok(m) => m,
+                // Its first frame (e.g. another protocol version): the
+                // peer is told why, in this side's framing (an older
+                // agent's decoder then names both versions).
+                Err(e) if matches!(self.stage, Stage::Hello { .. }) => {
+                    let reason = format!("its hello: {e}");
+                    self.refuse(&reason);
+                    return Err(self.end(reason));
+                }
                 Err(e) => return Err(self.end(format!("{e}"))),
             };
             for msg in msgs {

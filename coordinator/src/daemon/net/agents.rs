@@ -274,7 +274,7 @@ mod tests {
     use super::*;
     use gang_wire::proto::tls::testing::{connect, TestCa};
     use gang_wire::proto::tls::{Session, SessionReader};
-    use gang_wire::proto::{encode, read_frame, FromAgent, ToAgent};
+    use gang_wire::proto::{encode, read_frame, FromAgent, ToAgent, HEADER_LEN, PROTOCOL_VERSION};
     use std::sync::mpsc::{self, Receiver};
 
     fn start(ca: &TestCa) -> (std::net::SocketAddr, Receiver<NetEvent>) {
@@ -369,6 +369,39 @@ mod tests {
             .unwrap();
         match read(&s) {
             ToAgent::Refused { reason } => assert!(reason.contains("expected hello"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    }
+
+    #[test]
+    fn an_agent_of_another_protocol_version_is_told_why_in_this_sides_framing() {
+        let ca = TestCa::new("agent-loop-version");
+        let (addr, rx) = start(&ca);
+        let s = connect(addr, &ca.client("n3")).unwrap();
+        // An older agent's Hello: the same frame with version 2.
+        let mut old = encode(&hello()).unwrap();
+        old[4..6].copy_from_slice(&2u16.to_be_bytes());
+        s.write_all(&old).unwrap();
+        // gangd's answer is a frame of its own version: an older agent's
+        // decoder refuses it naming both versions; a current one reads it.
+        let mut r = SessionReader {
+            session: s.clone(),
+            timeout: Some(Duration::from_secs(10)),
+        };
+        let mut raw = vec![0u8; HEADER_LEN];
+        std::io::Read::read_exact(&mut r, &mut raw).unwrap();
+        assert_eq!(u16::from_be_bytes([raw[4], raw[5]]), PROTOCOL_VERSION);
+        let len = u32::from_be_bytes(raw[7..11].try_into().unwrap()) as usize;
+        let mut payload = vec![0u8; len];
+        std::io::Read::read_exact(&mut r, &mut payload).unwrap();
+        match serde_json::from_slice::<ToAgent>(&payload).unwrap() {
+            ToAgent::Refused { reason } => assert!(
+                reason.contains(&format!(
+                    "protocol version 2 not supported (this side speaks {PROTOCOL_VERSION})"
+                )) && reason.contains("upgrade them together"),
+                "{reason}"
+            ),
             other => panic!("{other:?}"),
         }
         assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
