@@ -61,7 +61,7 @@
 //! loop (at most 50 ms later). The yields are tracked here, apart from the
 //! rotation's (commanded) set: their generations are the plan's.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use log::{debug, warn};
 
@@ -184,7 +184,9 @@ pub struct Timed {
     /// The last generation amended (at most one amend each).
     amended: Option<Gen>,
     open: BTreeMap<Gen, Open>,
-    closed: VecDeque<Gen>,
+    /// Closed generations (the last CLOSED_KEPT): a report of one is
+    /// stray. A set: every report looks here.
+    closed: BTreeSet<Gen>,
     finished: Vec<TimedRecord>,
     stats: TimedStats,
 }
@@ -203,7 +205,7 @@ impl Timed {
             yielded: BTreeSet::new(),
             amended: None,
             open: BTreeMap::new(),
-            closed: VecDeque::new(),
+            closed: BTreeSet::new(),
             finished: Vec::new(),
             stats: TimedStats::default(),
         }
@@ -605,10 +607,18 @@ impl Timed {
             first_ns: now_ns,
         });
         open.record.nodes.insert(node, sw);
-        let expected = self.known.iter().chain(self.commanded.keys());
-        if expected
-            .into_iter()
-            .all(|n| open.record.nodes.contains_key(n))
+        // Complete once every known node reported: counted first, so the
+        // check over every node runs about once per generation, not at
+        // every report (O(N²) a generation at 4096 nodes; a node lost
+        // after it reported makes the count reach early, the check says
+        // no).
+        let expected = self.known.len() + self.commanded.len();
+        if open.record.nodes.len() >= expected
+            && self
+                .known
+                .iter()
+                .chain(self.commanded.keys())
+                .all(|n| open.record.nodes.contains_key(n))
         {
             self.close(gen);
         }
@@ -654,9 +664,9 @@ impl Timed {
                 }
             );
         }
-        self.closed.push_back(gen);
+        self.closed.insert(gen);
         if self.closed.len() > CLOSED_KEPT {
-            self.closed.pop_front();
+            self.closed.pop_first();
         }
         self.finished.push(open.record);
     }

@@ -56,6 +56,7 @@ use gang_wire::proto::{
 };
 
 use crate::clock::AgentClock;
+use crate::reports::{ReportMode, Reporter};
 
 /// Everything the agents saw, on the harness's clock.
 #[derive(Default)]
@@ -120,6 +121,8 @@ pub struct Agent {
     dead: bool,
     /// Its cluster clock (None: it sends no probes).
     clock: Option<AgentClock>,
+    /// Its timed switches' reports (reports.rs).
+    reporter: Option<Reporter>,
 }
 
 /// Joins `spec` to gangd at `addr`: handshake, Hello, Welcome. Messages
@@ -182,6 +185,7 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
         silent: false,
         dead: false,
         clock: None,
+        reporter: None,
     };
     Ok((agent, got))
 }
@@ -220,6 +224,7 @@ impl Pool {
         workers: usize,
         joiners: usize,
         probe: Option<ScheduleConfig>,
+        reports: ReportMode,
     ) -> Pool {
         let events = Arc::new(Events::default());
         let joined = Arc::new(AtomicU64::new(0));
@@ -259,7 +264,7 @@ impl Pool {
                 let (ev, j, again) = (events.clone(), joined.clone(), joins.clone());
                 let h = thread::Builder::new()
                     .name(format!("load-worker-{w}"))
-                    .spawn(move || Worker::new(rx, again, ev, j, probe).run())
+                    .spawn(move || Worker::new(rx, again, ev, j, probe, reports).run())
                     .expect("spawning a worker");
                 (tx, h)
             })
@@ -317,6 +322,7 @@ struct Worker {
     events: Arc<Events>,
     joined: Arc<AtomicU64>,
     probe: Option<ScheduleConfig>,
+    reports: ReportMode,
     agents: Vec<Agent>,
 }
 
@@ -327,6 +333,7 @@ impl Worker {
         events: Arc<Events>,
         joined: Arc<AtomicU64>,
         probe: Option<ScheduleConfig>,
+        reports: ReportMode,
     ) -> Worker {
         Worker {
             rx,
@@ -334,6 +341,7 @@ impl Worker {
             events,
             joined,
             probe,
+            reports,
             agents: vec![],
         }
     }
@@ -357,6 +365,15 @@ impl Worker {
                     self.send(i, &msg);
                 }
             }
+            for i in 0..self.agents.len() {
+                let writes = match self.agents[i].reporter.as_mut() {
+                    Some(r) => r.tick(now_ns, now),
+                    None => continue,
+                };
+                for batch in writes {
+                    self.send_all(i, &batch);
+                }
+            }
             self.poll_once(Duration::from_millis(10));
         }
     }
@@ -365,6 +382,7 @@ impl Worker {
         match cmd {
             Command::Joined(mut agent, early) => {
                 agent.clock = self.probe.map(AgentClock::new);
+                agent.reporter = Some(Reporter::new(self.reports, Instant::now()));
                 self.agents.push(*agent);
                 self.joined.fetch_add(1, Ordering::Relaxed);
                 self.events.live.fetch_add(1, Ordering::Relaxed);
@@ -586,7 +604,13 @@ impl Worker {
                 self.exit_ranks(i, job, ExitStatus::Signaled(signal));
                 None
             }
-            ToAgent::Plan { plan, .. } => Some(FromAgent::PlanAck { plan_id: plan.id }),
+            ToAgent::Plan { plan, effective_ns } => {
+                let plan_id = plan.id;
+                if let Some(r) = self.agents[i].reporter.as_mut() {
+                    r.plan(plan, effective_ns);
+                }
+                Some(FromAgent::PlanAck { plan_id })
+            }
             ToAgent::ClockEcho { t1, t2, t3, .. } => {
                 let t4 = gang_wire::time::monotonic_ns();
                 if let Some(c) = self.agents[i].clock.as_mut() {
@@ -628,17 +652,24 @@ impl Worker {
     }
 
     fn send(&mut self, i: usize, msg: &FromAgent) {
+        self.send_all(i, std::slice::from_ref(msg));
+    }
+
+    /// `msgs` in one write to the socket.
+    fn send_all(&mut self, i: usize, msgs: &[FromAgent]) {
         let a = &mut self.agents[i];
         if a.silent || a.dead {
             return;
         }
-        match encode(msg) {
-            Ok(frame) => {
-                if a.conn.writer().write_all(&frame).is_err() {
-                    a.dead = true;
+        for msg in msgs {
+            match encode(msg) {
+                Ok(frame) => {
+                    if a.conn.writer().write_all(&frame).is_err() {
+                        a.dead = true;
+                    }
                 }
+                Err(e) => eprintln!("gang-load: encoding {msg:?}: {e}"),
             }
-            Err(e) => eprintln!("gang-load: encoding {msg:?}: {e}"),
         }
         self.flush(i);
     }

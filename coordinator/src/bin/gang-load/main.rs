@@ -39,6 +39,7 @@ mod clock;
 mod frontend;
 mod measure;
 mod phases;
+mod reports;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -97,6 +98,11 @@ pub struct Opts {
     /// adaptive schedule), instead of the real agent's schedule.
     #[arg(long)]
     pub probe_fixed: bool,
+    /// With --switching timed, how the agents report each timed switch to
+    /// gangd: batched (ten or a second's worth in one write, as node
+    /// agents do), each (one write per switch), none.
+    #[arg(long, value_enum, default_value = "batched")]
+    pub reports: reports::ReportMode,
     /// Seconds of each phase.
     #[arg(long, default_value = "2")]
     pub idle: f64,
@@ -246,7 +252,7 @@ fn run(opts: &Opts) -> Result<()> {
     // As many joins in flight as gangd admits from one address
     // (limits::HANDSHAKES_PER_ADDR): real nodes join in parallel, and a
     // joiner waits for its Welcome, which gangd sends once per batch.
-    let pool = Pool::new(addr, opts.workers, JOINERS, probe);
+    let pool = Pool::new(addr, opts.workers, JOINERS, probe, opts.reports);
     let result = phases::run(opts, pid, &pool, &tls);
     pool.stop();
     drop(gangd);
