@@ -207,15 +207,7 @@ impl Plans {
     /// Refreshes the kept plan every REFRESH until `shutdown`.
     pub fn spawn_refresher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
         let plans = self.clone();
-        thread::Builder::new()
-            .name("plan-refresh".into())
-            .spawn(move || {
-                while !shutdown.load(Ordering::Relaxed) {
-                    thread::sleep(REFRESH);
-                    plans.refresh();
-                }
-            })?;
-        Ok(())
+        every("plan-refresh", REFRESH, shutdown, move || plans.refresh())
     }
 }
 
@@ -266,16 +258,26 @@ impl Reports {
     /// Flushes every REPORT_FLUSH until `shutdown`.
     pub fn spawn_flusher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
         let reports = self.clone();
-        thread::Builder::new()
-            .name("report-flush".into())
-            .spawn(move || {
-                while !shutdown.load(Ordering::Relaxed) {
-                    thread::sleep(REPORT_FLUSH);
-                    reports.flush();
-                }
-            })?;
-        Ok(())
+        every("report-flush", REPORT_FLUSH, shutdown, move || {
+            reports.flush()
+        })
     }
+}
+
+/// A thread `name` that calls `f` every `period` until `shutdown`.
+fn every(
+    name: &str,
+    period: Duration,
+    shutdown: Arc<AtomicBool>,
+    f: impl Fn() + Send + 'static,
+) -> std::io::Result<()> {
+    thread::Builder::new().name(name.into()).spawn(move || {
+        while !shutdown.load(Ordering::Relaxed) {
+            thread::sleep(period);
+            f();
+        }
+    })?;
+    Ok(())
 }
 
 /// What the main loop tells of each timed switch, for gangd (batched by
