@@ -150,6 +150,6 @@ impl Coordinator {
         s.late_switches = stats.late_switches;
         s.late_plans = stats.late_plans;
         s.commanded_switches = stats.commanded_switches;
-        s.last_switch = self.switch_log.last().to_string();
+        s.last_switch = self.switch_log.last();
     }
 }

@@ -146,14 +146,15 @@ impl Coordinator {
         let out = self.rotation.tick(now, &self.knobs, &view);
         self.send_to_nodes(out);
         let finished = self.rotation.take_finished();
-        for rec in &finished {
+        let timed = self.rotation.take_timed();
+        let any = !finished.is_empty() || !timed.is_empty();
+        for rec in finished {
             self.switch_log.write(rec);
         }
-        let timed = self.rotation.take_timed();
-        for rec in &timed {
+        for rec in timed {
             self.switch_log.write_timed(rec);
         }
-        if !finished.is_empty() || !timed.is_empty() {
+        if any {
             self.publish_status();
         }
     }

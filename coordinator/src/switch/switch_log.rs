@@ -1,36 +1,58 @@
 //! The switch log: one JSON line per finished cluster switch, appended to
-//! the file given with gangd's --switch-log, and the last line kept for the
-//! `last_switch` status file. A commanded switch (barrier.rs) and a timed
-//! one (timed.rs, `"switching": "timed"`) share the names `gen`,
+//! the file given with gangd's --switch-log, and the last record kept for
+//! the `last_switch` status file. A commanded switch (barrier.rs) and a
+//! timed one (timed.rs, `"switching": "timed"`) share the names `gen`,
 //! `to_slot`, `skew_us`, `nodes` and `failed`; a timed line has no
 //! barrier phases, and its skew is the spread of the nodes' own switch
 //! instants (cluster clock) instead of the spread of their answers at
 //! gangd.
 //!
+//! Cost at scale: a timed line names every node (at 4096 nodes and 100 ms
+//! slots, 41 K node entries a second). Lines are serialised straight from
+//! the records into one reused buffer (derived `Serialize` views, no
+//! `serde_json::Value` tree: building and dropping that tree was 58 % of
+//! gangd's coordinator thread at 4096 nodes, docs/scale.md), and the last
+//! record is rendered for `last_switch` only when the status is written,
+//! not at every switch.
+//!
 //! Known faults: a write error is logged and the line lost; the file is
-//! never rotated.
+//! never rotated; at thousands of nodes the file grows by megabytes a
+//! second (a line per switch with every node's report).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::marker::PhantomData;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use log::warn;
-use serde_json::json;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
 
-use super::barrier::{Failure, SwitchRecord};
-use super::timed::TimedRecord;
-use gang_wire::proto::{Barrier, FreezeReport, SwitchOutcome};
+use super::barrier::{Failure, NodeRecord, SwitchRecord};
+use super::timed::{NodeSwitch, TimedRecord};
+use gang_wire::proto::{FreezeReport, NodeId, SwitchOutcome};
+
+/// The last record written, rendered on demand.
+#[derive(Default)]
+enum Last {
+    #[default]
+    None,
+    Commanded(SwitchRecord),
+    Timed(TimedRecord),
+}
 
 #[derive(Default)]
 pub struct SwitchLog {
     file: Option<File>,
-    /// The last record's line ("" before the first switch).
-    last: String,
+    last: Last,
+    /// One line's bytes, reused.
+    buf: Vec<u8>,
 }
 
 impl SwitchLog {
-    /// Appends to `path` if given; else only keeps the last line.
+    /// Appends to `path` if given; else only keeps the last record.
     pub fn open(path: Option<&Path>) -> Result<Self> {
         let file = match path {
             Some(p) => Some(
@@ -44,120 +66,312 @@ impl SwitchLog {
         };
         Ok(Self {
             file,
-            last: String::new(),
+            ..Self::default()
         })
     }
 
-    pub fn write(&mut self, rec: &SwitchRecord) {
-        self.write_line(record_json(rec).to_string());
+    pub fn write(&mut self, rec: SwitchRecord) {
+        self.append(&CommandedLine(&rec));
+        self.last = Last::Commanded(rec);
     }
 
-    pub fn write_timed(&mut self, rec: &TimedRecord) {
-        self.write_line(timed_json(rec).to_string());
+    pub fn write_timed(&mut self, rec: TimedRecord) {
+        self.append(&TimedLine(&rec));
+        self.last = Last::Timed(rec);
     }
 
-    fn write_line(&mut self, line: String) {
-        if let Some(f) = self.file.as_mut() {
-            if let Err(e) = writeln!(f, "{line}") {
-                warn!("writing the switch log: {e}");
-            }
+    fn append(&mut self, line: &impl Serialize) {
+        let Some(f) = self.file.as_mut() else {
+            return;
+        };
+        self.buf.clear();
+        serde_json::to_writer(&mut self.buf, line).expect("a record serialises");
+        self.buf.push(b'\n');
+        if let Err(e) = f.write_all(&self.buf) {
+            warn!("writing the switch log: {e}");
         }
-        self.last = line;
     }
 
-    pub fn last(&self) -> &str {
-        &self.last
+    /// The last record's line ("" before the first switch).
+    pub fn last(&self) -> String {
+        match &self.last {
+            Last::None => String::new(),
+            Last::Commanded(r) => record_line(r),
+            Last::Timed(r) => timed_line(r),
+        }
     }
 }
 
-/// One switch as a JSON object (the switch log's line).
-pub fn record_json(r: &SwitchRecord) -> serde_json::Value {
-    let nodes: serde_json::Map<String, serde_json::Value> = r
-        .nodes
-        .iter()
-        .map(|(n, rec)| {
-            let frozen = rec.frozen.as_ref().map(freeze_json);
-            (
-                n.0.to_string(),
-                json!({
-                    "frozen": frozen,
-                    "frozen_at_us": rec.frozen_at_us,
-                    "running_at_us": rec.running_at_us,
-                    "agent_switch_us": rec.agent_switch_us,
-                }),
-            )
-        })
-        .collect();
-    let failed: Vec<serde_json::Value> = r
-        .failed
-        .iter()
-        .map(|(n, f)| {
+/// One commanded switch as its switch-log line (no newline).
+pub fn record_line(r: &SwitchRecord) -> String {
+    serde_json::to_string(&CommandedLine(r)).expect("a record serialises")
+}
+
+/// One timed switch (a generation of a plan) as its switch-log line.
+pub fn timed_line(r: &TimedRecord) -> String {
+    serde_json::to_string(&TimedLine(r)).expect("a record serialises")
+}
+
+/// A commanded switch's line.
+struct CommandedLine<'a>(&'a SwitchRecord);
+
+impl Serialize for CommandedLine<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut m = s.serialize_map(Some(14))?;
+        m.serialize_entry("gen", &r.gen.0)?;
+        m.serialize_entry("from_slot", &r.from_slot)?;
+        m.serialize_entry("to_slot", &r.to_slot)?;
+        m.serialize_entry("barrier", &r.barrier)?;
+        m.serialize_entry("freeze_us", &r.freeze_us)?;
+        m.serialize_entry("switch_us", &r.switch_us)?;
+        m.serialize_entry("total_us", &r.total_us)?;
+        m.serialize_entry("skew_us", &r.skew_us)?;
+        m.serialize_entry("drain_timeouts", &r.drain_timeouts)?;
+        m.serialize_entry("stale", &r.stale)?;
+        m.serialize_entry("duplicates", &r.duplicates)?;
+        m.serialize_entry("unexpected", &r.unexpected)?;
+        m.serialize_entry("nodes", &ByNode::<_, CommandedNode>(&r.nodes, PhantomData))?;
+        m.serialize_entry("failed", &Failed(&r.failed))?;
+        m.end()
+    }
+}
+
+/// A timed switch's line.
+struct TimedLine<'a>(&'a TimedRecord);
+
+impl Serialize for TimedLine<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut m = s.serialize_map(Some(8))?;
+        m.serialize_entry("switching", "timed")?;
+        m.serialize_entry("gen", &r.gen.0)?;
+        m.serialize_entry("to_slot", &r.slot)?;
+        m.serialize_entry("skew_us", &r.skew_ns().map(|k| k / 1000))?;
+        m.serialize_entry("late_us", &r.late_us())?;
+        m.serialize_entry("drain_timeouts", &r.count(SwitchOutcome::TimedOut))?;
+        m.serialize_entry("nodes", &ByNode::<_, TimedNode>(&r.nodes, PhantomData))?;
+        m.serialize_entry("failed", &Missing(&r.missing))?;
+        m.end()
+    }
+}
+
+/// The `nodes` object: node id (a string key in JSON) → that node's
+/// entry, `E` its view.
+struct ByNode<'a, V, E>(&'a BTreeMap<NodeId, V>, PhantomData<E>);
+
+impl<'a, V, E: From<&'a V> + Serialize> Serialize for ByNode<'a, V, E> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(n, v)| (n.0, E::from(v))))
+    }
+}
+
+#[derive(Serialize)]
+struct CommandedNode<'a> {
+    frozen: Option<&'a FreezeReport>,
+    frozen_at_us: Option<u64>,
+    running_at_us: Option<u64>,
+    agent_switch_us: Option<u64>,
+}
+
+impl<'a> From<&'a NodeRecord> for CommandedNode<'a> {
+    fn from(r: &'a NodeRecord) -> Self {
+        Self {
+            frozen: r.frozen.as_ref(),
+            frozen_at_us: r.frozen_at_us,
+            running_at_us: r.running_at_us,
+            agent_switch_us: r.agent_switch_us,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TimedNode<'a> {
+    at_ns: u64,
+    late_us: u64,
+    outcome: SwitchOutcome,
+    drain: Option<&'a FreezeReport>,
+    parked_us: u64,
+}
+
+impl<'a> From<&'a NodeSwitch> for TimedNode<'a> {
+    fn from(n: &'a NodeSwitch) -> Self {
+        Self {
+            at_ns: n.at_ns,
+            late_us: n.late_us,
+            outcome: n.outcome,
+            drain: n.drain.as_ref(),
+            parked_us: n.parked_us,
+        }
+    }
+}
+
+/// A commanded switch's `failed`: [{"node": id, "why": "lost in Freezing"}].
+struct Failed<'a>(&'a [(NodeId, Failure)]);
+
+impl Serialize for Failed<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut q = s.serialize_seq(Some(self.0.len()))?;
+        for (n, f) in self.0 {
             let why = match f {
                 Failure::Lost(p) => format!("lost in {p:?}"),
                 Failure::Silent(p) => format!("silent in {p:?}"),
             };
-            json!({"node": n.0, "why": why})
-        })
-        .collect();
-    json!({
-        "gen": r.gen.0,
-        "from_slot": r.from_slot,
-        "to_slot": r.to_slot,
-        "barrier": match r.barrier { Barrier::Strict => "strict", Barrier::Off => "off" },
-        "freeze_us": r.freeze_us,
-        "switch_us": r.switch_us,
-        "total_us": r.total_us,
-        "skew_us": r.skew_us,
-        "drain_timeouts": r.drain_timeouts,
-        "stale": r.stale,
-        "duplicates": r.duplicates,
-        "unexpected": r.unexpected,
-        "nodes": nodes,
-        "failed": failed,
-    })
+            q.serialize_element(&NodeWhy {
+                node: n.0,
+                why: &why,
+            })?;
+        }
+        q.end()
+    }
 }
 
-fn freeze_json(f: &FreezeReport) -> serde_json::Value {
-    json!({"drained_bytes": f.drained_bytes, "drain_us": f.drain_us, "timed_out": f.timed_out, "answer_us": f.answer_us})
+/// A timed switch's `failed`: the nodes that sent no report.
+struct Missing<'a>(&'a [NodeId]);
+
+impl Serialize for Missing<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|n| NodeWhy {
+            node: n.0,
+            why: "no report",
+        }))
+    }
 }
 
-/// One timed switch (a generation of a plan) as a JSON object.
-pub fn timed_json(r: &TimedRecord) -> serde_json::Value {
-    let nodes: serde_json::Map<String, serde_json::Value> = r
-        .nodes
-        .iter()
-        .map(|(n, s)| {
-            let outcome = match s.outcome {
-                SwitchOutcome::OnTime => "on_time",
-                SwitchOutcome::Late => "late",
-                SwitchOutcome::TimedOut => "timed_out",
-                SwitchOutcome::Commanded => "commanded",
-            };
-            (
-                n.0.to_string(),
-                json!({
-                    "at_ns": s.at_ns,
-                    "late_us": s.late_us,
-                    "outcome": outcome,
-                    "drain": s.drain.as_ref().map(freeze_json),
-                    "parked_us": s.parked_us,
-                }),
-            )
-        })
-        .collect();
-    let failed: Vec<serde_json::Value> = r
-        .missing
-        .iter()
-        .map(|n| json!({"node": n.0, "why": "no report"}))
-        .collect();
-    json!({
-        "switching": "timed",
-        "gen": r.gen.0,
-        "to_slot": r.slot,
-        "skew_us": r.skew_ns().map(|k| k / 1000),
-        "late_us": r.late_us(),
-        "drain_timeouts": r.count(SwitchOutcome::TimedOut),
-        "nodes": nodes,
-        "failed": failed,
-    })
+#[derive(Serialize)]
+struct NodeWhy<'a> {
+    node: u32,
+    why: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::switch::barrier::Phase;
+    use gang_wire::proto::{Barrier, Gen};
+    use serde_json::{json, Value};
+
+    fn parse(line: &str) -> Value {
+        serde_json::from_str(line).expect("a switch-log line is JSON")
+    }
+
+    fn timed() -> TimedRecord {
+        let drain = FreezeReport {
+            drained_bytes: 4096,
+            drain_us: 700,
+            timed_out: false,
+            answer_us: 900,
+        };
+        let node = |at_ns, late_us, outcome, drain| NodeSwitch {
+            at_ns,
+            late_us,
+            outcome,
+            drain,
+            parked_us: 1200,
+        };
+        TimedRecord {
+            gen: Gen(7),
+            slot: 1,
+            nodes: BTreeMap::from([
+                (
+                    NodeId(2),
+                    node(5_000_000, 0, SwitchOutcome::OnTime, Some(drain)),
+                ),
+                (NodeId(10), node(5_300_000, 300, SwitchOutcome::Late, None)),
+            ]),
+            missing: vec![NodeId(3)],
+        }
+    }
+
+    #[test]
+    fn a_timed_line_names_every_node_its_skew_lateness_and_the_missing() {
+        let v = parse(&timed_line(&timed()));
+        assert_eq!(v["switching"], "timed");
+        assert_eq!(v["gen"], 7);
+        assert_eq!(v["to_slot"], 1);
+        assert_eq!(v["skew_us"], 300, "max − min of the instants");
+        assert_eq!(v["late_us"], 300);
+        assert_eq!(v["drain_timeouts"], 0);
+        assert_eq!(
+            v["nodes"]["2"],
+            json!({"at_ns": 5_000_000u64, "late_us": 0, "outcome": "on_time", "parked_us": 1200,
+                   "drain": {"drained_bytes": 4096, "drain_us": 700, "timed_out": false, "answer_us": 900}})
+        );
+        assert_eq!(v["nodes"]["10"]["outcome"], "late");
+        assert_eq!(v["nodes"]["10"]["drain"], Value::Null);
+        assert_eq!(v["failed"], json!([{"node": 3, "why": "no report"}]));
+    }
+
+    #[test]
+    fn a_commanded_line_keeps_its_phases_nodes_and_failures() {
+        let rec = SwitchRecord {
+            gen: Gen(3),
+            from_slot: 0,
+            to_slot: 1,
+            barrier: Barrier::Strict,
+            freeze_us: Some(9000),
+            switch_us: Some(4000),
+            total_us: 13000,
+            skew_us: Some(250),
+            drain_timeouts: 1,
+            nodes: BTreeMap::from([(
+                NodeId(1),
+                NodeRecord {
+                    frozen: Some(FreezeReport::default()),
+                    frozen_at_us: Some(8000),
+                    running_at_us: Some(12000),
+                    agent_switch_us: Some(30),
+                },
+            )]),
+            failed: vec![(NodeId(4), Failure::Silent(Phase::Freezing))],
+            stale: 2,
+            duplicates: 0,
+            unexpected: 1,
+        };
+        let v = parse(&record_line(&rec));
+        assert_eq!(v["barrier"], "strict");
+        assert_eq!(
+            (v["freeze_us"].clone(), v["total_us"].clone()),
+            (json!(9000), json!(13000))
+        );
+        assert_eq!(
+            (v["stale"].clone(), v["unexpected"].clone()),
+            (json!(2), json!(1))
+        );
+        assert_eq!(v["nodes"]["1"]["running_at_us"], 12000);
+        assert_eq!(v["nodes"]["1"]["frozen"]["timed_out"], false);
+        assert_eq!(
+            v["failed"],
+            json!([{"node": 4, "why": "silent in Freezing"}])
+        );
+    }
+
+    #[test]
+    fn the_file_gets_one_line_per_switch_and_last_is_the_latest() {
+        let path = std::env::temp_dir().join(format!("switch-log-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut log = SwitchLog::open(Some(&path)).unwrap();
+        assert_eq!(log.last(), "", "nothing before the first switch");
+        let mut rec = timed();
+        log.write_timed(rec.clone());
+        rec.gen = Gen(8);
+        log.write_timed(rec.clone());
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text.lines().map(parse).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            (lines[0]["gen"].clone(), lines[1]["gen"].clone()),
+            (json!(7), json!(8))
+        );
+        assert_eq!(log.last(), timed_line(&rec));
+        assert!(text.ends_with('\n'));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn without_a_file_only_the_last_record_is_kept() {
+        let mut log = SwitchLog::open(None).unwrap();
+        log.write_timed(timed());
+        assert_eq!(parse(&log.last())["gen"], 7);
+    }
 }

@@ -103,6 +103,11 @@ pub struct Opts {
     /// agents do), each (one write per switch), none.
     #[arg(long, value_enum, default_value = "batched")]
     pub reports: reports::ReportMode,
+    /// gangd writes its switch log to DIR/switches.log (--switch-log), as
+    /// an operator's or the VM cluster's gangd does: a line per switch
+    /// naming every node.
+    #[arg(long)]
+    pub switch_log: bool,
     /// Seconds of each phase.
     #[arg(long, default_value = "2")]
     pub idle: f64,
@@ -180,8 +185,8 @@ fn certificates(dir: &Path, nodes: usize) -> Result<Vec<Arc<ClientTls>>> {
 
 fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
     let log = std::fs::File::create(opts.dir.join("gangd.log"))?;
-    let child = Command::new(&opts.gangd)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--no-knobs"])
+    let mut cmd = Command::new(&opts.gangd);
+    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--no-knobs"])
         .arg("--socket")
         .arg(opts.dir.join("sock"))
         .arg("--ca-dir")
@@ -197,7 +202,11 @@ fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
             "--switching",
             &opts.switching,
         ])
-        .args(["--node-timeout-ms", &opts.node_timeout_ms.to_string()])
+        .args(["--node-timeout-ms", &opts.node_timeout_ms.to_string()]);
+    if opts.switch_log {
+        cmd.arg("--switch-log").arg(opts.dir.join("switches.log"));
+    }
+    let child = cmd
         .stderr(Stdio::from(log))
         .stdout(Stdio::null())
         .spawn()
