@@ -580,13 +580,15 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
     let plan = plan_of(&agents[0]).unwrap();
     for (i, ag) in agents[..2].iter().enumerate() {
         ag.send(FromAgent::Switched {
-            gen: plan.first_gen,
-            slot: plan.slots[0].slot,
-            at_ns: plan.epoch_ns + 100 * i as u64,
-            late_us: 0,
-            outcome: SwitchOutcome::OnTime,
-            drain: None,
-            parked_us: 0,
+            reports: vec![SwitchReport {
+                gen: plan.first_gen,
+                slot: plan.slots[0].slot,
+                at_ns: plan.epoch_ns + 100 * i as u64,
+                late_us: 0,
+                outcome: SwitchOutcome::OnTime,
+                drain: None,
+                parked_us: 0,
+            }],
         });
     }
     wait_until("a timed switch record", || {

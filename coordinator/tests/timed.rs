@@ -15,7 +15,7 @@ use gang_coordinator::switch::planner::LinkTiming;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table};
 use gang_coordinator::switch::switch_log::timed_line;
 use gang_coordinator::switch::timed::TimedRecord;
-use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome};
+use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome, SwitchReport};
 
 /// A timed switch's switch-log line, parsed back.
 fn timed_json(r: &TimedRecord) -> serde_json::Value {
@@ -36,8 +36,8 @@ fn ack(plan_id: u64) -> FromAgent {
     FromAgent::PlanAck { plan_id }
 }
 
-fn switched(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> FromAgent {
-    FromAgent::Switched {
+fn report(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> SwitchReport {
+    SwitchReport {
         gen: Gen(gen),
         slot: 0,
         at_ns,
@@ -45,6 +45,12 @@ fn switched(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> FromA
         outcome,
         drain: None,
         parked_us: 0,
+    }
+}
+
+fn switched(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> FromAgent {
+    FromAgent::Switched {
+        reports: vec![report(gen, at_ns, late_us, outcome)],
     }
 }
 
@@ -295,6 +301,51 @@ fn a_joining_node_gets_the_plan_in_force_and_a_lost_one_owes_nothing() {
     assert_eq!(owing(&r), [NodeId(0), NodeId(1), NodeId(2)].into());
     r.node_lost(NodeId(2), 160 * MS);
     assert_eq!(owing(&r), [NodeId(0), NodeId(1)].into());
+}
+
+#[test]
+fn a_batch_of_reports_counts_as_each_of_its_switches() {
+    // Each node sends its reports of generations 1–10 in one Switched:
+    // ten records, each with both nodes, as ten messages would make.
+    let c = two_jobs();
+    let mut r = planned(&c);
+    for node in [0, 1] {
+        let reports = (1..=10)
+            .map(|g| report(g, g * 100 * MS + node * 1000, 0, SwitchOutcome::OnTime))
+            .collect();
+        r.on_agent(
+            NodeId(node as u32),
+            &FromAgent::Switched { reports },
+            1100 * MS,
+        );
+    }
+    let recs = r.take_timed();
+    assert_eq!(
+        recs.iter().map(|rec| rec.gen.0).collect::<Vec<_>>(),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert!(recs
+        .iter()
+        .all(|rec| rec.nodes.len() == 2 && rec.skew_ns() == Some(1000)));
+    assert_eq!(r.stats().switches, 10);
+    // An empty batch is nothing.
+    r.on_agent(
+        NodeId(0),
+        &FromAgent::Switched { reports: vec![] },
+        1200 * MS,
+    );
+    assert!(r.take_timed().is_empty());
+}
+
+#[test]
+fn a_flood_in_one_batch_is_bounded_as_one_report_at_a_time() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    let reports = (1..=1000)
+        .map(|g| report(g, g * 1_000_000, 0, SwitchOutcome::OnTime))
+        .collect();
+    r.on_agent(NodeId(0), &FromAgent::Switched { reports }, 60 * MS);
+    assert_eq!(r.take_timed().len(), 1000 - 64, "at most 64 stay open");
 }
 
 #[test]

@@ -22,9 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use gang_wire::proto::tls::{Session, SessionWriter};
-use std::io::Write;
 
-use gang_wire::proto::{encode, write_frame, FrameError, FromAgent, JobId};
+use gang_wire::proto::{write_frame, FrameError, FromAgent, JobId};
 use log::{debug, info, warn};
 
 /// Output kept per job while gangd is away.
@@ -78,40 +77,6 @@ impl Link {
     pub fn send(&self, msg: FromAgent) -> bool {
         self.urgent.fetch_add(1, Ordering::SeqCst);
         let sent = self.write(msg);
-        self.urgent.fetch_sub(1, Ordering::SeqCst);
-        sent
-    }
-
-    /// Sends `msgs` in one write (one TLS record up to 16 KiB, one read
-    /// for gangd) if gangd is there; nothing is kept otherwise. For
-    /// reports that may wait and come together (timed switches'
-    /// `Switched`, plans.rs). Returns whether they were sent.
-    pub fn send_batch(&self, msgs: &[FromAgent]) -> bool {
-        let mut buf = Vec::new();
-        for m in msgs {
-            match encode(m) {
-                Ok(frame) => buf.extend_from_slice(&frame),
-                Err(e) => warn!("a report to gangd cannot be encoded: {e}"),
-            }
-        }
-        if buf.is_empty() {
-            return false;
-        }
-        self.urgent.fetch_add(1, Ordering::SeqCst);
-        let mut state = self.lock();
-        let sent = match &state.conn {
-            Some(conn) => match SessionWriter(conn.clone()).write_all(&buf) {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!("writing to gangd: {e}: dropping the connection");
-                    conn.close();
-                    state.conn = None;
-                    false
-                }
-            },
-            None => false,
-        };
-        drop(state);
         self.urgent.fetch_sub(1, Ordering::SeqCst);
         sent
     }

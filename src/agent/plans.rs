@@ -14,11 +14,11 @@
 //! its follower on its own). Without a synchronised clock a plan is
 //! refused (gangd counts the node late and offers it again).
 //!
-//! The sink (`switched_sink`) turns a follower's report into
-//! FromAgent::Switched: the switch instant on the cluster clock (this
-//! node's estimate), the lateness, the park and drain. They go to gangd
-//! in batches (`Reports`: ten, or what came within a second, in one
-//! write), never on a switch's path.
+//! The sink (`switched_sink`) turns a follower's report into a
+//! SwitchReport: the switch instant on the cluster clock (this node's
+//! estimate), the lateness, the park and drain. They go to gangd in
+//! batches (`Reports`: ten, or what came within a second, in one
+//! FromAgent::Switched), never on a switch's path.
 //!
 //! A node whose clock is not good enough refuses plans until it is
 //! synchronised; gangd hears that from its ClockStatus and switches it by
@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use gang_wire::cluster_clock::Quality;
 use gang_wire::plan::{Amend, Plan};
-use gang_wire::proto::{FromAgent, Gen};
+use gang_wire::proto::{FromAgent, Gen, SwitchReport};
 use gang_wire::time::monotonic_ns;
 use log::{info, warn};
 
@@ -211,14 +211,15 @@ impl Plans {
     }
 }
 
-/// Switched reports waiting to go to gangd together: at most
-/// `REPORT_BATCH` of them, or what came within `REPORT_FLUSH`. One write
-/// per second per node instead of one per switch (at 4096 nodes and 100 ms
-/// slots, 4 K reads a second for gangd instead of 41 K); gangd's record of
+/// Switch reports waiting to go to gangd together in one Switched: at
+/// most `REPORT_BATCH` of them, or what came within `REPORT_FLUSH`. One
+/// message a second per node instead of one per switch (at 4096 nodes and
+/// 100 ms slots, 4 K frames and events a second for gangd instead of 41 K;
+/// each frame one read, each event one pass of its loop); gangd's record of
 /// a generation waits 2 s for the nodes' reports (coordinator
 /// switch/timed.rs, REPORT_WAIT_NS), longer than a report waits here.
 pub struct Reports {
-    pending: Mutex<Vec<FromAgent>>,
+    pending: Mutex<Vec<SwitchReport>>,
     link: Arc<Link>,
 }
 
@@ -235,10 +236,10 @@ impl Reports {
         })
     }
 
-    fn push(&self, msg: FromAgent) {
+    fn push(&self, report: SwitchReport) {
         let full = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            p.push(msg);
+            p.push(report);
             p.len() >= REPORT_BATCH
         };
         if full {
@@ -249,9 +250,9 @@ impl Reports {
     /// Sends what waits (dropped if gangd is away: a report belongs to
     /// the connection, as an answer does).
     pub fn flush(&self) {
-        let batch = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        if !batch.is_empty() {
-            self.link.send_batch(&batch);
+        let reports = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        if !reports.is_empty() {
+            self.link.send(FromAgent::Switched { reports });
         }
     }
 
@@ -291,7 +292,7 @@ pub fn switched_sink(clock: Arc<SharedClusterClock>, reports: Arc<Reports>) -> S
             Quality::Good(e) | Quality::TooCoarse(e) => e.remote_ns,
             Quality::Unsynchronised => return,
         };
-        reports.push(FromAgent::Switched {
+        reports.push(SwitchReport {
             gen: Gen(done.gen),
             slot: done.slot,
             at_ns,

@@ -615,18 +615,31 @@ fn every_message_type_has_a_sample_and_round_trips() {
         FromAgent::PmiPuts { job, puts: vec![] },
         FromAgent::PlanAck { plan_id: 3 },
         FromAgent::Switched {
-            gen,
-            slot: 1,
-            at_ns: 5_000_000_000,
-            late_us: 120,
-            outcome: SwitchOutcome::Late,
-            drain: Some(FreezeReport {
-                drained_bytes: 4096,
-                drain_us: 900,
-                timed_out: false,
-                answer_us: 950,
-            }),
-            parked_us: 3_100,
+            reports: vec![
+                SwitchReport {
+                    gen,
+                    slot: 1,
+                    at_ns: 5_000_000_000,
+                    late_us: 120,
+                    outcome: SwitchOutcome::Late,
+                    drain: Some(FreezeReport {
+                        drained_bytes: 4096,
+                        drain_us: 900,
+                        timed_out: false,
+                        answer_us: 950,
+                    }),
+                    parked_us: 3_100,
+                },
+                SwitchReport {
+                    gen: Gen(gen.0 + 1),
+                    slot: 0,
+                    at_ns: 5_100_000_000,
+                    late_us: 0,
+                    outcome: SwitchOutcome::OnTime,
+                    drain: None,
+                    parked_us: 0,
+                },
+            ],
         },
     ]);
     check(&[
@@ -875,15 +888,15 @@ fn unsupported_version() {
             supported: PROTOCOL_VERSION
         }
     );
-    // Version 2 (before the node directory and StartJob): refused, the
-    // error naming both versions and what to do.
-    assert_eq!(PROTOCOL_VERSION, 3);
-    let mut f = header(2, Channel::ToAgent as u8, 2);
+    // Version 3 (a Switched per switch): refused, the error naming both
+    // versions and what to do.
+    assert_eq!(PROTOCOL_VERSION, 4);
+    let mut f = header(3, Channel::ToAgent as u8, 2);
     f.extend_from_slice(b"{}");
     let e = both_fail::<ToAgent>(&f);
     assert_eq!(
         e.to_string(),
-        "protocol version 2 not supported (this side speaks 3): gangd and every node agent must run the same protocol version; upgrade them together"
+        "protocol version 3 not supported (this side speaks 4): gangd and every node agent must run the same protocol version; upgrade them together"
     );
 }
 

@@ -502,23 +502,17 @@ impl Timed {
                     debug!("yield of job {job} on node {node} for gen {gen:?}: not in force");
                 }
             }
-            FromAgent::Switched {
-                gen,
-                slot,
-                at_ns,
-                late_us,
-                outcome,
-                drain,
-                parked_us,
-            } => {
-                let sw = NodeSwitch {
-                    at_ns,
-                    late_us,
-                    outcome,
-                    drain,
-                    parked_us,
-                };
-                self.on_switched(node, gen, slot, sw, now_ns);
+            FromAgent::Switched { ref reports } => {
+                for r in reports {
+                    let sw = NodeSwitch {
+                        at_ns: r.at_ns,
+                        late_us: r.late_us,
+                        outcome: r.outcome,
+                        drain: r.drain,
+                        parked_us: r.parked_us,
+                    };
+                    self.on_switched(node, r.gen, r.slot, sw, now_ns);
+                }
             }
             _ => debug!("node {node}: {msg:?} is not for timed switching"),
         }

@@ -117,25 +117,10 @@ pub enum FromAgent {
     /// The node has `plan_id` (a Plan) and will follow it from its
     /// effective time (timed switching, docs/timed-switching.md).
     PlanAck { plan_id: u64 },
-    /// After the fact, a timed switch of this node: it ran `slot` of
-    /// generation `gen` from `at_ns` on the cluster clock (its own estimate
-    /// of gangd's clock), `late_us` after the plan's boundary.
-    Switched {
-        gen: Gen,
-        slot: u32,
-        at_ns: u64,
-        late_us: u64,
-        outcome: SwitchOutcome,
-        /// The park and drain in the slot's tail (barrier = strict).
-        #[serde(default)]
-        drain: Option<FreezeReport>,
-        /// How long the outgoing gangs were parked before the incoming
-        /// ones started (park, drain, the wait for the boundary, any
-        /// lateness): this switch's idle time on this node, µs. 0 when
-        /// nothing was parked (barrier off).
-        #[serde(default)]
-        parked_us: u64,
-    },
+    /// After the fact, this node's timed switches since its last report,
+    /// oldest first (the agent sends them a second's worth at a time:
+    /// one frame and one event at gangd, not one per switch).
+    Switched { reports: Vec<SwitchReport> },
     /// A cluster clock exchange begins: `t1` is the node's CLOCK_MONOTONIC
     /// (ns) just before it sent this. Answered by ClockEcho.
     ClockProbe { seq: u64, t1: u64 },

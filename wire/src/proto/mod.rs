@@ -64,5 +64,5 @@ pub use peers::{JobMap, NodeRun};
 pub use types::{
     parse_size, Barrier, Bytes, ClockReport, ClockSource, ClockState, ExitStatus, FreezeReport,
     Gen, JobId, JobInfo, JobLimits, JobState, LiveJob, NodeId, Placement, RankFailure, Stream,
-    SwitchOutcome, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
+    SwitchOutcome, SwitchReport, MAX_OUTPUT_CHUNK, NODE_MAX_GANGS,
 };

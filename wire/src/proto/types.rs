@@ -209,6 +209,27 @@ pub struct FreezeReport {
     pub answer_us: u64,
 }
 
+/// A timed switch of one node, after the fact (FromAgent::Switched): it
+/// ran `slot` of generation `gen` from `at_ns` on the cluster clock (its
+/// own estimate of gangd's clock), `late_us` after the plan's boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchReport {
+    pub gen: Gen,
+    pub slot: u32,
+    pub at_ns: u64,
+    pub late_us: u64,
+    pub outcome: SwitchOutcome,
+    /// The park and drain in the slot's tail (barrier = strict).
+    #[serde(default)]
+    pub drain: Option<FreezeReport>,
+    /// How long the outgoing gangs were parked before the incoming ones
+    /// started (park, drain, the wait for the boundary, any lateness):
+    /// this switch's idle time on this node, µs. 0 when nothing was
+    /// parked (barrier off).
+    #[serde(default)]
+    pub parked_us: u64,
+}
+
 /// How a timed switch went on a node (src/switching/lead.rs classifies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -370,8 +370,8 @@ impl Worker {
                     Some(r) => r.tick(now_ns, now),
                     None => continue,
                 };
-                for batch in writes {
-                    self.send_all(i, &batch);
+                for msg in writes {
+                    self.send(i, &msg);
                 }
             }
             self.poll_once(Duration::from_millis(10));
@@ -651,25 +651,19 @@ impl Worker {
         }))
     }
 
+    /// `msg` in one write to the socket.
     fn send(&mut self, i: usize, msg: &FromAgent) {
-        self.send_all(i, std::slice::from_ref(msg));
-    }
-
-    /// `msgs` in one write to the socket.
-    fn send_all(&mut self, i: usize, msgs: &[FromAgent]) {
         let a = &mut self.agents[i];
         if a.silent || a.dead {
             return;
         }
-        for msg in msgs {
-            match encode(msg) {
-                Ok(frame) => {
-                    if a.conn.writer().write_all(&frame).is_err() {
-                        a.dead = true;
-                    }
+        match encode(msg) {
+            Ok(frame) => {
+                if a.conn.writer().write_all(&frame).is_err() {
+                    a.dead = true;
                 }
-                Err(e) => eprintln!("gang-load: encoding {msg:?}: {e}"),
             }
+            Err(e) => eprintln!("gang-load: encoding {msg:?}: {e}"),
         }
         self.flush(i);
     }

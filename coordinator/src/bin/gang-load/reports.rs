@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use gang_wire::plan::Plan;
-use gang_wire::proto::{FromAgent, SwitchOutcome};
+use gang_wire::proto::{FromAgent, SwitchOutcome, SwitchReport};
 
 /// How the fake agents report their switches (`--reports`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,7 +39,7 @@ pub struct Reporter {
     mode: ReportMode,
     plan: Option<(Plan, u64)>,
     reported: u64,
-    pending: Vec<FromAgent>,
+    pending: Vec<SwitchReport>,
     since: Instant,
 }
 
@@ -61,16 +61,16 @@ impl Reporter {
         }
     }
 
-    /// What to write at `now_ns` (`now`, the same instant): each inner
-    /// list goes in one write.
-    pub fn tick(&mut self, now_ns: u64, now: Instant) -> Vec<Vec<FromAgent>> {
+    /// What to write at `now_ns` (`now`, the same instant), each message
+    /// in a write of its own.
+    pub fn tick(&mut self, now_ns: u64, now: Instant) -> Vec<FromAgent> {
         let Some((plan, effective_ns)) = &self.plan else {
             return vec![];
         };
         if let Some(f) = plan.in_force(now_ns) {
             if f.gen.0 > self.reported && f.start_ns >= *effective_ns {
                 self.reported = f.gen.0;
-                self.pending.push(FromAgent::Switched {
+                self.pending.push(SwitchReport {
                     gen: f.gen,
                     slot: f.slot,
                     at_ns: f.start_ns,
@@ -94,8 +94,11 @@ impl Reporter {
         self.since = now;
         let pending = std::mem::take(&mut self.pending);
         match self.mode {
-            ReportMode::Each => pending.into_iter().map(|m| vec![m]).collect(),
-            _ => vec![pending],
+            ReportMode::Each => pending
+                .into_iter()
+                .map(|r| FromAgent::Switched { reports: vec![r] })
+                .collect(),
+            _ => vec![FromAgent::Switched { reports: pending }],
         }
     }
 }
@@ -127,7 +130,10 @@ mod tests {
         let mut writes = vec![];
         for t in (0..ms).step_by(10) {
             for w in r.tick(1_000 * MS + t * MS, start + Duration::from_millis(t)) {
-                writes.push(w.len());
+                let FromAgent::Switched { reports } = w else {
+                    panic!("only reports: {w:?}")
+                };
+                writes.push(reports.len());
             }
         }
         writes
