@@ -441,9 +441,11 @@ impl Coordinator {
                 local,
                 hello,
             }) => self.node_joined(conn, link, addr, local, hello),
-            Event::Net(NetEvent::Agent { conn, msg }) => {
-                if let Some(&node) = self.conn_node.get(&conn) {
-                    self.on_agent_message(node, msg);
+            Event::Net(NetEvent::Agents(frames)) => {
+                for (conn, msg) in frames {
+                    if let Some(&node) = self.conn_node.get(&conn) {
+                        self.on_agent_message(node, msg);
+                    }
                 }
             }
             Event::Net(NetEvent::AgentGone { conn, why }) => {

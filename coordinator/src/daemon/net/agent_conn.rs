@@ -34,6 +34,7 @@ use std::time::Instant;
 use log::info;
 use mio::net::TcpStream;
 
+use super::agents::Post;
 use super::limits::{self, Held};
 use super::{ConnId, Frame, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
 use gang_wire::proto::tls::{self, rustls};
@@ -113,7 +114,7 @@ impl Queues {
 
 /// What the loop lends a connection for one step.
 pub struct Ctx<'a> {
-    pub post: &'a dyn Fn(NetEvent),
+    pub post: &'a Post<'a>,
     pub to_loop: &'a std::sync::Arc<ToLoop>,
     pub buf: &'a mut [u8],
 }
@@ -265,10 +266,7 @@ impl AgentConn {
                 }
                 msg => {
                     link.heard();
-                    (cx.post)(NetEvent::Agent {
-                        conn: self.conn,
-                        msg,
-                    });
+                    cx.post.frame(self.conn, msg);
                     Ok(())
                 }
             },
@@ -303,7 +301,7 @@ impl AgentConn {
         // The place among the handshakes is given back here (drop).
         self.stage = Stage::Linked(link.clone());
         self.deadline = None;
-        (cx.post)(NetEvent::AgentJoined {
+        cx.post.event(NetEvent::AgentJoined {
             conn: self.conn,
             link,
             addr: self.peer.ip(),

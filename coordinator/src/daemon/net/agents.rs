@@ -17,11 +17,19 @@
 //! A connection that ends (its peer, an error, or gangd's close) is
 //! posted as AgentGone once it had been posted as AgentJoined.
 //!
+//! Frames go to the coordinator a round of the loop at a time (`Post`):
+//! the frames of every connection read in one poll round are one
+//! NetEvent::Agents (at most AGENTS_BATCH), so the coordinator wakes and
+//! runs its timers once per round, not once per frame (at 4096 nodes,
+//! thousands of frames a second); any other event is posted after the
+//! frames read before it, so each connection's order holds.
+//!
 //! Known faults: accept errors (out of descriptors) pause accepting with
 //! a growing backoff, as the accept thread did, without stopping the
 //! links already up; `post` blocking on the coordinator's full queue
 //! stops every link for that time (agent_conn.rs).
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Shutdown};
@@ -38,8 +46,12 @@ use super::agent_conn::{AgentConn, Ctx, End};
 use super::limits::{self, AcceptBackoff, Caps, Throttle};
 use super::{next_conn, Cmd, ConnId, NetEvent, ToLoop};
 use gang_wire::proto::tls::{rustls, ServerTls};
+use gang_wire::proto::FromAgent;
 
 const WAKER: Token = Token(usize::MAX);
+/// Frames posted together at most (the coordinator's queue is bounded in
+/// events; this bounds what one event holds).
+const AGENTS_BATCH: usize = 256;
 const LISTENER: Token = Token(usize::MAX - 1);
 
 /// Accepts agents on `listener`; every event goes through `post`.
@@ -89,9 +101,11 @@ struct AgentLoop {
 }
 
 impl AgentLoop {
-    fn run(&mut self, post: &dyn Fn(NetEvent)) {
+    fn run(&mut self, to: &dyn Fn(NetEvent)) {
+        let post = &Post::new(to);
         let mut events = Events::with_capacity(1024);
         loop {
+            post.flush();
             let timeout = self.timeout(Instant::now());
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -180,7 +194,7 @@ impl AgentLoop {
 
     /// A connection's socket is ready: read what came (the loop is
     /// edge-triggered, so everything), write what waits.
-    fn ready(&mut self, conn: ConnId, post: &dyn Fn(NetEvent)) {
+    fn ready(&mut self, conn: ConnId, post: &Post) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -195,7 +209,7 @@ impl AgentLoop {
 
     /// The coordinator's frames and closes, in order; then every touched
     /// connection written.
-    fn commands(&mut self, post: &dyn Fn(NetEvent)) {
+    fn commands(&mut self, post: &Post) {
         let mut touched = HashSet::new();
         for (conn, cmd) in self.to_loop.take() {
             let Some(c) = self.conns.get_mut(&conn) else {
@@ -222,7 +236,7 @@ impl AgentLoop {
     }
 
     /// After a step: drop an ended connection (logged or posted).
-    fn settle(&mut self, conn: ConnId, step: Result<(), End>, post: &dyn Fn(NetEvent)) {
+    fn settle(&mut self, conn: ConnId, step: Result<(), End>, post: &Post) {
         let Err(end) = step else {
             if self.conns.get(&conn).is_some_and(|c| c.is_linked()) {
                 self.handshaking.remove(&conn);
@@ -240,7 +254,7 @@ impl AgentLoop {
                 if let Some(link) = c.link() {
                     link.set_closed();
                 }
-                post(NetEvent::AgentGone { conn, why });
+                post.event(NetEvent::AgentGone { conn, why });
             }
         }
     }
@@ -265,6 +279,48 @@ impl AgentLoop {
                 c.close();
                 warn!("agent connection from {} refused: {why}", c.peer);
             }
+        }
+    }
+}
+
+/// The loop's way to the coordinator: frames gathered over a round,
+/// anything else at once after them.
+pub struct Post<'a> {
+    to: &'a dyn Fn(NetEvent),
+    frames: RefCell<Vec<(ConnId, FromAgent)>>,
+}
+
+impl<'a> Post<'a> {
+    fn new(to: &'a dyn Fn(NetEvent)) -> Self {
+        Self {
+            to,
+            frames: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A frame read from a linked connection.
+    pub fn frame(&self, conn: ConnId, msg: FromAgent) {
+        let full = {
+            let mut f = self.frames.borrow_mut();
+            f.push((conn, msg));
+            f.len() >= AGENTS_BATCH
+        };
+        if full {
+            self.flush();
+        }
+    }
+
+    /// Any other event, after the frames read before it.
+    pub fn event(&self, ev: NetEvent) {
+        self.flush();
+        (self.to)(ev);
+    }
+
+    /// The frames gathered so far, as one event.
+    fn flush(&self) {
+        let frames = std::mem::take(&mut *self.frames.borrow_mut());
+        if !frames.is_empty() {
+            (self.to)(NetEvent::Agents(frames));
         }
     }
 }
@@ -338,9 +394,10 @@ mod tests {
         s.write_all(&encode(&FromAgent::Heartbeat { seq: 1, mono_ns: 9 }).unwrap())
             .unwrap();
         match next(&rx) {
-            NetEvent::Agent { conn: c, msg } => {
-                assert_eq!(c, conn);
-                assert!(matches!(msg, FromAgent::Heartbeat { seq: 1, .. }));
+            NetEvent::Agents(frames) => {
+                assert_eq!(frames.len(), 1);
+                assert_eq!(frames[0].0, conn);
+                assert!(matches!(frames[0].1, FromAgent::Heartbeat { seq: 1, .. }));
             }
             _ => panic!("expected the heartbeat"),
         }
@@ -358,6 +415,58 @@ mod tests {
             _ => panic!("expected AgentGone"),
         }
         assert!(!link.send(&ToAgent::Heartbeat { seq: 4 }), "gone");
+    }
+
+    #[test]
+    fn frames_read_together_reach_the_coordinator_as_one_event_after_the_join_and_before_the_end() {
+        let ca = TestCa::new("agent-loop-batch");
+        let (addr, rx) = start(&ca);
+        let s = connect(addr, &ca.client("n4")).unwrap();
+        // The Hello, five heartbeats and the close in one write.
+        let mut bytes = encode(&hello()).unwrap();
+        for seq in 1..=5 {
+            bytes.extend(encode(&FromAgent::Heartbeat { seq, mono_ns: 1 }).unwrap());
+        }
+        s.write_all(&bytes).unwrap();
+        let conn = match next(&rx) {
+            NetEvent::AgentJoined { conn, .. } => conn,
+            _ => panic!("expected AgentJoined first"),
+        };
+        let mut seqs = vec![];
+        while seqs.len() < 5 {
+            match next(&rx) {
+                NetEvent::Agents(frames) => {
+                    for (c, msg) in frames {
+                        assert_eq!(c, conn);
+                        let FromAgent::Heartbeat { seq, .. } = msg else {
+                            panic!("{msg:?}")
+                        };
+                        seqs.push(seq);
+                    }
+                }
+                _ => panic!("expected the heartbeats before anything else"),
+            }
+        }
+        assert_eq!(seqs, [1, 2, 3, 4, 5], "in the order sent");
+        drop(s);
+        assert!(matches!(next(&rx), NetEvent::AgentGone { conn: c, .. } if c == conn));
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_agents_batch_frames() {
+        let got = RefCell::new(vec![]);
+        let to = |ev: NetEvent| {
+            if let NetEvent::Agents(f) = ev {
+                got.borrow_mut().push(f.len())
+            }
+        };
+        let post = Post::new(&to);
+        for seq in 0..(AGENTS_BATCH as u64 * 2 + 3) {
+            post.frame(7, FromAgent::Heartbeat { seq, mono_ns: 0 });
+        }
+        post.flush();
+        post.flush();
+        assert_eq!(*got.borrow(), [AGENTS_BATCH, AGENTS_BATCH, 3], "nothing empty posted");
     }
 
     #[test]

@@ -322,10 +322,9 @@ pub enum NetEvent {
         local: IpAddr,
         hello: Hello,
     },
-    Agent {
-        conn: ConnId,
-        msg: FromAgent,
-    },
+    /// Frames of linked agents, in the order read (the agent loop's
+    /// round: agents.rs, `Post`).
+    Agents(Vec<(ConnId, FromAgent)>),
     AgentGone {
         conn: ConnId,
         why: String,
