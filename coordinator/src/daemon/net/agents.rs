@@ -197,7 +197,10 @@ impl AgentLoop {
     /// connection written.
     fn commands(&mut self, post: &dyn Fn(NetEvent)) {
         let mut touched = HashSet::new();
-        for (conn, cmd) in self.to_loop.take() {
+        let t0 = gang_wire::time::monotonic_ns();
+        let cmds = self.to_loop.take();
+        let nr = cmds.len();
+        for (conn, cmd) in cmds {
             let Some(c) = self.conns.get_mut(&conn) else {
                 continue;
             };
@@ -213,11 +216,15 @@ impl AgentLoop {
                 }
             }
         }
+        let t1 = gang_wire::time::monotonic_ns();
         for conn in touched {
             if let Some(c) = self.conns.get_mut(&conn) {
                 let step = c.flush();
                 self.settle(conn, step, post);
             }
+        }
+        if nr >= 512 {
+            log::info!("PT loop batch={nr} {t0} queued {t1} flushed {}", gang_wire::time::monotonic_ns());
         }
     }
 
