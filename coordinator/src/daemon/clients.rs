@@ -40,7 +40,6 @@ impl Coordinator {
                 limits,
             } => {
                 let _ = label_output; // the front end labels lines itself
-                info!("PT submit_recv {}", gang_wire::time::monotonic_ns());
                 let r = self.submit(
                     conn,
                     cred,

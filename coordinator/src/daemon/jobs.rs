@@ -226,13 +226,11 @@ impl Coordinator {
             let reason = format!("job {id}: its command is too large for one message");
             return self.cannot_start(id, reason);
         };
-        info!("PT job={id} alloc_done {}", gang_wire::time::monotonic_ns());
         for n in &waiting {
             if let Some(node) = self.nodes.get(n) {
                 node.link.send_frame(&prepare);
             }
         }
-        info!("PT job={id} prepare_queued n={} {}", waiting.len(), gang_wire::time::monotonic_ns());
         j.phase = Phase::Preparing { waiting };
     }
 
@@ -248,9 +246,7 @@ impl Coordinator {
         }
         waiting.remove(&node);
         if waiting.is_empty() {
-            info!("PT job={id} last_prepared {}", gang_wire::time::monotonic_ns());
             self.spawn(id);
-            info!("PT job={id} start_queued {}", gang_wire::time::monotonic_ns());
         }
     }
 

@@ -52,13 +52,13 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use mio::{Interest, Token};
 use gang_wire::cluster_clock::ScheduleConfig;
 use gang_wire::proto::tls::rustls::ClientConnection;
 use gang_wire::proto::tls::ClientTls;
 use gang_wire::proto::{
     encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, NodeId, ToAgent,
 };
+use mio::{Interest, Token};
 
 use crate::clock::AgentClock;
 use crate::reports::{ReportMode, Reporter};
@@ -84,23 +84,6 @@ pub struct Seen {
     pub spawned: HashMap<JobId, (u32, Instant)>,
     /// Nodes whose link ended (gangd closed it or it broke).
     pub closed: Vec<(usize, Instant)>,
-    /// PT: per job, monotonic ns: first Prepare, last Prepare, last
-    /// Prepared sent, first StartJob, last StartJob.
-    pub trace: HashMap<JobId, [u64; 5]>,
-}
-
-impl Seen {
-    fn trace(&mut self, job: JobId, stage: usize) {
-        let now = gang_wire::time::monotonic_ns();
-        let t = self.trace.entry(job).or_insert([0; 5]);
-        if stage == 0 || stage == 3 {
-            if t[stage] == 0 {
-                t[stage] = now;
-            }
-        } else {
-            t[stage] = now;
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -593,10 +576,6 @@ impl Worker {
         let answer = match msg {
             ToAgent::Prepare { job, .. } => {
                 self.events.other.fetch_add(1, Ordering::Relaxed);
-                let mut seen = self.events.seen();
-                seen.trace(job, 0);
-                seen.trace(job, 1);
-                drop(seen);
                 Some(FromAgent::Prepared { job, error: None })
             }
             ToAgent::JobPeers { job, map } => {
@@ -612,8 +591,6 @@ impl Worker {
                 let mine = a.mapped.remove(&job).unwrap_or_default();
                 a.ranks.extend(mine.iter().map(|&r| (job, r)));
                 let mut seen = self.events.seen();
-                seen.trace(job, 3);
-                seen.trace(job, 4);
                 let e = seen.spawned.entry(job).or_insert((0, now));
                 e.0 += mine.len() as u32;
                 e.1 = now;
@@ -688,9 +665,6 @@ impl Worker {
         if let Some(a) = answer {
             let running = matches!(a, FromAgent::Running { .. });
             self.send(i, &a);
-            if let FromAgent::Prepared { job, .. } = &a {
-                self.events.seen().trace(*job, 2);
-            }
             if let (true, FromAgent::Running { gen, .. }) = (running, &a) {
                 let now = Instant::now();
                 self.with_gen(gen.0, now, |g| {

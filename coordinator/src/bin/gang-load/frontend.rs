@@ -54,7 +54,6 @@ fn submit_once(
     let mut s = UnixStream::connect(sock).context("connecting to gangd's socket")?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let sent = Instant::now();
-    let sent_ns = gang_wire::time::monotonic_ns();
     write_frame(
         &mut s,
         &FromClient::Submit {
@@ -76,7 +75,6 @@ fn submit_once(
         other => bail!("job {name}: no answer to Submit: {other:?}"),
     };
     let accepted = Instant::now();
-    eprintln!("PT-F job={job} sent={sent_ns} accepted={}", gang_wire::time::monotonic_ns());
     let ended = Arc::new(Mutex::new(None));
     let e2 = ended.clone();
     s.set_read_timeout(None)?;

@@ -171,12 +171,6 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
         wait_for("a job on every node", Duration::from_secs(60), || {
             reached(pool, job) >= ranks
         })?;
-        {
-            let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(t) = seen.trace.get(&job) {
-                eprintln!("PT-H job={job} nodes={n} {:?}", t);
-            }
-        }
         if i == 0 {
             row.num(
                 "place_all_ms",
@@ -237,12 +231,6 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
             reached(pool, sub.job) >= ranks
         })?;
         place.push(ms(last_spawn(pool, sub.job).duration_since(sub.sent)));
-        {
-            let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(t) = seen.trace.get(&sub.job) {
-                eprintln!("PT-H job={} nodes={k} {:?}", sub.job, t);
-            }
-        }
         pool.exit_job(sub.job);
         wait_for("an arrival to end", Duration::from_secs(30), || {
             sub.ended().is_some()

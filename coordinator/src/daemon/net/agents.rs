@@ -197,10 +197,7 @@ impl AgentLoop {
     /// connection written.
     fn commands(&mut self, post: &dyn Fn(NetEvent)) {
         let mut touched = HashSet::new();
-        let t0 = gang_wire::time::monotonic_ns();
-        let cmds = self.to_loop.take();
-        let nr = cmds.len();
-        for (conn, cmd) in cmds {
+        for (conn, cmd) in self.to_loop.take() {
             let Some(c) = self.conns.get_mut(&conn) else {
                 continue;
             };
@@ -216,15 +213,11 @@ impl AgentLoop {
                 }
             }
         }
-        let t1 = gang_wire::time::monotonic_ns();
         for conn in touched {
             if let Some(c) = self.conns.get_mut(&conn) {
                 let step = c.flush();
                 self.settle(conn, step, post);
             }
-        }
-        if nr >= 512 {
-            log::info!("PT loop batch={nr} {t0} queued {t1} flushed {}", gang_wire::time::monotonic_ns());
         }
     }
 
