@@ -172,8 +172,8 @@ impl Allocator {
 
     /// Every node's table, by node id. Each running job's ranks are
     /// sorted by node in one pass (O(ranks + nodes)), not searched by every
-    /// node: at 4096 nodes and 16,384 ranks a job, the search was O(nodes ×
-    /// ranks) per call, 0.1–0.3 s of gangd's loop at every placement
+    /// node: the search was O(nodes × ranks) per call, a quarter of gangd's
+    /// samples while it placed jobs of 16,384 ranks on 4096 nodes
     /// (docs/scale.md, "Placement at 4096 nodes").
     pub fn node_schedules(&self) -> Vec<NodeSchedule> {
         let mut by_node = vec![RanksHere::new(); self.cluster().nodes().len()];
