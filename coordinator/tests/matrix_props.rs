@@ -284,6 +284,10 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
             .map(|v| v.id)
             .collect();
         prop_assert_eq!(listed, want);
+        // One node's table alone is the same as in the whole set (two
+        // paths: the set sorts every rank by node once).
+        let alone = a.node_schedule(t.node);
+        prop_assert_eq!(alone.as_ref(), Some(t), "node {} alone", t.name);
     }
     Ok(())
 }

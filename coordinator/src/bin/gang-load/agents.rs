@@ -17,11 +17,16 @@
 //!
 //! How: the handshake and the Hello/Welcome exchange are done blocking on
 //! a joiner thread; the agent is then handed to a worker, which owns
-//! a few thousand agents and waits for all their sockets with one poll(2)
-//! (rustls driven by hand: read_tls, process_new_packets, reader; writes
-//! go through writer and write_tls, with POLLOUT while TLS bytes remain
-//! unsent). Commands (end a job's ranks, go silent, rejoin, stop) reach
-//! a worker through a channel it looks at after every poll (≤ 10 ms).
+//! a few thousand agents and waits for all their sockets with one epoll
+//! (mio, edge-triggered: each socket registered once, a wake-up costs
+//! what is ready, not every socket; rustls driven by hand: read_tls,
+//! process_new_packets, reader until the socket would block; writes go
+//! through writer and write_tls, again on a writable edge while TLS bytes
+//! remain unsent). The agents' clocks and reporters are ticked at most
+//! every TICK. Commands (end a job's ranks, go silent, rejoin, stop) reach
+//! a worker through a channel it looks at after every wait (≤ 10 ms).
+//! (Until 2026-11-28 a poll(2) over every socket at every wake-up: a third
+//! of the harness's CPU at 4096 nodes, on the cores gangd runs on.)
 //!
 //! What the agents saw is written into `Events` (shared, behind a mutex)
 //! with the harness's clock: the first Freeze of each generation, the last
@@ -32,15 +37,14 @@
 //! silent) or a join that fails is tried again a second later, as a real
 //! agent reconnects.
 //!
-//! Known faults: poll(2) over every socket of a worker costs O(agents)
-//! per wakeup, which is harness time, not gangd's, but both share the
-//! machine's cores. A silent agent stops reading: gangd's writes to it
+//! Known faults: the harness's time is not gangd's, but both share the
+//! machine's cores; the ticks of every clock and reporter are O(agents)
+//! per TICK. A silent agent stops reading: gangd's writes to it
 //! pile up in the socket buffers, as with a real hung node.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -54,6 +58,7 @@ use gang_wire::proto::tls::ClientTls;
 use gang_wire::proto::{
     encode, ExitStatus, FrameDecoder, FreezeReport, FromAgent, JobId, NodeId, ToAgent,
 };
+use mio::{Interest, Token};
 
 use crate::clock::AgentClock;
 use crate::reports::{ReportMode, Reporter};
@@ -106,7 +111,8 @@ pub struct NodeSpec {
 /// One joined agent, owned by a worker.
 pub struct Agent {
     spec: NodeSpec,
-    sock: TcpStream,
+    /// Non-blocking once joined.
+    sock: mio::net::TcpStream,
     conn: ClientConnection,
     decoder: FrameDecoder<ToAgent>,
     /// Its id, from its Welcome.
@@ -176,7 +182,7 @@ fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
     sock.set_nonblocking(true)?;
     let agent = Agent {
         spec,
-        sock,
+        sock: mio::net::TcpStream::from_std(sock),
         conn,
         decoder,
         id,
@@ -315,8 +321,16 @@ impl Pool {
     }
 }
 
+/// The agents' clocks and reporters are ticked at most this often.
+const TICK: Duration = Duration::from_millis(2);
+
 struct Worker {
     rx: Receiver<Command>,
+    /// Every agent's socket, registered once (token: the node's index).
+    poll: mio::Poll,
+    ready: mio::Events,
+    /// Node index → position in `agents`.
+    pos: HashMap<usize, usize>,
     /// Where a rejoining node goes.
     joins: Sender<(NodeSpec, Instant)>,
     events: Arc<Events>,
@@ -337,6 +351,9 @@ impl Worker {
     ) -> Worker {
         Worker {
             rx,
+            poll: mio::Poll::new().expect("creating a worker's epoll"),
+            ready: mio::Events::with_capacity(1024),
+            pos: HashMap::new(),
             joins,
             events,
             joined,
@@ -347,6 +364,7 @@ impl Worker {
     }
 
     fn run(mut self) {
+        let mut last_tick = Instant::now() - TICK;
         loop {
             loop {
                 match self.rx.try_recv() {
@@ -356,6 +374,11 @@ impl Worker {
                 }
             }
             let (now_ns, now) = (gang_wire::time::monotonic_ns(), Instant::now());
+            if now.duration_since(last_tick) < TICK {
+                self.poll_once(TICK);
+                continue;
+            }
+            last_tick = now;
             for i in 0..self.agents.len() {
                 let msgs = match self.agents[i].clock.as_mut() {
                     Some(c) => c.tick(now_ns, now),
@@ -383,6 +406,18 @@ impl Worker {
             Command::Joined(mut agent, early) => {
                 agent.clock = self.probe.map(AgentClock::new);
                 agent.reporter = Some(Reporter::new(self.reports, Instant::now()));
+                let idx = agent.spec.idx;
+                let interest = Interest::READABLE | Interest::WRITABLE;
+                if let Err(e) = self
+                    .poll
+                    .registry()
+                    .register(&mut agent.sock, Token(idx), interest)
+                {
+                    eprintln!("gang-load: node {idx}: cannot poll its socket ({e}), joining again");
+                    let _ = self.joins.send((agent.spec.clone(), Instant::now()));
+                    return;
+                }
+                self.pos.insert(idx, self.agents.len());
                 self.agents.push(*agent);
                 self.joined.fetch_add(1, Ordering::Relaxed);
                 self.events.live.fetch_add(1, Ordering::Relaxed);
@@ -404,8 +439,12 @@ impl Worker {
                 }
             }
             Command::Rejoin(idx) => {
-                if let Some(pos) = self.agents.iter().position(|a| a.spec.idx == idx) {
-                    let a = self.agents.swap_remove(pos);
+                if let Some(pos) = self.pos.remove(&idx) {
+                    let mut a = self.agents.swap_remove(pos);
+                    let _ = self.poll.registry().deregister(&mut a.sock);
+                    if let Some(moved) = self.agents.get(pos) {
+                        self.pos.insert(moved.spec.idx, pos);
+                    }
                     self.events.live.fetch_sub(1, Ordering::Relaxed);
                     let _ = a.sock.shutdown(std::net::Shutdown::Both);
                     let _ = self.joins.send((a.spec, Instant::now()));
@@ -435,43 +474,33 @@ impl Worker {
     }
 
     fn poll_once(&mut self, timeout: Duration) {
-        let mut fds: Vec<libc::pollfd> = self
-            .agents
-            .iter()
-            .map(|a| libc::pollfd {
-                fd: a.sock.as_raw_fd(),
-                events: if a.silent || a.dead {
-                    0
-                } else if a.conn.wants_write() {
-                    libc::POLLIN | libc::POLLOUT
-                } else {
-                    libc::POLLIN
-                },
-                revents: 0,
-            })
-            .collect();
-        // SAFETY: fds is a valid array of fds.len() pollfds for the call.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                timeout.as_millis() as i32,
-            )
-        };
-        if n <= 0 {
-            if fds.is_empty() {
+        if self.agents.is_empty() {
+            thread::sleep(timeout);
+            return;
+        }
+        if let Err(e) = self.poll.poll(&mut self.ready, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                eprintln!("gang-load: a worker's epoll failed: {e}");
                 thread::sleep(timeout);
             }
             return;
         }
-        for (i, p) in fds.iter().enumerate() {
-            if p.revents == 0 {
+        let ready: Vec<(usize, bool, bool)> = self
+            .ready
+            .iter()
+            .map(|ev| {
+                let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                (ev.token().0, ev.is_writable(), readable)
+            })
+            .collect();
+        for (idx, writable, readable) in ready {
+            let Some(&i) = self.pos.get(&idx) else {
                 continue;
-            }
-            if p.revents & libc::POLLOUT != 0 {
+            };
+            if writable {
                 self.flush(i);
             }
-            if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            if readable {
                 self.read(i);
             }
         }
@@ -488,7 +517,13 @@ impl Worker {
                     .send((a.spec.clone(), now + Duration::from_secs(1)));
             }
             drop(seen);
+            for a in self.agents.iter_mut().filter(|a| a.dead) {
+                let _ = self.poll.registry().deregister(&mut a.sock);
+            }
             self.agents.retain(|a| !a.dead);
+            self.pos = (self.agents.iter().enumerate())
+                .map(|(i, a)| (a.spec.idx, i))
+                .collect();
         }
     }
 
@@ -670,6 +705,9 @@ impl Worker {
 
     fn flush(&mut self, i: usize) {
         let a = &mut self.agents[i];
+        if a.silent || a.dead {
+            return;
+        }
         while a.conn.wants_write() {
             match a.conn.write_tls(&mut a.sock) {
                 Ok(_) => {}
