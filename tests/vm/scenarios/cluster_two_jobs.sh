@@ -17,6 +17,13 @@ if [ "$NODE_ID" = 0 ]; then
 	submit B 3 -- /usr/bin/burn --seconds 40 --name B; B=$JOB_PID
 	wait_jobs running 2 60
 	board_put phase running
+	# gangd calls a job running once its nodes are prepared, before each
+	# node has started its rank (seconds under emulation): the trace waits
+	# for both ranks on every compute node, or its window opens with job A
+	# alone and the shares measure the start, not the alternation.
+	for n in $(seq 1 "$COMPUTE_NODES"); do
+		wait_board "burns_$n" up 90 || fail "node $n never ran both ranks"
+	done
 	# The trace first, while surely both run (tracing is root's).
 	gang trace --seconds 4 --json /tmp/cluster_trace.json --svg /tmp/cluster_trace.svg \
 		> "$RESULTS/trace.out" 2>&1 &
@@ -39,6 +46,7 @@ else
 	# job's first rank here waits for the job's PMIx server, a second or
 	# two under emulation): wait for one rank of each.
 	poll_for 60 two_burns
+	board_put "burns_$NODE_ID" up
 	record_ranks burn "$RESULTS/ranks.txt"
 	wait_done
 fi
