@@ -14,9 +14,11 @@
 //!    seconds: gangd's CPU, switches per second, switch messages per
 //!    second, and per switch the time from the first Freeze an agent
 //!    received to the last Running sent. With `--switching timed` gangd
-//!    sends plans instead (acked at once; the agents send no Switched),
-//!    so no switch is counted and the messages are the commanded ones of
-//!    nodes whose clock gangd found too rough.
+//!    sends plans instead (acked at once; the agents report each switch
+//!    after the fact as node agents do, `--reports`, reports.rs), so no
+//!    commanded switch is counted and the messages are the commanded ones
+//!    of nodes whose clock gangd found too rough. `--switch-log` has gangd
+//!    write its switch log, as a real one does.
 //! 3. arrivals: jobs of 1–N nodes (log-uniform) arrive one after the
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
