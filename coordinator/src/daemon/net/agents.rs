@@ -28,6 +28,10 @@
 //! a growing backoff, as the accept thread did, without stopping the
 //! links already up; `post` blocking on the coordinator's full queue
 //! stops every link for that time (agent_conn.rs).
+//! The coordinator's queue is bounded in events, and an event now holds
+//! up to AGENTS_BATCH frames: while the coordinator is stalled, up to
+//! 256× more frames can wait than when each frame was an event (an
+//! authenticated node's flood; bounding the queue in frames is to do).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -422,7 +426,7 @@ mod tests {
         let ca = TestCa::new("agent-loop-batch");
         let (addr, rx) = start(&ca);
         let s = connect(addr, &ca.client("n4")).unwrap();
-        // The Hello, five heartbeats and the close in one write.
+        // The Hello and five heartbeats in one write; then the close.
         let mut bytes = encode(&hello()).unwrap();
         for seq in 1..=5 {
             bytes.extend(encode(&FromAgent::Heartbeat { seq, mono_ns: 1 }).unwrap());
