@@ -50,6 +50,9 @@ wait $T || fail "trace failed"
 
 log "back to standalone, CPU 0 for housekeeping"
 ctl '{"op":"standalone"}' > /dev/null || fail "standalone refused"
+# Back to the default share: at 30 % CPU 1 owed the waiting burner "other"
+# up to 30 % of its time whenever it queued behind CPU 0's other tasks.
+echo 5 > $KNOBS/min_other_share_pct || fail "min_other_share_pct refused"
 cat $KNOBS/mode > "$RESULTS/mode_standalone"
 echo 0 > $KNOBS/housekeeping_cpus || fail "housekeeping_cpus refused"
 sleep 0.5
