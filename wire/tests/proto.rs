@@ -50,6 +50,36 @@ fn placement() -> impl Strategy<Value = Placement> {
     (job(), text()).prop_map(|(job, cpus)| Placement { job, cpus })
 }
 
+fn switch_report() -> impl Strategy<Value = SwitchReport> {
+    let outcome = prop_oneof![
+        Just(SwitchOutcome::OnTime),
+        Just(SwitchOutcome::Late),
+        Just(SwitchOutcome::TimedOut),
+        Just(SwitchOutcome::Commanded),
+    ];
+    let drain = proptest::option::of(
+        (any::<u64>(), any::<u64>(), any::<bool>(), any::<u64>()).prop_map(
+            |(drained_bytes, drain_us, timed_out, answer_us)| FreezeReport {
+                drained_bytes,
+                drain_us,
+                timed_out,
+                answer_us,
+            },
+        ),
+    );
+    (gen(), any::<u32>(), any::<u64>(), any::<u64>(), outcome, drain, any::<u64>()).prop_map(
+        |(gen, slot, at_ns, late_us, outcome, drain, parked_us)| SwitchReport {
+            gen,
+            slot,
+            at_ns,
+            late_us,
+            outcome,
+            drain,
+            parked_us,
+        },
+    )
+}
+
 fn from_agent() -> impl Strategy<Value = FromAgent> {
     prop_oneof![
         (any::<u32>(), text(), text()).prop_map(|(nr_cpus, housekeeping_cpus, agent_version)| {
@@ -79,6 +109,8 @@ fn from_agent() -> impl Strategy<Value = FromAgent> {
             data,
             last
         }),
+        prop::collection::vec(switch_report(), 0..12)
+            .prop_map(|reports| FromAgent::Switched { reports }),
         (
             gen(),
             any::<u32>(),
@@ -1017,6 +1049,28 @@ fn io_errors_keep_their_kind() {
     }
 }
 
+#[test]
+fn switched_with_its_tag_elsewhere_or_twice_goes_the_generic_way() {
+    let report = r#"{"gen":7,"slot":1,"at_ns":5,"late_us":0,"outcome":"on_time","drain":null,"parked_us":0}"#;
+    // The tag first, as the encoder writes it: the fast path.
+    let first = format!(r#"{{"type":"switched","reports":[{report}],"later":1}}"#);
+    let fast = FromAgent::decode_fast(first.as_bytes()).expect("the fast path");
+    assert_eq!(fast, serde_json::from_str::<FromAgent>(&first).unwrap());
+    // The tag last: the generic path, same message.
+    let last = format!(r#"{{"reports":[{report}],"type":"switched"}}"#);
+    assert_eq!(FromAgent::decode_fast(last.as_bytes()), None);
+    assert_eq!(serde_json::from_str::<FromAgent>(&last).unwrap(), fast);
+    // A second tag or a second list: not the fast path's to decide.
+    for twice in [
+        format!(r#"{{"type":"switched","type":"clock_probe","reports":[{report}]}}"#),
+        format!(r#"{{"type":"switched","reports":[],"reports":[{report}]}}"#),
+    ] {
+        assert_eq!(FromAgent::decode_fast(twice.as_bytes()), None, "{twice}");
+    }
+    // Another message's tag: never the fast path.
+    assert_eq!(FromAgent::decode_fast(br#"{"type":"clock_probe","seq":1,"t1":2}"#), None);
+}
+
 // --- properties ---
 
 proptest! {
@@ -1025,6 +1079,33 @@ proptest! {
 
     #[test]
     fn to_agent_round_trips(msg in to_agent()) { round_trip(&msg); }
+
+    /// A Switched decodes the same by its fast path as by serde's generic
+    /// one, and any edit of its payload (keys reordered, repeated, cut,
+    /// bytes changed) that the fast path takes, the generic one takes the
+    /// same way: the fast path never says more than the generic one.
+    #[test]
+    fn switched_decodes_the_same_by_the_fast_path(
+        reports in prop::collection::vec(switch_report(), 0..40),
+        edits in prop::collection::vec((any::<Index>(), any::<u8>()), 0..4),
+        cut in proptest::option::of(any::<Index>()),
+    ) {
+        let msg = FromAgent::Switched { reports };
+        let payload = serde_json::to_vec(&msg).unwrap();
+        prop_assert_eq!(FromAgent::decode_fast(&payload), Some(msg.clone()));
+        let mut edited = payload.clone();
+        for (at, byte) in edits {
+            let i = at.index(edited.len());
+            edited[i] = byte;
+        }
+        if let Some(c) = cut {
+            edited.truncate(c.index(edited.len() + 1));
+        }
+        if let Some(fast) = FromAgent::decode_fast(&edited) {
+            let generic: FromAgent = serde_json::from_slice(&edited).unwrap();
+            prop_assert_eq!(fast, generic);
+        }
+    }
 
     #[test]
     fn from_client_round_trips(msg in from_client()) { round_trip(&msg); }

@@ -551,7 +551,6 @@ impl Coordinator {
             return;
         };
         n.last_seen = Instant::now();
-        let name = n.name.clone();
         match msg {
             FromAgent::Heartbeat { seq, mono_ns } => n.heartbeat_answer(seq, mono_ns),
             FromAgent::ClockStatus { report } => {
@@ -572,7 +571,10 @@ impl Coordinator {
             }
             FromAgent::Prepared { job, error } => self.prepared(job, node, error),
             FromAgent::RanksStarted { job, ranks } => {
-                log::debug!("job {job}: ranks started on {name} (rank, pid): {ranks:?}");
+                log::debug!(
+                    "job {job}: ranks started on {} (rank, pid): {ranks:?}",
+                    self.name_of(node)
+                );
             }
             FromAgent::StartFailed { job, reason } => self.start_failed(job, node, &reason),
             FromAgent::RankOutput {
@@ -596,13 +598,20 @@ impl Coordinator {
                 self.rank_exited(job, rank, node, status)
             }
             FromAgent::TraceChunk { id, data, last } => self.trace_chunk(id, node, data, last),
-            FromAgent::Error { message } => warn!("node {name}: {message}"),
-            FromAgent::Hello { .. } => warn!("node {name} sent a second hello; ignored"),
+            FromAgent::Error { message } => warn!("node {}: {message}", self.name_of(node)),
+            FromAgent::Hello { .. } => {
+                warn!("node {} sent a second hello; ignored", self.name_of(node))
+            }
             FromAgent::PmiBarrierIn { .. }
             | FromAgent::PmiFinalized { .. }
             | FromAgent::PmiFailed { .. }
             | FromAgent::PmiPuts { .. } => self.on_pmi(node, msg),
         }
+    }
+
+    /// A live node's name, for a log line ("?" if it is gone).
+    fn name_of(&self, node: NodeId) -> &str {
+        self.nodes.get(&node).map_or("?", |n| n.name.as_str())
     }
 
     pub(super) fn node_name(&self, id: NodeId) -> Option<String> {
