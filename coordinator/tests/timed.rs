@@ -379,6 +379,34 @@ fn a_node_flooding_reports_cannot_grow_gangds_memory() {
     assert_eq!(r.timed().unwrap().stats().stray_reports, 1);
 }
 
+#[test]
+fn a_nodes_second_report_of_a_generation_is_dropped_and_the_first_stands() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    r.on_agent(
+        NodeId(0),
+        &switched(1, 100_000_000, 0, SwitchOutcome::OnTime),
+        101 * MS,
+    );
+    // Node 0 again, saying otherwise: it does not complete the record.
+    r.on_agent(
+        NodeId(0),
+        &switched(1, 900_000_000, 800_000, SwitchOutcome::TimedOut),
+        102 * MS,
+    );
+    assert!(r.take_timed().is_empty(), "node 1 has not reported");
+    r.on_agent(
+        NodeId(1),
+        &switched(1, 100_000_500, 0, SwitchOutcome::OnTime),
+        103 * MS,
+    );
+    let recs = r.take_timed();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].nodes[&NodeId(0)].at_ns, 100_000_000);
+    assert_eq!(recs[0].skew_ns(), Some(500));
+    assert_eq!(r.timed().unwrap().stats().stray_reports, 1);
+}
+
 fn clock(error_us: u64, synchronised: bool) -> LinkTiming {
     LinkTiming {
         rtt_ns: 0,
