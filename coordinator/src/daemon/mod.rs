@@ -214,6 +214,9 @@ pub struct Coordinator {
     /// adoption grace has passed): jobs are accepted from then on.
     adoption_over: bool,
     status_clock: StatusClock,
+    /// The links epoch and the time the nodes' status lines were last
+    /// built (knobs.rs, `write_status`).
+    node_lines: std::cell::Cell<Option<(u64, Instant)>>,
     /// Nodes admitted but not yet in `nodes`, the allocator's cluster nor
     /// welcomed, and since when the oldest waits (nodes.rs, `flush_joins`).
     joining: Vec<(ConnId, Node)>,
@@ -334,6 +337,7 @@ impl Coordinator {
             pending_attach: Vec::new(),
             epoch: Instant::now(),
             status_clock: StatusClock::default(),
+            node_lines: std::cell::Cell::new(None),
             joining: Vec::new(),
             joining_since: None,
             links_epoch: 0,
