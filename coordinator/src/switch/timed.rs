@@ -166,9 +166,14 @@ struct Open {
 }
 
 impl Open {
+    /// `node`'s word in `seen` and its bit there.
+    fn bit(node: NodeId) -> (usize, u64) {
+        (node.0 as usize / 64, 1 << (node.0 % 64))
+    }
+
     fn has(&self, node: NodeId) -> bool {
-        let (w, b) = (node.0 as usize / 64, node.0 % 64);
-        self.seen.get(w).is_some_and(|word| word & (1 << b) != 0)
+        let (w, bit) = Self::bit(node);
+        self.seen.get(w).is_some_and(|word| word & bit != 0)
     }
 
     /// Takes `node`'s switch unless it already reported this generation.
@@ -176,11 +181,11 @@ impl Open {
         if self.has(node) {
             return false;
         }
-        let (w, b) = (node.0 as usize / 64, node.0 % 64);
+        let (w, bit) = Self::bit(node);
         if self.seen.len() <= w {
             self.seen.resize(w + 1, 0);
         }
-        self.seen[w] |= 1 << b;
+        self.seen[w] |= bit;
         self.came.push((node, sw));
         true
     }
