@@ -1193,8 +1193,9 @@ fn assert_mpi_reports(n0: &Path, job: &str, workload: &str, iters: u64) {
 /// ranks, each node's PMIx servers Open MPI's; UCX (MPICH) or ob1/TCP (Open
 /// MPI) carries their messages between the nodes, alone or taking turns
 /// with another MPI job. A rank that calls MPI_Abort fails the job with its
-/// code and no rank is left. Debian's hpcc passes its own checks while
-/// another job shares the nodes, and no process outside a job's cgroup can
+/// code and no rank is left. Debian's hpcc passes its own checks after 40 s
+/// beside another job that shares the nodes (its data-moving MPI parts;
+/// the rest alone), and no process outside a job's cgroup can
 /// reach the job's PMIx server.
 #[test]
 #[ignore = "boots 4 VMs: run by scripts/test.sh"]
@@ -1329,6 +1330,11 @@ fn mpi_programs_run_under_gang_run_without_mpiexec() {
         read(&n0, "hpcc.both_running"),
         "yes",
         "hpcc never shared the nodes"
+    );
+    assert_eq!(
+        read(&n0, "hpcc.shared_s"),
+        "40",
+        "hpcc ended before share's 40 s beside it were over"
     );
     assert!(!timed_out("hpcc"), "hpcc hung: {}", read(&n0, "hpcc.err"));
     assert_eq!(read(&n0, "hpcc.rc"), "0", "{}", read(&n0, "hpcc.err"));
