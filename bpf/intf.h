@@ -115,6 +115,8 @@ enum gang_stat {
 	STAT_YIELD_PARK,	/* a yielding gang task parked until its next slot */
 	STAT_YIELD_IGNORED,	/* a sched_yield() outside the lead time: plain yield */
 	STAT_WAKE_DIRECT,	/* a woken gang task put straight on an idle CPU it owns */
+	STAT_PREEMPT_DAEMON,	/* scx_gang's own thread woke where a gang task ran: preempted it */
+	STAT_PREEMPT_KTHREAD,	/* a per-CPU kthread woke where a gang task ran: preempted it */
 	NR_GANG_STATS,
 };
 

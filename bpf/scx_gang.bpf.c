@@ -863,11 +863,17 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 		 * Per-CPU kthreads (workqueues, softirqs) cannot wait for a slot,
 		 * and the daemon's commands must not wait for a minimum share.
 		 */
-		if (((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1) ||
-		    (daemon_tgid && p->tgid == daemon_tgid)) {
+		bool daemon = daemon_tgid && p->tgid == daemon_tgid;
+
+		if (daemon || ((p->flags & PF_KTHREAD) && p->nr_cpus_allowed == 1)) {
+			struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, OTHER_SLICE_NS,
 					   enq_flags | SCX_ENQ_PREEMPT);
 			stat_inc(STAT_PRIORITY_DIRECT);
+			/* What a lone job pays for them (issue 15): its rank preempted. */
+			if (cctx && cctx->running >= 0)
+				stat_inc(daemon ? STAT_PREEMPT_DAEMON : STAT_PREEMPT_KTHREAD);
 			return;
 		}
 		scx_bpf_dsq_insert(p, OTHER_DSQ, OTHER_SLICE_NS, enq_flags);

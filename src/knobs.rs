@@ -255,7 +255,14 @@ mod tests {
         let mut k = NodeKnobs::new();
         k.set("clock_fault_us", "-50000", 2).unwrap();
         assert_eq!(k.clock_fault_us, -50_000);
-        for bad in ["10000001", "-10000001", "1.5", "", "abc", "9223372036854775808"] {
+        for bad in [
+            "10000001",
+            "-10000001",
+            "1.5",
+            "",
+            "abc",
+            "9223372036854775808",
+        ] {
             let err = k.set("clock_fault_us", bad, 2).unwrap_err();
             assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}: {err}");
             assert_eq!(k.clock_fault_us, -50_000, "a refused value changes nothing");

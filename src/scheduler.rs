@@ -13,6 +13,7 @@
 //! its ring buffer every 100 ms for the end flag.
 
 use std::cell::RefCell;
+use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -21,7 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{
@@ -122,7 +122,9 @@ pub struct Scheduler<'a> {
     /// What `events` delivered and `take_events` did not take yet.
     incoming: Rc<RefCell<Vec<TraceEvent>>>,
     notices: Option<JoinHandle<()>>,
-    notices_done: Arc<AtomicBool>,
+    /// The write end of the notices thread's stop pipe: closing it (detach,
+    /// or a drop) ends the thread.
+    notices_stop: Option<OwnedFd>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -179,11 +181,11 @@ impl<'a> Scheduler<'a> {
             0
         })?;
         let events = rb_builder.build()?;
-        let notices_done = Arc::new(AtomicBool::new(false));
+        let (stop_rx, notices_stop) = nix::unistd::pipe().context("the notices' stop pipe")?;
         let notices = watch_notices(
             MapHandle::try_from(&skel.maps.notices)?,
             cfg.inbox.clone(),
-            notices_done.clone(),
+            stop_rx,
         )?;
         Ok(Self {
             skel,
@@ -195,7 +197,7 @@ impl<'a> Scheduler<'a> {
             events,
             incoming,
             notices: Some(notices),
-            notices_done,
+            notices_stop: Some(notices_stop),
         })
     }
 
@@ -251,7 +253,16 @@ impl<'a> Scheduler<'a> {
         if !cost.is_empty() {
             info!("BPF callbacks (runs x mean time): {}", cost.join(", "));
         }
-        self.notices_done.store(true, Ordering::Relaxed);
+        // What the scheduler did over its whole run, for whoever reads the
+        // log after a benchmark (the counters die with the maps).
+        let mut line = Vec::new();
+        if self.metrics(0, 0).format(&mut line).is_ok() {
+            info!(
+                "counters at exit: {}",
+                String::from_utf8_lossy(&line).trim_end()
+            );
+        }
+        self.notices_stop.take();
         if let Some(n) = self.notices.take() {
             let _ = n.join();
         }
@@ -305,6 +316,8 @@ impl<'a> Scheduler<'a> {
             priority_direct: c(gang_stat_STAT_PRIORITY_DIRECT),
             wake_kick: c(gang_stat_STAT_WAKE_KICK),
             wake_direct: c(gang_stat_STAT_WAKE_DIRECT),
+            preempt_daemon: c(gang_stat_STAT_PREEMPT_DAEMON),
+            preempt_kthread: c(gang_stat_STAT_PREEMPT_KTHREAD),
             events_lost: c(gang_stat_STAT_EVENTS_LOST),
             gang_ns,
             other_ns: s.other_run_ns,
@@ -515,11 +528,14 @@ fn clock_pages(outer: &dyn MapCore) -> Result<Vec<OwnedFd>> {
 
 /// A thread that sleeps on the scheduler's notices ring buffer and wakes
 /// the main loop with each, so a yield reaches the coordinator at once
-/// (the main loop itself only polls every IDLE_PERIOD).
+/// (the main loop itself only polls every IDLE_PERIOD). It sleeps with no
+/// timeout until a notice comes or `stop`'s write end is closed: a wake-up
+/// ten times a second only to look at a flag preempted a lone job's rank
+/// (issue 15).
 fn watch_notices(
     map: MapHandle,
     inbox: Sender<Inbox>,
-    done: Arc<AtomicBool>,
+    stop: OwnedFd,
 ) -> Result<std::thread::JoinHandle<()>> {
     Ok(std::thread::Builder::new()
         .name("yield-notices".into())
@@ -547,8 +563,34 @@ fn watch_notices(
                     return;
                 }
             };
-            while !done.load(Ordering::Relaxed) {
-                let _ = notices.poll(Duration::from_millis(100));
+            loop {
+                let mut fds = [
+                    libc::pollfd {
+                        fd: notices.epoll_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: stop.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: two valid pollfd entries, both fds open for the call.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+                if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    warn!(
+                        "yield notices: poll: {}: early switches are off",
+                        io::Error::last_os_error()
+                    );
+                    return;
+                }
+                if fds[1].revents != 0 {
+                    return; // the write end is closed: the scheduler stops
+                }
+                if fds[0].revents != 0 {
+                    let _ = notices.consume();
+                }
             }
         })?)
 }

@@ -45,6 +45,12 @@ pub struct Metrics {
     pub wake_kick: u64,
     #[stat(desc = "Woken gang tasks put straight on an idle CPU their gang owns")]
     pub wake_direct: u64,
+    #[stat(desc = "Gang tasks preempted by a wake-up of scx_gang's own threads")]
+    #[serde(default)]
+    pub preempt_daemon: u64,
+    #[stat(desc = "Gang tasks preempted by a wake-up of a per-CPU kthread")]
+    #[serde(default)]
+    pub preempt_kthread: u64,
     #[stat(desc = "Trace events lost (ring buffer full)")]
     pub events_lost: u64,
     #[stat(desc = "Share of CPU time run by gangs (%)")]
@@ -77,12 +83,12 @@ pub struct Metrics {
 pub type ClockLine = Arc<dyn Fn() -> String + Send + Sync>;
 
 impl Metrics {
-    fn format<W: Write>(&self, w: &mut W) -> Result<()> {
+    pub fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
             "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
              dispatch gang {} other {} fill {} | wake direct {} kick {} | \
-             min-share {} stale {} priority {} | \
+             min-share {} stale {} priority {} (preempting daemon {} kthread {}) | \
              cpu gang {:.1}% other {:.1}% | lost {}",
             self.nr_gangs,
             self.nr_slots,
@@ -98,6 +104,8 @@ impl Metrics {
             self.min_share_preempt,
             self.stale_run,
             self.priority_direct,
+            self.preempt_daemon,
+            self.preempt_kthread,
             self.gang_pct,
             self.other_pct,
             self.events_lost,
@@ -140,6 +148,8 @@ impl Metrics {
             priority_direct: self.priority_direct - rhs.priority_direct,
             wake_kick: self.wake_kick - rhs.wake_kick,
             wake_direct: self.wake_direct - rhs.wake_direct,
+            preempt_daemon: self.preempt_daemon - rhs.preempt_daemon,
+            preempt_kthread: self.preempt_kthread - rhs.preempt_kthread,
             events_lost: self.events_lost - rhs.events_lost,
             bpf_runs: self.bpf_runs - rhs.bpf_runs,
             bpf_ns: self.bpf_ns - rhs.bpf_ns,
