@@ -190,7 +190,15 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
             break;
         }
         attempt += 1;
-        eprintln!("scenario {scenario}: the virtual network did not come up, booting again");
+        // Kept for whoever finds the cause: each node's addresses, links,
+        // routes and ARP table at the failure (net.txt), and its console.
+        let kept = out.with_extension(format!("no-network-{attempt}"));
+        let _ = fs::remove_dir_all(&kept);
+        let _ = fs::rename(&out, &kept);
+        eprintln!(
+            "scenario {scenario}: the virtual network did not come up, booting again (that boot's results in {})",
+            kept.display()
+        );
     }
     let run = Run { out };
     if !status.success() {
