@@ -72,7 +72,11 @@ cluster_init() {
 	i=0
 	while [ "$i" -lt "$NNODES" ]; do
 		[ "$i" = "$NODE_ID" ] || wait_for 60 ping -c 1 -W 1 "node$i" > /dev/null || {
-			{ ip addr; ip -s link; /usr/bin/ip route show; cat /proc/net/arp; } > "$RESULTS/net.txt" 2>&1
+			# (iproute2's ip by its path: busybox's has no -s. ARP was
+			# complete both ways in the one failure kept so far while ping
+			# failed: the counters say where the packets went.)
+			{ /usr/bin/ip -s addr; /usr/bin/ip -s link; /usr/bin/ip route show
+			  /usr/bin/ip neigh; cat /proc/net/snmp; dmesg | tail -n 30; } > "$RESULTS/net.txt" 2>&1
 			fail "node$i does not answer ping"
 		}
 		i=$((i + 1))
