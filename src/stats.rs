@@ -212,4 +212,35 @@ mod tests {
         // Over an interval the line is the latest, not a difference.
         assert_eq!(m.delta(&Metrics::default()).cluster_clock, m.cluster_clock);
     }
+
+    #[test]
+    fn preemptions_by_priority_wake_ups_are_shown_by_source_and_counted_per_interval() {
+        let before = Metrics {
+            priority_direct: 100,
+            preempt_daemon: 7,
+            preempt_kthread: 5,
+            ..Metrics::default()
+        };
+        let after = Metrics {
+            priority_direct: 160,
+            preempt_daemon: 19,
+            preempt_kthread: 8,
+            ..Metrics::default()
+        };
+        assert!(
+            shown(&after).contains("priority 160 (preempting daemon 19 kthread 8)"),
+            "{}",
+            shown(&after)
+        );
+        let d = after.delta(&before);
+        assert_eq!((d.priority_direct, d.preempt_daemon, d.preempt_kthread), (60, 12, 3));
+        // A monitor reading a daemon older than these counters gets 0s.
+        let from_old = serde_json::to_string(&Metrics::default())
+            .unwrap()
+            .replace("\"preempt_daemon\":0,", "")
+            .replace("\"preempt_kthread\":0,", "");
+        assert!(!from_old.contains("preempt_"), "{from_old}");
+        let old: Metrics = serde_json::from_str(&from_old).unwrap();
+        assert_eq!((old.preempt_daemon, old.preempt_kthread), (0, 0));
+    }
 }
