@@ -233,7 +233,10 @@ mod tests {
             shown(&after)
         );
         let d = after.delta(&before);
-        assert_eq!((d.priority_direct, d.preempt_daemon, d.preempt_kthread), (60, 12, 3));
+        assert_eq!(
+            (d.priority_direct, d.preempt_daemon, d.preempt_kthread),
+            (60, 12, 3)
+        );
         // A monitor reading a daemon older than these counters gets 0s.
         let from_old = serde_json::to_string(&Metrics::default())
             .unwrap()
