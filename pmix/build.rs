@@ -19,7 +19,10 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
-    let lib = match pkg_config::Config::new().atleast_version("4.1").probe("pmix") {
+    let lib = match pkg_config::Config::new()
+        .atleast_version("4.1")
+        .probe("pmix")
+    {
         Ok(lib) => lib,
         Err(e) => panic!(
             "gang-pmix needs the PMIx headers and library: install libpmix-dev \
@@ -31,7 +34,11 @@ fn main() {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
     }
     if env::var_os("LIBCLANG_PATH").is_none() {
-        for dir in ["/usr/lib/llvm-19/lib", "/usr/lib/llvm-18/lib", "/usr/lib/llvm-16/lib"] {
+        for dir in [
+            "/usr/lib/llvm-19/lib",
+            "/usr/lib/llvm-18/lib",
+            "/usr/lib/llvm-16/lib",
+        ] {
             if PathBuf::from(dir).exists() {
                 // SAFETY: a build script is single-threaded.
                 unsafe { env::set_var("LIBCLANG_PATH", dir) };

@@ -27,7 +27,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use common::{
-    assert_overlap_below, assert_scheduler_never_failed, json, need_binaries, read, repo, tail,
+    assert_overlap_below, assert_scheduler_never_failed, hang_diagnosis, json, need_binaries, read,
+    repo, tail,
 };
 use serde_json::Value;
 
@@ -219,6 +220,10 @@ fn run_cluster(scenario: &str, nodes: usize, extra: &[&str], timeout_s: u32) -> 
                 tail(&dir.join("scenario.log"), 15),
                 tail(&dir.join("scx_gang.log"), 15)
             );
+            let hang = hang_diagnosis(&dir);
+            if !hang.is_empty() {
+                msg += &format!("\n--- hang ---\n{hang}");
+            }
             if i == 0 {
                 msg += &format!("\n--- gangd.log ---\n{}", tail(&dir.join("gangd.log"), 25));
             }

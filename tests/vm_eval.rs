@@ -117,7 +117,10 @@ fn lone_round_trip_stays_near_eevdf(out: &std::path::Path) {
                     && l.contains(" workload=rt ")
                     && l.contains(" mpl=1 ")
             })
-            .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("iter_p50_us=")))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("iter_p50_us="))
+            })
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("eval.log: no rt MPL 1 job of {policy} with iter_p50_us"))
     };

@@ -118,13 +118,21 @@ fn history(shape: &[u32], settings: Settings, seed: u64) -> (String, u64) {
 /// every live job's holding after applying them.
 fn check_holdings(a: &mut Allocator, seen: &mut BTreeMap<JobId, Holding>, label: &str) {
     for (id, h) in a.take_changed() {
-        assert_ne!(seen.insert(id, h), Some(h), "{label}: job {id} reported unchanged");
+        assert_ne!(
+            seen.insert(id, h),
+            Some(h),
+            "{label}: job {id} reported unchanged"
+        );
     }
     for v in a.jobs() {
         let h = a.holding(v.id).unwrap();
         let placed = v.state != JobState::Queued;
         let cells = if placed { v.cells.len() } else { 0 };
-        assert_eq!((h.state, h.slots, h.cells), (v.state, v.slots.len(), cells), "{label}: {v:?}");
+        assert_eq!(
+            (h.state, h.slots, h.cells),
+            (v.state, v.slots.len(), cells),
+            "{label}: {v:?}"
+        );
         let reported = seen.get(&v.id).copied().unwrap_or(Holding::NOTHING);
         assert_eq!(reported, h, "{label}: job {} changed unreported", v.id);
     }

@@ -104,27 +104,45 @@ fn quantile(mut xs: Vec<f64>, q: f64) -> Option<f64> {
 }
 
 fn extra(job: &Job, key: &str) -> Option<f64> {
-    job.extra.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.parse().ok())
+    job.extra
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.parse().ok())
 }
 
 fn job_time(job: &Job) -> f64 {
-    job.elapsed_s.filter(|&s| s > 0.0).unwrap_or_else(|| job.time_s())
+    job.elapsed_s
+        .filter(|&s| s > 0.0)
+        .unwrap_or_else(|| job.time_s())
 }
 
 /// Every MPL 1 cell, workloads and policies in the order first seen.
 pub fn cells(log: &Log) -> Vec<LoneCell> {
     let mut by: BTreeMap<(usize, usize), Vec<&Job>> = BTreeMap::new();
     for j in log.jobs.iter().filter(|j| j.mpl == 1) {
-        let w = log.workloads.iter().position(|w| *w == j.workload).unwrap_or(usize::MAX);
-        let p = log.policies.iter().position(|p| *p == j.policy).unwrap_or(usize::MAX);
+        let w = log
+            .workloads
+            .iter()
+            .position(|w| *w == j.workload)
+            .unwrap_or(usize::MAX);
+        let p = log
+            .policies
+            .iter()
+            .position(|p| *p == j.policy)
+            .unwrap_or(usize::MAX);
         by.entry((w, p)).or_default().push(j);
     }
     by.into_values()
         .map(|jobs| {
             let lossy = |j: &Job| extra(j, "probe_tcp_timeouts").is_some_and(|t| t > 0.0);
-            let ok: Vec<&Job> = jobs.iter().copied().filter(|j| j.ok() && !lossy(j)).collect();
+            let ok: Vec<&Job> = jobs
+                .iter()
+                .copied()
+                .filter(|j| j.ok() && !lossy(j))
+                .collect();
             let n_lossy = jobs.iter().filter(|j| j.ok() && lossy(j)).count();
-            let per = |f: &dyn Fn(&Job) -> Option<f64>| median(ok.iter().filter_map(|j| f(j)).collect());
+            let per =
+                |f: &dyn Fn(&Job) -> Option<f64>| median(ok.iter().filter_map(|j| f(j)).collect());
             LoneCell {
                 workload: jobs[0].workload.clone(),
                 policy: jobs[0].policy.clone(),
@@ -133,7 +151,10 @@ pub fn cells(log: &Log) -> Vec<LoneCell> {
                 lossy: n_lossy,
                 time_s: median(ok.iter().map(|j| job_time(j)).collect()).unwrap_or(f64::NAN),
                 wait_per_slice_us: per(&|j| {
-                    let (w, s) = (extra(j, "probe_rank_wait_ms")?, extra(j, "probe_rank_slices")?);
+                    let (w, s) = (
+                        extra(j, "probe_rank_wait_ms")?,
+                        extra(j, "probe_rank_slices")?,
+                    );
                     (s > 0.0).then(|| w * 1000.0 / s)
                 }),
                 np_1k_us: per(&|j| extra(j, "np_1k_us")),
@@ -154,12 +175,16 @@ pub fn cells(log: &Log) -> Vec<LoneCell> {
 }
 
 fn find<'a>(cells: &'a [LoneCell], w: &str, p: &str) -> Option<&'a LoneCell> {
-    cells.iter().find(|c| c.workload == w && c.policy == p && c.ok > 0)
+    cells
+        .iter()
+        .find(|c| c.workload == w && c.policy == p && c.ok > 0)
 }
 
 /// Ratio of a cell's time to `policy`'s in the same workload.
 pub fn ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> {
-    find(cells, &c.workload, policy).map(|b| c.time_s / b.time_s).filter(|r| r.is_finite())
+    find(cells, &c.workload, policy)
+        .map(|b| c.time_s / b.time_s)
+        .filter(|r| r.is_finite())
 }
 
 /// A cell's repetitions against `policy`'s of the same index, in the same
@@ -183,7 +208,9 @@ pub fn paired(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<Paired> 
 /// What the verdict compares: the paired median where there are pairs,
 /// the ratio of medians otherwise.
 fn verdict_ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> {
-    paired(cells, c, policy).map(|p| p.median).or_else(|| ratio(cells, c, policy))
+    paired(cells, c, policy)
+        .map(|p| p.median)
+        .or_else(|| ratio(cells, c, policy))
 }
 
 /// Is the target met for `policy` (default gang-strict) on every workload?
@@ -191,7 +218,10 @@ fn verdict_ratio(cells: &[LoneCell], c: &LoneCell, policy: &str) -> Option<f64> 
 pub fn target_met(cells: &[LoneCell], policy: &str) -> Option<bool> {
     let mut any = false;
     for c in cells.iter().filter(|c| c.policy == policy) {
-        let (e, b) = (verdict_ratio(cells, c, "eevdf")?, verdict_ratio(cells, c, "bpfland")?);
+        let (e, b) = (
+            verdict_ratio(cells, c, "eevdf")?,
+            verdict_ratio(cells, c, "bpfland")?,
+        );
         any = true;
         if e > EEVDF_TARGET || b > 1.0 {
             return Some(false);
@@ -206,34 +236,105 @@ fn opt(x: Option<f64>, prec: usize) -> String {
 
 /// One row of the table: per column (csv key, title, width, text for
 /// people, text for the CSV).
-fn row(cells: &[LoneCell], c: &LoneCell) -> Vec<(&'static str, &'static str, usize, String, String)> {
+fn row(
+    cells: &[LoneCell],
+    c: &LoneCell,
+) -> Vec<(&'static str, &'static str, usize, String, String)> {
     let (e, b) = (ratio(cells, c, "eevdf"), ratio(cells, c, "bpfland"));
     let (pe, pb) = (paired(cells, c, "eevdf"), paired(cells, c, "bpfland"));
-    let num = |key, title, width, v: Option<f64>, prec: usize| (key, title, width, opt(v, prec), opt(v, prec + 1));
+    let num = |key, title, width, v: Option<f64>, prec: usize| {
+        (key, title, width, opt(v, prec), opt(v, prec + 1))
+    };
     // "median [q1-q3]" for people; the CSV has each as its own column.
-    let pair = |p: Option<Paired>| p.map_or("-".into(), |p| format!("{:.3} [{:.2}-{:.2}]", p.median, p.q1, p.q3));
+    let pair = |p: Option<Paired>| {
+        p.map_or("-".into(), |p| {
+            format!("{:.3} [{:.2}-{:.2}]", p.median, p.q1, p.q3)
+        })
+    };
     let ok = format!(
         "{}{}{}",
         c.ok,
-        if c.failed > 0 { format!("!{}", c.failed) } else { String::new() },
-        if c.lossy > 0 { format!("~{}", c.lossy) } else { String::new() }
+        if c.failed > 0 {
+            format!("!{}", c.failed)
+        } else {
+            String::new()
+        },
+        if c.lossy > 0 {
+            format!("~{}", c.lossy)
+        } else {
+            String::new()
+        }
     );
     let mut cols = vec![
-        ("workload", "workload", 10, c.workload.clone(), c.workload.clone()),
+        (
+            "workload",
+            "workload",
+            10,
+            c.workload.clone(),
+            c.workload.clone(),
+        ),
         ("policy", "policy", 12, c.policy.clone(), c.policy.clone()),
         ("ok", "ok", 6, ok, c.ok.to_string()),
         ("failed", "", 0, String::new(), c.failed.to_string()),
         ("lossy", "", 0, String::new(), c.lossy.to_string()),
-        ("time_s", "time s", 8, format!("{:.3}", c.time_s), format!("{:.6}", c.time_s)),
+        (
+            "time_s",
+            "time s",
+            8,
+            format!("{:.3}", c.time_s),
+            format!("{:.6}", c.time_s),
+        ),
         num("vs_eevdf", "/eevdf", 8, e, 3),
         num("vs_bpfland", "/bpfland", 8, b, 3),
-        ("paired_eevdf", "paired /eevdf [q1-q3]", 21, pair(pe), opt(pe.map(|p| p.median), 4)),
-        ("paired_eevdf_q1", "", 0, String::new(), opt(pe.map(|p| p.q1), 4)),
-        ("paired_eevdf_q3", "", 0, String::new(), opt(pe.map(|p| p.q3), 4)),
-        ("paired_bpfland", "paired /bpfland [q1-q3]", 23, pair(pb), opt(pb.map(|p| p.median), 4)),
-        ("paired_bpfland_q1", "", 0, String::new(), opt(pb.map(|p| p.q1), 4)),
-        ("paired_bpfland_q3", "", 0, String::new(), opt(pb.map(|p| p.q3), 4)),
-        num("wait_per_slice_us", "wait/slc us", 11, c.wait_per_slice_us, 1),
+        (
+            "paired_eevdf",
+            "paired /eevdf [q1-q3]",
+            21,
+            pair(pe),
+            opt(pe.map(|p| p.median), 4),
+        ),
+        (
+            "paired_eevdf_q1",
+            "",
+            0,
+            String::new(),
+            opt(pe.map(|p| p.q1), 4),
+        ),
+        (
+            "paired_eevdf_q3",
+            "",
+            0,
+            String::new(),
+            opt(pe.map(|p| p.q3), 4),
+        ),
+        (
+            "paired_bpfland",
+            "paired /bpfland [q1-q3]",
+            23,
+            pair(pb),
+            opt(pb.map(|p| p.median), 4),
+        ),
+        (
+            "paired_bpfland_q1",
+            "",
+            0,
+            String::new(),
+            opt(pb.map(|p| p.q1), 4),
+        ),
+        (
+            "paired_bpfland_q3",
+            "",
+            0,
+            String::new(),
+            opt(pb.map(|p| p.q3), 4),
+        ),
+        num(
+            "wait_per_slice_us",
+            "wait/slc us",
+            11,
+            c.wait_per_slice_us,
+            1,
+        ),
         num("iter_p50_us", "p50 it us", 9, c.iter_p50_us, 1),
         num("np_1k_us", "np 1k us", 8, c.np_1k_us, 1),
     ];
@@ -252,13 +353,21 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
             let keys: Vec<&str> = cols.iter().map(|c| c.0).collect();
             let _ = writeln!(csv, "{}", keys.join(","));
             for (j, (_, title, w, _, _)) in cols.iter().enumerate().filter(|(_, c)| c.2 > 0) {
-                let _ = if j < 2 { write!(t, "{title:<w$} ") } else { write!(t, "{title:>w$} ") };
+                let _ = if j < 2 {
+                    write!(t, "{title:<w$} ")
+                } else {
+                    write!(t, "{title:>w$} ")
+                };
             }
             t = t.trim_end().to_string() + "\n";
         }
         let mut line = String::new();
         for (j, (_, _, w, text, _)) in cols.iter().enumerate().filter(|(_, c)| c.2 > 0) {
-            let _ = if j < 2 { write!(line, "{text:<w$} ") } else { write!(line, "{text:>w$} ") };
+            let _ = if j < 2 {
+                write!(line, "{text:<w$} ")
+            } else {
+                write!(line, "{text:>w$} ")
+            };
         }
         let _ = writeln!(t, "{}", line.trim_end());
         let values: Vec<&str> = cols.iter().map(|c| c.4.as_str()).collect();
@@ -278,7 +387,10 @@ pub fn render(cells: &[LoneCell], policy: &str) -> (String, String) {
         let _ = writeln!(t, "~N: N repetitions left out, a rank's node had TCP retransmission timeouts (packet loss)");
     }
     if cells.iter().any(|c| c.policy == "dedicated") {
-        let _ = writeln!(t, "noise floor: dedicated is eevdf in another phase of the same boot (its /eevdf column)");
+        let _ = writeln!(
+            t,
+            "noise floor: dedicated is eevdf in another phase of the same boot (its /eevdf column)"
+        );
     }
     (t, csv)
 }

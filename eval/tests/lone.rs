@@ -28,22 +28,53 @@ fn the_time_is_the_median_of_ok_reps_and_ratios_are_to_eevdf_and_bpfland() {
     for (r, s) in [2.5, 2.4, 2.6].iter().enumerate() {
         t += &job("bpfland", "netpipe", r as u32, *s, true, "");
     }
-    t += &job("gang-strict", "netpipe", 0, 2.9, true, "probe_rank_wait_ms=10 probe_rank_slices=100 np_1k_us=160 iter_p50_us=700");
-    t += &job("gang-strict", "netpipe", 1, 2.8, true, "probe_rank_wait_ms=30 probe_rank_slices=100 np_1k_us=150");
+    t += &job(
+        "gang-strict",
+        "netpipe",
+        0,
+        2.9,
+        true,
+        "probe_rank_wait_ms=10 probe_rank_slices=100 np_1k_us=160 iter_p50_us=700",
+    );
+    t += &job(
+        "gang-strict",
+        "netpipe",
+        1,
+        2.8,
+        true,
+        "probe_rank_wait_ms=30 probe_rank_slices=100 np_1k_us=150",
+    );
     t += &job("gang-strict", "netpipe", 2, 99.0, false, "");
     let l = log(&t);
     let c = cells(&l);
     let g = c.iter().find(|c| c.policy == "gang-strict").unwrap();
-    assert_eq!((g.ok, g.failed), (2, 1), "a failed job is counted, not averaged in");
+    assert_eq!(
+        (g.ok, g.failed),
+        (2, 1),
+        "a failed job is counted, not averaged in"
+    );
     assert!((g.time_s - 2.85).abs() < 1e-9);
-    assert!((g.wait_per_slice_us.unwrap() - 200.0).abs() < 1e-9, "median of 100 and 300 us");
+    assert!(
+        (g.wait_per_slice_us.unwrap() - 200.0).abs() < 1e-9,
+        "median of 100 and 300 us"
+    );
     assert_eq!(g.np_1k_us, Some(155.0));
     assert_eq!(g.iter_p50_us, Some(700.0), "one rep has it: its value");
     let (table, csv) = render(&c, "gang-strict");
-    assert!(table.contains("1.425"), "2.85 / 2.0 against eevdf:\n{table}");
-    assert!(table.contains("1.140"), "2.85 / 2.5 against bpfland:\n{table}");
+    assert!(
+        table.contains("1.425"),
+        "2.85 / 2.0 against eevdf:\n{table}"
+    );
+    assert!(
+        table.contains("1.140"),
+        "2.85 / 2.5 against bpfland:\n{table}"
+    );
     assert!(table.contains("NOT met"), "{table}");
-    assert!(csv.lines().next().unwrap().starts_with("workload,policy,ok,failed,lossy,time_s,vs_eevdf"));
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .starts_with("workload,policy,ok,failed,lossy,time_s,vs_eevdf"));
     assert_eq!(csv.lines().count(), 4);
 }
 
@@ -55,21 +86,40 @@ fn the_target_is_within_5_percent_of_eevdf_and_at_or_below_bpfland_on_every_work
     let slow = log(&(base.clone() + &job("gang-strict", "rt", 0, 1.06, true, "")));
     assert_eq!(target_met(&cells(&slow), "gang-strict"), Some(false));
     // Within 5 % of eevdf but behind bpfland.
-    let fast_bpfland = job("eevdf", "ep", 0, 1.0, true, "") + &job("bpfland", "ep", 0, 0.98, true, "");
-    let behind = log(&(base + &job("gang-strict", "rt", 0, 1.0, true, "") + &fast_bpfland + &job("gang-strict", "ep", 0, 1.0, true, "")));
+    let fast_bpfland =
+        job("eevdf", "ep", 0, 1.0, true, "") + &job("bpfland", "ep", 0, 0.98, true, "");
+    let behind = log(&(base
+        + &job("gang-strict", "rt", 0, 1.0, true, "")
+        + &fast_bpfland
+        + &job("gang-strict", "ep", 0, 1.0, true, "")));
     assert_eq!(target_met(&cells(&behind), "gang-strict"), Some(false));
     // No bpfland at all: no verdict.
-    let missing = log(&(job("eevdf", "rt", 0, 1.0, true, "") + &job("gang-strict", "rt", 0, 1.0, true, "")));
+    let missing =
+        log(&(job("eevdf", "rt", 0, 1.0, true, "") + &job("gang-strict", "rt", 0, 1.0, true, "")));
     assert_eq!(target_met(&cells(&missing), "gang-strict"), None);
 }
 
 #[test]
 fn per_second_probe_figures_are_divided_by_the_job_time() {
-    let l = log(&job("eevdf", "rt", 0, 2.0, true, "probe_node_ctxt=4000 probe_daemon_cpu_ms=12.5"));
+    let l = log(&job(
+        "eevdf",
+        "rt",
+        0,
+        2.0,
+        true,
+        "probe_node_ctxt=4000 probe_daemon_cpu_ms=12.5",
+    ));
     let c = &cells(&l)[0];
-    assert_eq!(c.probes[1], Some(2000.0), "node context switches per second");
+    assert_eq!(
+        c.probes[1],
+        Some(2000.0),
+        "node context switches per second"
+    );
     assert_eq!(c.probes[4], Some(6.25), "daemon CPU ms per second too");
-    assert_eq!(c.probes[5], None, "retransmissions per job, absent: shown as -");
+    assert_eq!(
+        c.probes[5], None,
+        "retransmissions per job, absent: shown as -"
+    );
     assert_eq!(c.probes[0], None, "absent: shown as -");
 }
 
@@ -82,11 +132,21 @@ fn only_mpl_1_jobs_count() {
 #[test]
 fn a_repetition_with_tcp_timeouts_is_left_out_and_counted_as_lossy() {
     let mut t = job("eevdf", "netpipe", 0, 2.0, true, "probe_tcp_timeouts=0");
-    t += &job("eevdf", "netpipe", 1, 60.0, true, "probe_tcp_timeouts=12 probe_tcp_retrans=40");
+    t += &job(
+        "eevdf",
+        "netpipe",
+        1,
+        60.0,
+        true,
+        "probe_tcp_timeouts=12 probe_tcp_retrans=40",
+    );
     t += &job("eevdf", "netpipe", 2, 2.2, true, "probe_tcp_timeouts=0");
     let c = &cells(&log(&t))[0];
     assert_eq!((c.ok, c.failed, c.lossy), (2, 0, 1));
-    assert!((c.time_s - 2.1).abs() < 1e-9, "the lossy 60 s is not in the median");
+    assert!(
+        (c.time_s - 2.1).abs() < 1e-9,
+        "the lossy 60 s is not in the median"
+    );
     let (table, _) = render(&cells(&log(&t)), "gang-strict");
     assert!(table.contains("2~1"), "{table}");
 }
@@ -107,20 +167,36 @@ fn paired_ratios_compare_repetitions_of_the_same_round_and_decide_the_verdict() 
     t += &job("gang-strict", "rt", 3, 2.08, true, "");
     let c = cells(&log(&t));
     let g = c.iter().find(|c| c.policy == "gang-strict").unwrap();
-    assert!((g.time_s - 2.08).abs() < 1e-9, "the ratio of medians says 2.08 / 1.5");
+    assert!(
+        (g.time_s - 2.08).abs() < 1e-9,
+        "the ratio of medians says 2.08 / 1.5"
+    );
     let p = paired(&c, g, "eevdf").unwrap();
     assert_eq!(p.pairs, 3, "the failed repetition has no pair");
-    assert!((p.median - 1.04).abs() < 1e-9 && (p.q1 - 1.04).abs() < 1e-9 && (p.q3 - 1.04).abs() < 1e-9);
-    assert_eq!(target_met(&c, "gang-strict"), Some(true), "4 % behind eevdf, ahead of bpfland, round by round");
+    assert!(
+        (p.median - 1.04).abs() < 1e-9 && (p.q1 - 1.04).abs() < 1e-9 && (p.q3 - 1.04).abs() < 1e-9
+    );
+    assert_eq!(
+        target_met(&c, "gang-strict"),
+        Some(true),
+        "4 % behind eevdf, ahead of bpfland, round by round"
+    );
     let (table, csv) = render(&c, "gang-strict");
     assert!(table.contains("1.040 [1.04-1.04]"), "{table}");
-    assert!(csv.lines().next().unwrap().contains(",paired_eevdf,paired_eevdf_q1,paired_eevdf_q3,paired_bpfland,"));
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .contains(",paired_eevdf,paired_eevdf_q1,paired_eevdf_q3,paired_bpfland,"));
 }
 
 #[test]
 fn quartiles_of_paired_ratios_show_their_spread() {
     let mut t = String::new();
-    for (r, (e, g)) in [(1.0, 1.0), (1.0, 1.1), (1.0, 1.2), (1.0, 1.3), (1.0, 1.4)].iter().enumerate() {
+    for (r, (e, g)) in [(1.0, 1.0), (1.0, 1.1), (1.0, 1.2), (1.0, 1.3), (1.0, 1.4)]
+        .iter()
+        .enumerate()
+    {
         t += &job("eevdf", "ep", r as u32, *e, true, "");
         t += &job("gang-strict", "ep", r as u32, *g, true, "");
     }
@@ -128,6 +204,12 @@ fn quartiles_of_paired_ratios_show_their_spread() {
     let g = c.iter().find(|c| c.policy == "gang-strict").unwrap();
     let p = paired(&c, g, "eevdf").unwrap();
     assert_eq!(p.pairs, 5);
-    assert!((p.median - 1.2).abs() < 1e-9 && (p.q1 - 1.1).abs() < 1e-9 && (p.q3 - 1.3).abs() < 1e-9, "{p:?}");
-    assert!(paired(&c, g, "bpfland").is_none(), "no bpfland cell: no pairs");
+    assert!(
+        (p.median - 1.2).abs() < 1e-9 && (p.q1 - 1.1).abs() < 1e-9 && (p.q3 - 1.3).abs() < 1e-9,
+        "{p:?}"
+    );
+    assert!(
+        paired(&c, g, "bpfland").is_none(),
+        "no bpfland cell: no pairs"
+    );
 }

@@ -46,7 +46,10 @@ pub const LINK_FD: i32 = 3;
 /// the hash store (the shared-memory ones crash on a 20 MiB commit), and
 /// no IPv6 listener (PMIX_SERVER_REMOTE_CONNECTIONS stays false: the IPv4
 /// listener is on 127.0.0.1 only).
-pub const MCA_ENV: &[(&str, &str)] = &[("PMIX_MCA_gds", "hash"), ("PMIX_MCA_ptl_tcp_disable_ipv6_family", "1")];
+pub const MCA_ENV: &[(&str, &str)] = &[
+    ("PMIX_MCA_gds", "hash"),
+    ("PMIX_MCA_ptl_tcp_disable_ipv6_family", "1"),
+];
 
 /// How long libpmix may take to finalize at the end. After refusing a
 /// client of the wrong user libpmix 4.2.2 never does (tests/child.rs).
@@ -67,11 +70,16 @@ pub fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String
         let slot = match a.as_str() {
             "--tmpdir" => &mut tmpdir,
             "--hostname" => &mut hostname,
-            _ => return Err(format!("unknown argument {a:?} (usage: --tmpdir DIR [--hostname NAME], fd 3 the agent)")),
+            _ => return Err(format!(
+                "unknown argument {a:?} (usage: --tmpdir DIR [--hostname NAME], fd 3 the agent)"
+            )),
         };
         *slot = Some(args.next().ok_or_else(|| format!("{a} needs a value"))?);
     }
-    Ok(Args { tmpdir: tmpdir.ok_or("--tmpdir DIR is required")?.into(), hostname })
+    Ok(Args {
+        tmpdir: tmpdir.ok_or("--tmpdir DIR is required")?.into(),
+        hostname,
+    })
 }
 
 /// The whole process: `Ok` when the agent closed the link.
@@ -80,7 +88,9 @@ pub fn main(args: &Args) -> Result<(), String> {
     let link = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(LINK_FD, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-            return Err(format!("fd {LINK_FD} is not a socket: the agent gives its socketpair end as fd 3"));
+            return Err(format!(
+                "fd {LINK_FD} is not a socket: the agent gives its socketpair end as fd 3"
+            ));
         }
         libc::fcntl(LINK_FD, libc::F_SETFD, libc::FD_CLOEXEC);
         UnixStream::from_raw_fd(LINK_FD)
@@ -131,7 +141,11 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
         }
         Err(e) => return Err(failed(&out, e)),
     };
-    info!("serving {} (ranks {:?} here)", job.nspace, job.local_ranks());
+    info!(
+        "serving {} (ranks {:?} here)",
+        job.nspace,
+        job.local_ranks()
+    );
     let end = loop {
         let msg = match read_frame::<ToPmix>(link) {
             Ok(Some(msg)) => msg,
@@ -155,7 +169,9 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
                         if let Err(e) = &result {
                             warn!("fence {id} of {} fails: {e}", job.nspace);
                         }
-                        done.complete(result.map_err(|e| crate::Error::new(crate::ffi::PMIX_ERROR, &e)));
+                        done.complete(
+                            result.map_err(|e| crate::Error::new(crate::ffi::PMIX_ERROR, &e)),
+                        );
                     }
                     Err(e) => error!("{e}"),
                 }
@@ -179,24 +195,41 @@ fn serve(link: &mut UnixStream, args: &Args, out: Sender<FromPmix>) -> Result<()
 
 /// Tells the agent `error` (Failed), returns it (main logs it).
 fn failed(out: &Sender<FromPmix>, error: String) -> String {
-    let _ = out.send(FromPmix::Failed { error: error.clone() });
+    let _ = out.send(FromPmix::Failed {
+        error: error.clone(),
+    });
     error
 }
 
 /// libpmix started and the job registered; the server's URI.
 fn start(job: &PmixJob, args: &Args, host: Arc<ChildHost>) -> Result<(Server, String), String> {
     job.layout()?;
-    let first = *job.local_ranks().first().ok_or("no rank of the job on this node")?;
+    let first = *job
+        .local_ranks()
+        .first()
+        .ok_or("no rank of the job on this node")?;
     if let Some(h) = &args.hostname {
         if h != &job.nodes[job.this_node] {
-            return Err(format!("this node is {h:?}, the job says {:?}", job.nodes[job.this_node]));
+            return Err(format!(
+                "this node is {h:?}, the job says {:?}",
+                job.nodes[job.this_node]
+            ));
         }
     }
-    let server = Server::start_as(&args.tmpdir, args.hostname.as_deref(), host).map_err(|e| e.to_string())?;
+    let server = Server::start_as(&args.tmpdir, args.hostname.as_deref(), host)
+        .map_err(|e| e.to_string())?;
     server.register_job(job).map_err(|e| e.to_string())?;
-    let env = server.fork_env(&job.nspace, first).map_err(|e| e.to_string())?;
-    let uri = env.into_iter().find(|(k, _)| k == "PMIX_SERVER_URI41").map(|(_, v)| v);
-    Ok((server, uri.ok_or("no PMIX_SERVER_URI41 in the fork environment")?))
+    let env = server
+        .fork_env(&job.nspace, first)
+        .map_err(|e| e.to_string())?;
+    let uri = env
+        .into_iter()
+        .find(|(k, _)| k == "PMIX_SERVER_URI41")
+        .map(|(_, v)| v);
+    Ok((
+        server,
+        uri.ok_or("no PMIX_SERVER_URI41 in the fork environment")?,
+    ))
 }
 
 /// `rank`'s environment, if it is one of this node's ranks (libpmix would
@@ -204,14 +237,26 @@ fn start(job: &PmixJob, args: &Args, host: Arc<ChildHost>) -> Result<(Server, St
 fn env(server: &Server, job: &PmixJob, rank: u32) -> FromPmix {
     if !job.local_ranks().contains(&rank) {
         let error = Some(format!("rank {rank} of {} is not on this node", job.nspace));
-        return FromPmix::Env { rank, env: Vec::new(), error };
+        return FromPmix::Env {
+            rank,
+            env: Vec::new(),
+            error,
+        };
     }
     match server.fork_env(&job.nspace, rank) {
         Ok(mut env) => {
             env.extend(OMPI_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-            FromPmix::Env { rank, env, error: None }
+            FromPmix::Env {
+                rank,
+                env,
+                error: None,
+            }
         }
-        Err(e) => FromPmix::Env { rank, env: Vec::new(), error: Some(e.to_string()) },
+        Err(e) => FromPmix::Env {
+            rank,
+            env: Vec::new(),
+            error: Some(e.to_string()),
+        },
     }
 }
 
@@ -238,7 +283,11 @@ impl Host for ChildHost {
     }
     fn abort(&self, nspace: &str, rank: u32, status: i32, msg: &str, _targets: &[Proc]) {
         warn!("{nspace}:{rank} aborts with {status}: {msg}");
-        let _ = self.out.send(FromPmix::Abort { rank, status, message: msg.to_string() });
+        let _ = self.out.send(FromPmix::Abort {
+            rank,
+            status,
+            message: msg.to_string(),
+        });
     }
     fn fence(&self, _nspace: &str, _procs: &[Proc], data: Vec<u8>, collect: bool, done: FenceDone) {
         // Under the lock: one fence's messages are never mixed with another's.
@@ -261,7 +310,11 @@ pub struct FenceRelay<D> {
 
 impl<D> FenceRelay<D> {
     pub fn new(limit: usize) -> Self {
-        FenceRelay { next: 0, pending: BTreeMap::new(), results: Assembly::new(limit) }
+        FenceRelay {
+            next: 0,
+            pending: BTreeMap::new(),
+            results: Assembly::new(limit),
+        }
     }
 
     /// A fence complete on this node: the messages that hand it to the agent.
@@ -269,7 +322,9 @@ impl<D> FenceRelay<D> {
         let id = self.next;
         self.next += 1;
         self.pending.insert(id, done);
-        let mut msgs: Vec<FromPmix> = fence_chunks(data).map(|data| FromPmix::FenceChunk { id, data }).collect();
+        let mut msgs: Vec<FromPmix> = fence_chunks(data)
+            .map(|data| FromPmix::FenceChunk { id, data })
+            .collect();
         msgs.push(FromPmix::Fence { id, collect });
         msgs
     }
@@ -277,20 +332,32 @@ impl<D> FenceRelay<D> {
     /// A chunk of fence `id`'s result.
     pub fn chunk(&mut self, id: u64, data: &str) -> Result<(), String> {
         if !self.pending.contains_key(&id) {
-            return Err(format!("a result chunk of fence {id}, which is not waiting"));
+            return Err(format!(
+                "a result chunk of fence {id}, which is not waiting"
+            ));
         }
         self.results.chunk(id, data)
     }
 
     /// The agent's end of fence `id`: its completion and its result (the
     /// chunks joined, or why it fails).
-    pub fn done(&mut self, id: u64, error: Option<String>) -> Result<(D, Result<Vec<u8>, String>), String> {
-        let done = self.pending.remove(&id).ok_or_else(|| format!("FenceDone of fence {id}, which is not waiting"))?;
+    pub fn done(
+        &mut self,
+        id: u64,
+        error: Option<String>,
+    ) -> Result<(D, Result<Vec<u8>, String>), String> {
+        let done = self
+            .pending
+            .remove(&id)
+            .ok_or_else(|| format!("FenceDone of fence {id}, which is not waiting"))?;
         let result = self.results.finish(id);
-        Ok((done, match error {
-            Some(e) => Err(e),
-            None => result,
-        }))
+        Ok((
+            done,
+            match error {
+                Some(e) => Err(e),
+                None => result,
+            },
+        ))
     }
 
     /// Every completion still held (to fail them), oldest first.
@@ -308,17 +375,31 @@ mod tests {
     #[test]
     fn fences_get_ids_in_order_and_their_data_goes_in_chunks_before_them() {
         let mut r = FenceRelay::new(100);
-        assert_eq!(r.start(b"", true, 'a'), vec![FromPmix::Fence { id: 0, collect: true }]);
+        assert_eq!(
+            r.start(b"", true, 'a'),
+            vec![FromPmix::Fence {
+                id: 0,
+                collect: true
+            }]
+        );
         let big = vec![1u8; FENCE_CHUNK + 1];
         let msgs = r.start(&big, false, 'b');
         assert_eq!(msgs.len(), 3);
         let mut got = Vec::new();
         for m in &msgs[..2] {
-            let FromPmix::FenceChunk { id: 1, data } = m else { panic!("{m:?}") };
+            let FromPmix::FenceChunk { id: 1, data } = m else {
+                panic!("{m:?}")
+            };
             got.extend(decode(data).unwrap());
         }
         assert_eq!(got, big);
-        assert_eq!(msgs[2], FromPmix::Fence { id: 1, collect: false });
+        assert_eq!(
+            msgs[2],
+            FromPmix::Fence {
+                id: 1,
+                collect: false
+            }
+        );
     }
 
     #[test]
@@ -337,7 +418,10 @@ mod tests {
         let mut r = FenceRelay::new(4);
         r.start(b"", true, 'a');
         r.start(b"", true, 'b');
-        assert_eq!(r.done(0, Some("node lost".into())).unwrap(), ('a', Err("node lost".into())));
+        assert_eq!(
+            r.done(0, Some("node lost".into())).unwrap(),
+            ('a', Err("node lost".into()))
+        );
         assert!(r.chunk(1, &encode(b"12345")).is_err());
         let (d, result) = r.done(1, None).unwrap();
         assert_eq!(d, 'b');
@@ -369,10 +453,19 @@ mod tests {
     #[test]
     fn arguments_are_a_tmpdir_and_maybe_a_hostname() {
         let p = |a: &[&str]| parse_args(a.iter().map(|s| s.to_string()));
-        assert_eq!(p(&["--tmpdir", "/t"]).unwrap(), Args { tmpdir: "/t".into(), hostname: None });
+        assert_eq!(
+            p(&["--tmpdir", "/t"]).unwrap(),
+            Args {
+                tmpdir: "/t".into(),
+                hostname: None
+            }
+        );
         assert_eq!(
             p(&["--hostname", "n1", "--tmpdir", "/t"]).unwrap(),
-            Args { tmpdir: "/t".into(), hostname: Some("n1".into()) }
+            Args {
+                tmpdir: "/t".into(),
+                hostname: Some("n1".into())
+            }
         );
         assert!(p(&[]).is_err());
         assert!(p(&["--tmpdir"]).is_err());

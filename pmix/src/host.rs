@@ -47,13 +47,22 @@ pub struct Error {
 
 impl Error {
     pub fn new(status: i32, what: &str) -> Error {
-        Error { status, what: what.to_string() }
+        Error {
+            status,
+            what: what.to_string(),
+        }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} ({})", self.what, status_name(self.status), self.status)
+        write!(
+            f,
+            "{}: {} ({})",
+            self.what,
+            status_name(self.status),
+            self.status
+        )
     }
 }
 
@@ -67,7 +76,9 @@ pub fn status_name(status: i32) -> String {
         return "UNKNOWN".into();
     }
     // SAFETY: NUL-terminated static text.
-    unsafe { std::ffi::CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(s) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// One process, or every process of a namespace (`rank: None`, PMIx's
@@ -92,7 +103,14 @@ pub trait Host: Send + Sync {
     /// Every local participant of a fence over `procs` arrived; `local_data`
     /// is this node's blob. Complete `done` with every node's blob
     /// concatenated (this node's included), from any thread.
-    fn fence(&self, nspace: &str, procs: &[Proc], local_data: Vec<u8>, collect: bool, done: FenceDone);
+    fn fence(
+        &self,
+        nspace: &str,
+        procs: &[Proc],
+        local_data: Vec<u8>,
+        collect: bool,
+        done: FenceDone,
+    );
     /// PMIx_Publish: `pairs` from `from`.
     fn publish(&self, from: &Proc, pairs: Vec<(String, Value)>) -> Result<(), Error> {
         default_store().publish(from, pairs)
@@ -134,12 +152,34 @@ impl FenceDone {
                 let keep = Box::into_raw(data).cast::<std::ffi::c_void>();
                 // SAFETY: libpmix copies or keeps `ptr` until it calls
                 // release_blob(keep), which frees the box once.
-                unsafe { cb(ffi::PMIX_SUCCESS as i32, ptr, len, self.cbdata, Some(release_blob), keep) };
+                unsafe {
+                    cb(
+                        ffi::PMIX_SUCCESS as i32,
+                        ptr,
+                        len,
+                        self.cbdata,
+                        Some(release_blob),
+                        keep,
+                    )
+                };
             }
             Err(e) => {
-                let status = if e.status < 0 { e.status } else { ffi::PMIX_ERROR };
+                let status = if e.status < 0 {
+                    e.status
+                } else {
+                    ffi::PMIX_ERROR
+                };
                 // SAFETY: no data, nothing to release.
-                unsafe { cb(status, std::ptr::null(), 0, self.cbdata, None, std::ptr::null_mut()) };
+                unsafe {
+                    cb(
+                        status,
+                        std::ptr::null(),
+                        0,
+                        self.cbdata,
+                        None,
+                        std::ptr::null_mut(),
+                    )
+                };
             }
         }
     }
@@ -147,7 +187,10 @@ impl FenceDone {
 
 impl Drop for FenceDone {
     fn drop(&mut self) {
-        self.finish(Err(Error::new(ffi::PMIX_ERROR, "fence dropped by the host")));
+        self.finish(Err(Error::new(
+            ffi::PMIX_ERROR,
+            "fence dropped by the host",
+        )));
     }
 }
 
@@ -181,15 +224,24 @@ impl Store {
         let mut add = 0usize;
         for (i, (k, v)) in pairs.iter().enumerate() {
             if k.is_empty() || k.len() > MAX_KEY_BYTES || v.len() > MAX_VALUE_BYTES {
-                return Err(Error::new(ffi::PMIX_ERR_BAD_PARAM, &format!("publishing {k:.64}")));
+                return Err(Error::new(
+                    ffi::PMIX_ERR_BAD_PARAM,
+                    &format!("publishing {k:.64}"),
+                ));
             }
             if s.entries.contains_key(k) || pairs[..i].iter().any(|(k2, _)| k2 == k) {
-                return Err(Error::new(ffi::PMIX_ERR_DUPLICATE_KEY, &format!("publishing {k}")));
+                return Err(Error::new(
+                    ffi::PMIX_ERR_DUPLICATE_KEY,
+                    &format!("publishing {k}"),
+                ));
             }
             add += k.len() + v.len();
         }
         if s.bytes + add > MAX_STORE_BYTES {
-            return Err(Error::new(ffi::PMIX_ERR_OUT_OF_RESOURCE, "publishing: the store is full"));
+            return Err(Error::new(
+                ffi::PMIX_ERR_OUT_OF_RESOURCE,
+                "publishing: the store is full",
+            ));
         }
         s.bytes += add;
         for (k, v) in pairs {
@@ -198,11 +250,19 @@ impl Store {
         Ok(())
     }
 
-    pub fn lookup(&self, _from: &Proc, keys: &[String]) -> Result<Vec<(Proc, String, Value)>, Error> {
+    pub fn lookup(
+        &self,
+        _from: &Proc,
+        keys: &[String],
+    ) -> Result<Vec<(Proc, String, Value)>, Error> {
         let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let found: Vec<_> = keys
             .iter()
-            .filter_map(|k| s.entries.get(k).map(|(p, v)| (p.clone(), k.clone(), v.clone())))
+            .filter_map(|k| {
+                s.entries
+                    .get(k)
+                    .map(|(p, v)| (p.clone(), k.clone(), v.clone()))
+            })
             .collect();
         if found.is_empty() {
             return Err(Error::new(ffi::PMIX_ERR_NOT_FOUND, "lookup"));
@@ -233,7 +293,10 @@ mod tests {
     use super::*;
 
     fn p(ns: &str, r: u32) -> Proc {
-        Proc { nspace: ns.into(), rank: Some(r) }
+        Proc {
+            nspace: ns.into(),
+            rank: Some(r),
+        }
     }
 
     fn s(v: &str) -> Value {
@@ -243,20 +306,33 @@ mod tests {
     #[test]
     fn a_published_key_is_found_with_its_publisher() {
         let st = Store::default();
-        st.publish(&p("a", 0), vec![("svc".into(), s("port-1"))]).unwrap();
-        let got = st.lookup(&p("b", 3), &["svc".into(), "other".into()]).unwrap();
+        st.publish(&p("a", 0), vec![("svc".into(), s("port-1"))])
+            .unwrap();
+        let got = st
+            .lookup(&p("b", 3), &["svc".into(), "other".into()])
+            .unwrap();
         assert_eq!(got, vec![(p("a", 0), "svc".to_string(), s("port-1"))]);
-        assert_eq!(st.lookup(&p("a", 0), &["other".into()]).unwrap_err().status, ffi::PMIX_ERR_NOT_FOUND);
+        assert_eq!(
+            st.lookup(&p("a", 0), &["other".into()]).unwrap_err().status,
+            ffi::PMIX_ERR_NOT_FOUND
+        );
     }
 
     #[test]
     fn a_key_is_published_once_and_a_duplicate_publish_changes_nothing() {
         let st = Store::default();
         st.publish(&p("a", 0), vec![("k".into(), s("1"))]).unwrap();
-        let e = st.publish(&p("a", 1), vec![("j".into(), s("2")), ("k".into(), s("3"))]).unwrap_err();
+        let e = st
+            .publish(&p("a", 1), vec![("j".into(), s("2")), ("k".into(), s("3"))])
+            .unwrap_err();
         assert_eq!(e.status, ffi::PMIX_ERR_DUPLICATE_KEY);
-        assert!(st.lookup(&p("a", 0), &["j".into()]).is_err(), "all or nothing");
-        let e = st.publish(&p("a", 1), vec![("x".into(), s("2")), ("x".into(), s("3"))]).unwrap_err();
+        assert!(
+            st.lookup(&p("a", 0), &["j".into()]).is_err(),
+            "all or nothing"
+        );
+        let e = st
+            .publish(&p("a", 1), vec![("x".into(), s("2")), ("x".into(), s("3"))])
+            .unwrap_err();
         assert_eq!(e.status, ffi::PMIX_ERR_DUPLICATE_KEY);
     }
 
@@ -264,7 +340,12 @@ mod tests {
     fn oversized_keys_values_and_a_full_store_are_refused() {
         let st = Store::default();
         let big = Value::Bytes(vec![0; MAX_VALUE_BYTES + 1]);
-        assert_eq!(st.publish(&p("a", 0), vec![("k".into(), big)]).unwrap_err().status, ffi::PMIX_ERR_BAD_PARAM);
+        assert_eq!(
+            st.publish(&p("a", 0), vec![("k".into(), big)])
+                .unwrap_err()
+                .status,
+            ffi::PMIX_ERR_BAD_PARAM
+        );
         let long = "k".repeat(MAX_KEY_BYTES + 1);
         assert!(st.publish(&p("a", 0), vec![(long, s("v"))]).is_err());
         let mb = || Value::Bytes(vec![0; MAX_VALUE_BYTES]);
@@ -274,12 +355,16 @@ mod tests {
                 Ok(()) => n += 1,
                 Err(e) => break e,
             }
-            assert!(n <= MAX_STORE_BYTES / MAX_VALUE_BYTES, "the store never filled");
+            assert!(
+                n <= MAX_STORE_BYTES / MAX_VALUE_BYTES,
+                "the store never filled"
+            );
         };
         assert_eq!(e.status, ffi::PMIX_ERR_OUT_OF_RESOURCE);
         // Unpublishing makes room again.
         st.unpublish(&p("a", 5), &["k0".into()]).unwrap();
-        st.publish(&p("a", 0), vec![("again".into(), mb())]).unwrap();
+        st.publish(&p("a", 0), vec![("again".into(), mb())])
+            .unwrap();
     }
 
     #[test]

@@ -119,7 +119,11 @@ impl InfoList {
 
     /// A nested array (copied).
     pub fn array(&mut self, key: Key, v: &InfoArray) -> &mut Self {
-        self.add_raw(key, (&v.0 as *const ffi::pmix_data_array_t).cast(), ffi::PMIX_DATA_ARRAY);
+        self.add_raw(
+            key,
+            (&v.0 as *const ffi::pmix_data_array_t).cast(),
+            ffi::PMIX_DATA_ARRAY,
+        );
         self
     }
 
@@ -184,7 +188,9 @@ pub(crate) unsafe fn infos<'a>(info: *const ffi::pmix_info_t, n: usize) -> &'a [
 /// An info's key as text.
 pub(crate) fn key_of(info: &ffi::pmix_info_t) -> String {
     // SAFETY: pmix_key_t is a NUL-terminated char array.
-    unsafe { CStr::from_ptr(info.key.as_ptr()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(info.key.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Whether `key` is among `info` set to true (a missing key is `default`).
@@ -229,7 +235,9 @@ pub(crate) fn value_of(v: &ffi::pmix_value_t, max: usize) -> Result<Value, i32> 
                 if bo.size == 0 || bo.bytes.is_null() {
                     return Ok(Value::Bytes(Vec::new()));
                 }
-                Ok(Value::Bytes(std::slice::from_raw_parts(bo.bytes.cast::<u8>(), bo.size).to_vec()))
+                Ok(Value::Bytes(
+                    std::slice::from_raw_parts(bo.bytes.cast::<u8>(), bo.size).to_vec(),
+                ))
             }
             ffi::PMIX_INT => Ok(Value::Int(v.data.integer.into())),
             ffi::PMIX_INT32 => Ok(Value::Int(v.data.int32.into())),
@@ -249,7 +257,9 @@ pub(crate) fn borrow_value(v: &Value, out: &mut ffi::pmix_value_t, cstr: &Option
     match v {
         Value::Str(_) => {
             out.type_ = ffi::PMIX_STRING as u16;
-            out.data.string = cstr.as_ref().map_or(std::ptr::null_mut(), |c| c.as_ptr().cast_mut());
+            out.data.string = cstr
+                .as_ref()
+                .map_or(std::ptr::null_mut(), |c| c.as_ptr().cast_mut());
         }
         Value::Bytes(b) => {
             out.type_ = ffi::PMIX_BYTE_OBJECT as u16;

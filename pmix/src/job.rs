@@ -32,7 +32,8 @@ use crate::info::{InfoArray, InfoList};
 
 /// `spec` checked, with libpmix's status for a bad one.
 pub(crate) fn checked(spec: &PmixJob) -> Result<Layout, Error> {
-    spec.layout().map_err(|e| Error::new(ffi::PMIX_ERR_BAD_PARAM, &e))
+    spec.layout()
+        .map_err(|e| Error::new(ffi::PMIX_ERR_BAD_PARAM, &e))
 }
 
 /// A regex from libpmix (freed with free()).
@@ -62,12 +63,24 @@ fn generate(
 
 /// The info array of PMIx_server_register_nspace for `spec`.
 pub(crate) fn registration(spec: &PmixJob, layout: &Layout) -> Result<InfoArray, Error> {
-    let node_map = generate(&spec.node_list(), ffi::PMIx_generate_regex, "PMIx_generate_regex")?;
-    let proc_map = generate(&spec.proc_list(), ffi::PMIx_generate_ppn, "PMIx_generate_ppn")?;
+    let node_map = generate(
+        &spec.node_list(),
+        ffi::PMIx_generate_regex,
+        "PMIx_generate_regex",
+    )?;
+    let proc_map = generate(
+        &spec.proc_list(),
+        ffi::PMIx_generate_ppn,
+        "PMIx_generate_ppn",
+    )?;
     let here = spec.this_node;
     let local = spec.local_ranks();
     let hostname = &spec.nodes[here];
-    let peers = local.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let peers = local
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
 
     let mut l = InfoList::new();
     l.u32(ffi::PMIX_UNIV_SIZE, spec.size)

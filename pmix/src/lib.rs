@@ -27,12 +27,12 @@ mod info;
 mod job;
 mod server;
 
+pub use gang_wire::pmix::{Layout, PmixJob, MAX_NSPACE_BYTES};
 pub use host::{
     status_name, Error, FenceDone, Host, Proc, Store, MAX_FENCE_BYTES_PER_RANK, MAX_KEY_BYTES,
     MAX_STORE_BYTES, MAX_VALUE_BYTES,
 };
 pub use info::Value;
-pub use gang_wire::pmix::{Layout, PmixJob, MAX_NSPACE_BYTES};
 pub use server::Server;
 
 /// What an Open MPI 4.1 rank needs besides `fork_env` to start without

@@ -89,7 +89,11 @@ impl Server {
     /// As [`Server::start`], the node calling itself `hostname` (the name
     /// it has in the `nodes` of every [`PmixJob`]; clients get it as
     /// PMIX_HOSTNAME).
-    pub fn start_as(tmpdir: &Path, hostname: Option<&str>, host: Arc<dyn Host>) -> Result<Server, Error> {
+    pub fn start_as(
+        tmpdir: &Path,
+        hostname: Option<&str>,
+        host: Arc<dyn Host>,
+    ) -> Result<Server, Error> {
         let mut st = state();
         if st.is_some() {
             return Err(Error::new(
@@ -97,7 +101,9 @@ impl Server {
                 "a PMIx server already runs in this process (libpmix is a singleton)",
             ));
         }
-        let dir = tmpdir.to_str().ok_or_else(|| Error::new(ffi::PMIX_ERR_BAD_PARAM, "tmpdir is not UTF-8"))?;
+        let dir = tmpdir
+            .to_str()
+            .ok_or_else(|| Error::new(ffi::PMIX_ERR_BAD_PARAM, "tmpdir is not UTF-8"))?;
         let mut l = InfoList::new();
         l.str(ffi::PMIX_SERVER_TMPDIR, dir)
             .str(ffi::PMIX_SYSTEM_TMPDIR, dir)
@@ -123,7 +129,10 @@ impl Server {
         if rc != ffi::PMIX_SUCCESS as i32 {
             return Err(Error::new(rc, "PMIx_server_init"));
         }
-        *st = Some(State { host, jobs: BTreeMap::new() });
+        *st = Some(State {
+            host,
+            jobs: BTreeMap::new(),
+        });
         Ok(Server { _private: () })
     }
 
@@ -135,31 +144,49 @@ impl Server {
         let local = spec.local_ranks();
         // SAFETY: ns and info live for the call (libpmix copies them);
         // the callback is op_done with a token from `Waiter`.
-        wait_op("PMIx_server_register_nspace", REGISTER_TIMEOUT, |cb, token| unsafe {
-            ffi::PMIx_server_register_nspace(
-                ns.as_ptr(),
-                local.len() as c_int,
-                info.as_mut_ptr(),
-                info.len(),
-                cb,
-                token,
-            )
-        })?;
+        wait_op(
+            "PMIx_server_register_nspace",
+            REGISTER_TIMEOUT,
+            |cb, token| unsafe {
+                ffi::PMIx_server_register_nspace(
+                    ns.as_ptr(),
+                    local.len() as c_int,
+                    info.as_mut_ptr(),
+                    info.len(),
+                    cb,
+                    token,
+                )
+            },
+        )?;
         if let Some(s) = state().as_mut() {
             s.jobs.insert(spec.nspace.clone(), local.len());
         }
         for &rank in local {
             let p = proc_t(&spec.nspace, rank)?;
             // SAFETY: as above; no server object.
-            let r = wait_op("PMIx_server_register_client", REGISTER_TIMEOUT, |cb, token| unsafe {
-                ffi::PMIx_server_register_client(&p, spec.uid, spec.gid, std::ptr::null_mut(), cb, token)
-            });
+            let r = wait_op(
+                "PMIx_server_register_client",
+                REGISTER_TIMEOUT,
+                |cb, token| unsafe {
+                    ffi::PMIx_server_register_client(
+                        &p,
+                        spec.uid,
+                        spec.gid,
+                        std::ptr::null_mut(),
+                        cb,
+                        token,
+                    )
+                },
+            );
             if let Err(e) = r {
                 self.deregister_job(&spec.nspace);
                 return Err(e);
             }
         }
-        debug!("PMIx: namespace {} registered with local ranks {local:?}", spec.nspace);
+        debug!(
+            "PMIx: namespace {} registered with local ranks {local:?}",
+            spec.nspace
+        );
         Ok(())
     }
 
@@ -167,10 +194,14 @@ impl Server {
     pub fn deregister_job(&self, nspace_name: &str) {
         let Ok(ns) = nspace(nspace_name) else { return };
         // SAFETY: ns lives for the call.
-        let r = wait_op("PMIx_server_deregister_nspace", DEREGISTER_TIMEOUT, |cb, token| unsafe {
-            ffi::PMIx_server_deregister_nspace(ns.as_ptr(), cb, token);
-            ffi::PMIX_SUCCESS as i32
-        });
+        let r = wait_op(
+            "PMIx_server_deregister_nspace",
+            DEREGISTER_TIMEOUT,
+            |cb, token| unsafe {
+                ffi::PMIx_server_deregister_nspace(ns.as_ptr(), cb, token);
+                ffi::PMIX_SUCCESS as i32
+            },
+        );
         if let Err(e) = r {
             warn!("PMIx: {e}");
         }
@@ -193,7 +224,10 @@ impl Server {
         }
         Ok(vars
             .into_iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
             .collect())
     }
 }
@@ -237,7 +271,10 @@ fn nspace(name: &str) -> Result<CString, Error> {
 
 fn proc_t(name: &str, rank: u32) -> Result<ffi::pmix_proc_t, Error> {
     let ns = nspace(name)?;
-    let mut p = ffi::pmix_proc_t { rank, ..Default::default() };
+    let mut p = ffi::pmix_proc_t {
+        rank,
+        ..Default::default()
+    };
     for (d, s) in p.nspace.iter_mut().zip(ns.as_bytes()) {
         *d = *s as c_char;
     }
@@ -266,7 +303,11 @@ fn wait_op(
         // No callback will come: take the token back.
         // SAFETY: made above, not handed to a callback.
         drop(unsafe { Box::from_raw(token.cast::<mpsc::Sender<i32>>()) });
-        return if rc == ffi::PMIX_OPERATION_SUCCEEDED { Ok(()) } else { Err(Error::new(rc, what)) };
+        return if rc == ffi::PMIX_OPERATION_SUCCEEDED {
+            Ok(())
+        } else {
+            Err(Error::new(rc, what))
+        };
     }
     match rx.recv_timeout(limit) {
         Ok(0) => Ok(()),
@@ -336,7 +377,13 @@ unsafe extern "C" fn abort(
     let me = proc_of(p);
     let targets: Vec<Proc> = unsafe { procs_of(procs, nprocs) };
     let msg: String = text(msg).chars().take(4096).collect();
-    h.abort(&me.nspace, me.rank.unwrap_or(RANK_WILDCARD), status, &msg, &targets);
+    h.abort(
+        &me.nspace,
+        me.rank.unwrap_or(RANK_WILDCARD),
+        status,
+        &msg,
+        &targets,
+    );
     DONE
 }
 
@@ -346,7 +393,10 @@ unsafe fn procs_of(procs: *const ffi::pmix_proc_t, n: usize) -> Vec<Proc> {
     if procs.is_null() {
         return Vec::new();
     }
-    unsafe { std::slice::from_raw_parts(procs, n) }.iter().map(proc_of).collect()
+    unsafe { std::slice::from_raw_parts(procs, n) }
+        .iter()
+        .map(proc_of)
+        .collect()
 }
 
 unsafe extern "C" fn fence_nb(
@@ -361,14 +411,24 @@ unsafe extern "C" fn fence_nb(
 ) -> ffi::pmix_status_t {
     let procs = unsafe { procs_of(procs, nprocs) };
     let collect = info::flag(unsafe { infos(info, ninfo) }, ffi::PMIX_COLLECT_DATA, false);
-    let Some(first) = procs.first() else { return ffi::PMIX_ERR_BAD_PARAM };
+    let Some(first) = procs.first() else {
+        return ffi::PMIX_ERR_BAD_PARAM;
+    };
     let (h, local) = {
         let st = state();
-        let Some(s) = st.as_ref() else { return ffi::PMIX_ERR_INIT };
-        (s.host.clone(), s.jobs.get(&first.nspace).copied().unwrap_or(1))
+        let Some(s) = st.as_ref() else {
+            return ffi::PMIX_ERR_INIT;
+        };
+        (
+            s.host.clone(),
+            s.jobs.get(&first.nspace).copied().unwrap_or(1),
+        )
     };
     if ndata > max_fence_bytes(local) {
-        warn!("PMIx: fence of {} with {ndata} bytes from {local} local ranks: refused", first.nspace);
+        warn!(
+            "PMIx: fence of {} with {ndata} bytes from {local} local ranks: refused",
+            first.nspace
+        );
         return ffi::PMIX_ERR_OUT_OF_RESOURCE;
     }
     let blob = if data.is_null() || ndata == 0 {
@@ -420,7 +480,12 @@ unsafe fn keys_of(keys: *mut *mut c_char) -> Vec<String> {
     }
     let mut i = 0;
     while !unsafe { *keys.add(i) }.is_null() && i < 1024 {
-        out.push(text(unsafe { *keys.add(i) }).chars().take(MAX_KEY_BYTES).collect());
+        out.push(
+            text(unsafe { *keys.add(i) })
+                .chars()
+                .take(MAX_KEY_BYTES)
+                .collect(),
+        );
         i += 1;
     }
     out
@@ -457,14 +522,25 @@ unsafe extern "C" fn lookup(
         if let Ok(pp) = proc_t(&owner.nspace, owner.rank.unwrap_or(RANK_WILDCARD)) {
             d.proc_ = pp;
         }
-        for (dst, src) in d.key.iter_mut().zip(key.as_bytes().iter().take(MAX_KEY_BYTES)) {
+        for (dst, src) in d
+            .key
+            .iter_mut()
+            .zip(key.as_bytes().iter().take(MAX_KEY_BYTES))
+        {
             *dst = *src as c_char;
         }
         borrow_value(v, &mut d.value, s);
         pdata.push(d);
     }
     // SAFETY: pdata and what it points to live until the callback returns.
-    unsafe { cb(ffi::PMIX_SUCCESS as i32, pdata.as_mut_ptr(), pdata.len(), cbdata) };
+    unsafe {
+        cb(
+            ffi::PMIX_SUCCESS as i32,
+            pdata.as_mut_ptr(),
+            pdata.len(),
+            cbdata,
+        )
+    };
     ffi::PMIX_SUCCESS as i32
 }
 

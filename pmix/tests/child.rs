@@ -35,12 +35,18 @@ struct Server {
 /// going to `said`; `user` (uid, gid) to run it as another user.
 fn spawn_server(node: usize, name: &str, said: Sender<Said>, user: Option<(u32, u32)>) -> Server {
     let (link, theirs) = UnixStream::pair().unwrap();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("child-{}-{name}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("child-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gang-pmix-server"));
-    cmd.args(["--tmpdir".as_ref(), dir.as_os_str(), "--hostname".as_ref(), name.as_ref()])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "--tmpdir".as_ref(),
+        dir.as_os_str(),
+        "--hostname".as_ref(),
+        name.as_ref(),
+    ])
+    .stdin(Stdio::null())
+    .stderr(Stdio::piped());
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
         cmd.uid(uid).gid(gid);
@@ -80,7 +86,12 @@ impl Server {
         self.link.shutdown(std::net::Shutdown::Both).unwrap();
         let status = wait_exit(&mut self.proc, Duration::from_secs(30));
         let mut err = String::new();
-        self.proc.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        self.proc
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         (status, err)
     }
 }
@@ -102,10 +113,18 @@ fn wait_exit(proc: &mut Child, limit: Duration) -> ExitStatus {
 
 /// The next message of any server, within LIMIT.
 fn next(said: &Receiver<Said>) -> (usize, FromPmix) {
-    said.recv_timeout(LIMIT).expect("a server went quiet").expect("no stop here")
+    said.recv_timeout(LIMIT)
+        .expect("a server went quiet")
+        .expect("no stop here")
 }
 
-fn job(nspace: &str, nodes: &[&str], ranks_by_node: Vec<Vec<u32>>, this_node: usize, user: (u32, u32)) -> PmixJob {
+fn job(
+    nspace: &str,
+    nodes: &[&str],
+    ranks_by_node: Vec<Vec<u32>>,
+    this_node: usize,
+    user: (u32, u32),
+) -> PmixJob {
     PmixJob {
         nspace: nspace.into(),
         size: ranks_by_node.iter().map(Vec::len).sum::<usize>() as u32,
@@ -123,7 +142,11 @@ fn me() -> (u32, u32) {
 
 /// Sends each server its job, waits for every Ready, and asks each for
 /// the environment of its ranks: rank → environment.
-fn start(servers: &mut [Server], jobs: &[PmixJob], said: &Receiver<Said>) -> BTreeMap<u32, Vec<(String, String)>> {
+fn start(
+    servers: &mut [Server],
+    jobs: &[PmixJob],
+    said: &Receiver<Said>,
+) -> BTreeMap<u32, Vec<(String, String)>> {
     for (s, j) in servers.iter_mut().zip(jobs) {
         s.send(&ToPmix::Job { job: j.clone() });
     }
@@ -146,16 +169,32 @@ fn start(servers: &mut [Server], jobs: &[PmixJob], said: &Receiver<Said>) -> BTr
     let mut envs = BTreeMap::new();
     while envs.len() < wanted {
         match next(said) {
-            (_, FromPmix::Env { rank, env, error: None }) => envs.insert(rank, env),
+            (
+                _,
+                FromPmix::Env {
+                    rank,
+                    env,
+                    error: None,
+                },
+            ) => envs.insert(rank, env),
             other => panic!("waiting for Env: {other:?}"),
         };
     }
     envs
 }
 
-fn spawn_rank(exe: &Path, args: &[&str], env: &[(String, String)], user: Option<(u32, u32)>) -> Child {
+fn spawn_rank(
+    exe: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+    user: Option<(u32, u32)>,
+) -> Child {
     let mut cmd = Command::new(exe);
-    cmd.args(args).envs(env.iter().cloned()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .envs(env.iter().cloned())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some((uid, gid)) = user {
         cmd.uid(uid).gid(gid);
     }
@@ -179,7 +218,13 @@ fn relay(mut links: Vec<UnixStream>, said: Receiver<Said>) -> usize {
                 if have.iter().any(Option::is_none) {
                     continue;
                 }
-                let joined: Vec<u8> = arrived.remove(&id).unwrap().into_iter().flatten().flatten().collect();
+                let joined: Vec<u8> = arrived
+                    .remove(&id)
+                    .unwrap()
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .collect();
                 for l in &mut links {
                     for data in fence_chunks(&joined) {
                         write_frame(l, &ToPmix::FenceChunk { id, data }).unwrap();
@@ -206,16 +251,29 @@ fn a_two_rank_job_on_one_node_gets_ready_and_each_rank_its_environment() {
     let (tx, said) = channel();
     let host = hostname();
     let mut s = vec![spawn_server(0, &host, tx, None)];
-    let envs = start(&mut s, &[job("child-env", &[&host], vec![vec![0, 1]], 0, me())], &said);
+    let envs = start(
+        &mut s,
+        &[job("child-env", &[&host], vec![vec![0, 1]], 0, me())],
+        &said,
+    );
     for (rank, env) in &envs {
         assert_eq!(value(env, "PMIX_NAMESPACE"), Some("child-env"));
         assert_eq!(value(env, "PMIX_RANK"), Some(rank.to_string().as_str()));
-        assert!(value(env, "PMIX_SERVER_URI41").unwrap().contains(";tcp4://127.0.0.1:"));
+        assert!(value(env, "PMIX_SERVER_URI41")
+            .unwrap()
+            .contains(";tcp4://127.0.0.1:"));
         assert_eq!(value(env, "OMPI_MCA_ess"), Some("pmi"), "OMPI_ENV is in");
     }
     s[0].send(&ToPmix::ForkEnv { rank: 7 });
     match next(&said) {
-        (_, FromPmix::Env { rank: 7, env, error: Some(e) }) => {
+        (
+            _,
+            FromPmix::Env {
+                rank: 7,
+                env,
+                error: Some(e),
+            },
+        ) => {
             assert!(env.is_empty());
             assert!(e.contains("not on this node"), "{e}");
         }
@@ -233,19 +291,31 @@ fn an_open_mpi_job_runs_through_two_servers_as_two_nodes() {
     let (tx, said) = channel();
     let nodes = ["nodeA", "nodeB"];
     let by_node = vec![vec![0, 2], vec![1]];
-    let mut servers: Vec<Server> = (0..2).map(|n| spawn_server(n, nodes[n], tx.clone(), None)).collect();
-    let jobs: Vec<PmixJob> = (0..2).map(|n| job("child-mpi", &nodes, by_node.clone(), n, me())).collect();
+    let mut servers: Vec<Server> = (0..2)
+        .map(|n| spawn_server(n, nodes[n], tx.clone(), None))
+        .collect();
+    let jobs: Vec<PmixJob> = (0..2)
+        .map(|n| job("child-mpi", &nodes, by_node.clone(), n, me()))
+        .collect();
     let envs = start(&mut servers, &jobs, &said);
-    let links = servers.iter().map(|s| s.link.try_clone().unwrap()).collect();
+    let links = servers
+        .iter()
+        .map(|s| s.link.try_clone().unwrap())
+        .collect();
     let relay = std::thread::spawn(move || relay(links, said));
     let exe = build("mpi_ring.c", "mpicc.openmpi", &[]);
-    let ranks: Vec<Child> = (0..3).map(|r| spawn_rank(&exe, &[], &envs[&r], None)).collect();
+    let ranks: Vec<Child> = (0..3)
+        .map(|r| spawn_rank(&exe, &[], &envs[&r], None))
+        .collect();
     let outs = wait_ranks(ranks, LIMIT);
     tx.send(None).unwrap();
     let fences = relay.join().unwrap();
     assert_all_ok(&outs);
     assert_said(&outs, &[0, 1, 2], "ok rank {r} of 3");
-    assert_eq!(fences, 3, "the modex, MPI_Init's barrier and MPI_Finalize's (docs/pmix.md)");
+    assert_eq!(
+        fences, 3,
+        "the modex, MPI_Init's barrier and MPI_Finalize's (docs/pmix.md)"
+    );
     for s in servers {
         let (status, err) = s.end();
         assert!(status.success(), "{status:?}: {err}");
@@ -260,9 +330,15 @@ fn mpi_abort_reaches_the_agent_with_its_status() {
     let (tx, said) = channel();
     let host = hostname();
     let mut s = vec![spawn_server(0, &host, tx, None)];
-    let envs = start(&mut s, &[job("child-abort", &[&host], vec![vec![0, 1]], 0, me())], &said);
+    let envs = start(
+        &mut s,
+        &[job("child-abort", &[&host], vec![vec![0, 1]], 0, me())],
+        &said,
+    );
     let exe = build("mpi_ring.c", "mpicc.openmpi", &[]);
-    let mut ranks: Vec<Child> = (0..2).map(|r| spawn_rank(&exe, &["abort", "3"], &envs[&r], None)).collect();
+    let mut ranks: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&exe, &["abort", "3"], &envs[&r], None))
+        .collect();
     let got = loop {
         match next(&said) {
             (_, FromPmix::Abort { rank, status, .. }) => break (rank, status),
@@ -285,7 +361,17 @@ fn a_fence_done_with_an_error_fails_the_ranks_fence() {
     // Node B never comes: the agent fails the fence (as when gangd lost B).
     let (tx, said) = channel();
     let mut s = vec![spawn_server(0, "nodeA", tx, None)];
-    let envs = start(&mut s, &[job("child-fail", &["nodeA", "nodeB"], vec![vec![0], vec![1]], 0, me())], &said);
+    let envs = start(
+        &mut s,
+        &[job(
+            "child-fail",
+            &["nodeA", "nodeB"],
+            vec![vec![0], vec![1]],
+            0,
+            me(),
+        )],
+        &said,
+    );
     let exe = build("client.c", "cc", &pmix_flags());
     let rank = spawn_rank(&exe, &["put"], &envs[&0], None);
     let id = loop {
@@ -299,10 +385,22 @@ fn a_fence_done_with_an_error_fails_the_ranks_fence() {
         }
     };
     assert_eq!(id, 0, "the first fence is 0");
-    s[0].send(&ToPmix::FenceDone { id, error: Some("node nodeB lost".into()) });
+    s[0].send(&ToPmix::FenceDone {
+        id,
+        error: Some("node nodeB lost".into()),
+    });
     let outs = wait_ranks(vec![rank], LIMIT);
-    assert_eq!(outs[0].status.code(), Some(1), "the client's fence failed: {:?}", outs[0]);
-    assert!(String::from_utf8_lossy(&outs[0].stderr).contains("Fence"), "{:?}", outs[0]);
+    assert_eq!(
+        outs[0].status.code(),
+        Some(1),
+        "the client's fence failed: {:?}",
+        outs[0]
+    );
+    assert!(
+        String::from_utf8_lossy(&outs[0].stderr).contains("Fence"),
+        "{:?}",
+        outs[0]
+    );
     // An id it does not hold is logged, not fatal.
     s[0].send(&ToPmix::FenceDone { id: 9, error: None });
     let (status, err) = s.pop().unwrap().end();
@@ -318,25 +416,43 @@ fn eof_on_its_link_ends_the_server_and_leaves_nothing_behind() {
     let (tx, said) = channel();
     let host = hostname();
     let mut s = vec![spawn_server(0, &host, tx, None)];
-    s[0].send(&ToPmix::Job { job: job("child-eof", &[&host], vec![vec![0]], 0, me()) });
-    let (_, FromPmix::Ready { uri }) = next(&said) else { panic!("not ready") };
+    s[0].send(&ToPmix::Job {
+        job: job("child-eof", &[&host], vec![vec![0]], 0, me()),
+    });
+    let (_, FromPmix::Ready { uri }) = next(&said) else {
+        panic!("not ready")
+    };
     let port = port_of_uri(&uri).unwrap();
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "it listens");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "it listens"
+    );
     let pid = s[0].proc.id();
     assert!(children_of(pid).is_empty(), "it starts no process");
     let t = Instant::now();
     let (status, _) = s.pop().unwrap().end();
     assert!(status.success(), "{status:?}");
-    assert!(t.elapsed() < Duration::from_secs(10), "{:?} to exit", t.elapsed());
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "its port is closed");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "{:?} to exit",
+        t.elapsed()
+    );
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "its port is closed"
+    );
 }
 
 /// Processes whose parent is `pid`.
 fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
         // pid (comm) state ppid ...
         let after = &stat[stat.rfind(')').unwrap() + 2..];
         if after.split(' ').nth(1) == Some(pid.to_string().as_str()) {
@@ -354,7 +470,11 @@ fn a_malformed_frame_ends_the_server_with_an_error() {
     let (tx, said) = channel();
     let host = hostname();
     let mut s = vec![spawn_server(0, &host, tx, None)];
-    start(&mut s, &[job("child-bad", &[&host], vec![vec![0]], 0, me())], &said);
+    start(
+        &mut s,
+        &[job("child-bad", &[&host], vec![vec![0]], 0, me())],
+        &said,
+    );
     s[0].link.write_all(b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
     let status = wait_exit(&mut s[0].proc, Duration::from_secs(30));
     assert_eq!(status.code(), Some(1));
@@ -382,7 +502,10 @@ fn a_bad_job_or_no_job_first_is_answered_failed() {
             (_, FromPmix::Failed { error }) => assert!(error.contains(says), "{error}"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(wait_exit(&mut s.proc, Duration::from_secs(30)).code(), Some(1));
+        assert_eq!(
+            wait_exit(&mut s.proc, Duration::from_secs(30)).code(),
+            Some(1)
+        );
     }
 }
 
@@ -395,9 +518,15 @@ fn a_server_run_as_nobody_serves_ranks_run_as_nobody() {
     let (tx, said) = channel();
     let host = hostname();
     let mut s = vec![spawn_server(0, &host, tx, Some(NOBODY))];
-    let envs = start(&mut s, &[job("child-nobody", &[&host], vec![vec![0, 1]], 0, NOBODY)], &said);
+    let envs = start(
+        &mut s,
+        &[job("child-nobody", &[&host], vec![vec![0, 1]], 0, NOBODY)],
+        &said,
+    );
     let exe = build("client.c", "cc", &pmix_flags());
-    let ranks: Vec<Child> = (0..2).map(|r| spawn_rank(&exe, &["put"], &envs[&r], Some(NOBODY))).collect();
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&exe, &["put"], &envs[&r], Some(NOBODY)))
+        .collect();
     let outs = wait_ranks(ranks, LIMIT);
     assert_all_ok(&outs);
     assert_said(&outs, &[0, 1], "ok child-nobody:{r}");
@@ -416,20 +545,54 @@ fn a_client_refused_for_its_user_stalls_only_its_own_jobs_server() {
     // Job A is registered for uid 65533; its rank runs as nobody (65534).
     let (tx, said_a) = channel();
     let mut a = vec![spawn_server(0, &host, tx, None)];
-    let envs = start(&mut a, &[job("child-wedged", &[&host], vec![vec![0]], 0, (65533, 65533))], &said_a);
-    let outs = wait_ranks(vec![spawn_rank(&exe, &["init"], &envs[&0], Some(NOBODY))], LIMIT);
-    assert_eq!(outs[0].status.code(), Some(2), "PMIx_Init must fail: {:?}", outs[0]);
+    let envs = start(
+        &mut a,
+        &[job(
+            "child-wedged",
+            &[&host],
+            vec![vec![0]],
+            0,
+            (65533, 65533),
+        )],
+        &said_a,
+    );
+    let outs = wait_ranks(
+        vec![spawn_rank(&exe, &["init"], &envs[&0], Some(NOBODY))],
+        LIMIT,
+    );
+    assert_eq!(
+        outs[0].status.code(),
+        Some(2),
+        "PMIx_Init must fail: {:?}",
+        outs[0]
+    );
     // Job B, another server, is served as if nothing happened.
     let (tx, said_b) = channel();
     let mut b = vec![spawn_server(0, &host, tx, None)];
-    let envs = start(&mut b, &[job("child-unharmed", &[&host], vec![vec![0, 1]], 0, me())], &said_b);
-    let ranks: Vec<Child> = (0..2).map(|r| spawn_rank(&exe, &["put"], &envs[&r], None)).collect();
+    let envs = start(
+        &mut b,
+        &[job("child-unharmed", &[&host], vec![vec![0, 1]], 0, me())],
+        &said_b,
+    );
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&exe, &["put"], &envs[&r], None))
+        .collect();
     let outs = wait_ranks(ranks, LIMIT);
     assert_all_ok(&outs);
     assert!(b.pop().unwrap().end().0.success());
     // A still reads its link (setup_fork does not need libpmix's thread).
     a[0].send(&ToPmix::ForkEnv { rank: 0 });
-    assert!(matches!(next(&said_a), (_, FromPmix::Env { rank: 0, error: None, .. })));
+    assert!(matches!(
+        next(&said_a),
+        (
+            _,
+            FromPmix::Env {
+                rank: 0,
+                error: None,
+                ..
+            }
+        )
+    ));
     // libpmix 4.2.2 in A's server never finalizes: it exits anyway, and
     // says so. (The day libpmix is fixed, A exits 0: update docs/pmix.md.)
     let t = Instant::now();

@@ -5,7 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    as_user, assert_all_ok, assert_said, build, fixture, have, one_node, pmix_flags, run_ranks, Event, NOBODY,
+    as_user, assert_all_ok, assert_said, build, fixture, have, one_node, pmix_flags, run_ranks,
+    Event, NOBODY,
 };
 use gang_pmix::{Proc, Server};
 
@@ -30,13 +31,25 @@ fn ranks_put_fence_with_collection_and_get_each_others_keys() {
         assert_said(&outs, &ranks, &format!("ok {ns}:{{r}}"));
         let ev = f.host.events_of(&ns);
         for r in 0..size {
-            let p = Proc { nspace: ns.clone(), rank: Some(r) };
-            assert!(ev.contains(&Event::Connected(p.clone())), "rank {r} connected: {ev:?}");
-            assert!(ev.contains(&Event::Finalized(p)), "rank {r} finalized: {ev:?}");
+            let p = Proc {
+                nspace: ns.clone(),
+                rank: Some(r),
+            };
+            assert!(
+                ev.contains(&Event::Connected(p.clone())),
+                "rank {r} connected: {ev:?}"
+            );
+            assert!(
+                ev.contains(&Event::Finalized(p)),
+                "rank {r} finalized: {ev:?}"
+            );
         }
         // Every participant is on this node: libpmix completes the fence
         // itself, the host (and so gangd) is not asked.
-        assert!(!ev.iter().any(|e| matches!(e, Event::Fence { .. })), "{ev:?}");
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::Fence { .. })),
+            "{ev:?}"
+        );
         f.server.deregister_job(&ns);
     }
 }
@@ -52,7 +65,17 @@ fn two_namespaces_run_at_once_without_mixing_their_keys() {
     let exe = client();
     let a = std::thread::spawn({
         let exe = exe.clone();
-        move || run_ranks(&fixture().server, "twoA", &[0, 1], &exe, &["put"], &[], LIMIT)
+        move || {
+            run_ranks(
+                &fixture().server,
+                "twoA",
+                &[0, 1],
+                &exe,
+                &["put"],
+                &[],
+                LIMIT,
+            )
+        }
     });
     let b = run_ranks(&f.server, "twoB", &[0, 1, 2], &exe, &["put"], &[], LIMIT);
     assert_all_ok(&a.join().unwrap());
@@ -68,10 +91,23 @@ fn an_abort_reaches_the_host_with_its_status() {
     }
     let f = fixture();
     f.server.register_job(&one_node("abort", 2)).unwrap();
-    let _ = run_ranks(&f.server, "abort", &[1], &client(), &["abort", "7"], &[], LIMIT);
-    let got = f.host.wait_for(Duration::from_secs(5), |e| matches!(e, Event::Abort { nspace, .. } if nspace == "abort"));
+    let _ = run_ranks(
+        &f.server,
+        "abort",
+        &[1],
+        &client(),
+        &["abort", "7"],
+        &[],
+        LIMIT,
+    );
+    let got = f.host.wait_for(
+        Duration::from_secs(5),
+        |e| matches!(e, Event::Abort { nspace, .. } if nspace == "abort"),
+    );
     match got {
-        Some(Event::Abort { rank, status, msg, .. }) => {
+        Some(Event::Abort {
+            rank, status, msg, ..
+        }) => {
             assert_eq!((rank, status), (1, 7));
             assert_eq!(msg, "gang-pmix test abort");
         }
@@ -88,7 +124,10 @@ fn ranks_keep_their_keys_in_the_servers_hash_store() {
     let f = fixture();
     f.server.register_job(&one_node("gds", 1)).unwrap();
     let env = f.server.fork_env("gds", 0).unwrap();
-    assert!(env.contains(&("PMIX_GDS_MODULE".to_string(), "hash".to_string())), "{env:?}");
+    assert!(
+        env.contains(&("PMIX_GDS_MODULE".to_string(), "hash".to_string())),
+        "{env:?}"
+    );
     f.server.deregister_job("gds");
 }
 
@@ -104,12 +143,25 @@ fn a_client_of_an_unregistered_namespace_is_refused() {
         .fork_env("known", 0)
         .unwrap()
         .into_iter()
-        .map(|(k, v)| if k == "PMIX_NAMESPACE" { (k, "unknown".to_string()) } else { (k, v) })
+        .map(|(k, v)| {
+            if k == "PMIX_NAMESPACE" {
+                (k, "unknown".to_string())
+            } else {
+                (k, v)
+            }
+        })
         .collect();
-    let out = std::process::Command::new(client()).arg("init").envs(env).output().unwrap();
+    let out = std::process::Command::new(client())
+        .arg("init")
+        .envs(env)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "PMIx_Init must fail: {out:?}");
     assert!(
-        !f.host.events_of("unknown").iter().any(|e| matches!(e, Event::Connected(_))),
+        !f.host
+            .events_of("unknown")
+            .iter()
+            .any(|e| matches!(e, Event::Connected(_))),
         "no connection of an unregistered namespace"
     );
     // A rank that is not local is refused too.
@@ -123,7 +175,15 @@ fn publish_and_lookup_between_ranks() {
     }
     let f = fixture();
     f.server.register_job(&one_node("pub", 2)).unwrap();
-    let outs = run_ranks(&f.server, "pub", &[0, 1], &client(), &["publish"], &[], LIMIT);
+    let outs = run_ranks(
+        &f.server,
+        "pub",
+        &[0, 1],
+        &client(),
+        &["publish"],
+        &[],
+        LIMIT,
+    );
     assert_all_ok(&outs);
     f.server.deregister_job("pub");
 }
@@ -154,7 +214,10 @@ fn a_fence_blob_over_the_bound_is_refused_before_the_host() {
     let outs = run_ranks(&f.server, "huge", &[0], &client(), &["huge"], &[], LIMIT);
     assert_all_ok(&outs);
     let ev = f.host.events_of("huge");
-    assert!(!ev.iter().any(|e| matches!(e, Event::Fence { .. })), "{ev:?}");
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Fence { .. })),
+        "{ev:?}"
+    );
     f.server.deregister_job("huge");
 }
 
@@ -183,7 +246,15 @@ fn a_fence_the_host_fails_fails_the_clients_fence() {
     f.host.hold_fences("failfence");
     let exe = client();
     let runner = std::thread::spawn(move || {
-        run_ranks(&fixture().server, "failfence", &[0], &exe, &["put"], &[], LIMIT)
+        run_ranks(
+            &fixture().server,
+            "failfence",
+            &[0],
+            &exe,
+            &["put"],
+            &[],
+            LIMIT,
+        )
     });
     let held = f.host.take_held("failfence", 1, LIMIT);
     let (blob, done) = held.into_iter().next().unwrap();
@@ -193,8 +264,15 @@ fn a_fence_the_host_fails_fails_the_clients_fence() {
     for o in &outs {
         assert_eq!(o.status.code(), Some(1), "{o:?}");
         let ev = f.host.events_of("failfence");
-        assert!(ev.iter().any(|e| matches!(e, Event::Fence { collect: true, .. })), "{ev:?}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("Fence"), "{o:?}");
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Fence { collect: true, .. })),
+            "{ev:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("Fence"),
+            "{o:?}"
+        );
     }
     f.server.deregister_job("failfence");
 }

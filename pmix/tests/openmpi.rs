@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_all_ok, assert_said, build, fixture, have, one_node, run_ranks, spawn_ranks, wait_ranks, Event};
+use common::{
+    assert_all_ok, assert_said, build, fixture, have, one_node, run_ranks, spawn_ranks, wait_ranks,
+    Event,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -34,7 +37,11 @@ fn an_open_mpi_ring_and_allreduce_run_as_2_and_3_ranks_without_mpirun() {
         for o in &outs {
             // A launch-free start is quiet: no warning about a missing
             // launcher, transport or binding.
-            assert!(o.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.stderr.is_empty(),
+                "stderr: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         f.server.deregister_job(&ns);
     }
@@ -49,20 +56,32 @@ fn an_mpi_abort_reaches_the_host_with_its_code() {
     f.server.register_job(&one_node("mpiabort", 2)).unwrap();
     // The host does not end the job here (the agent will): once the abort
     // is in, the test kills what is left (rank 1, in its barrier).
-    let mut children = spawn_ranks(&f.server, "mpiabort", &[0, 1], &ring(), &["abort", "3"], &ompi_env());
-    let got = f
-        .host
-        .wait_for(LIMIT, |e| matches!(e, Event::Abort { nspace, .. } if nspace == "mpiabort"));
+    let mut children = spawn_ranks(
+        &f.server,
+        "mpiabort",
+        &[0, 1],
+        &ring(),
+        &["abort", "3"],
+        &ompi_env(),
+    );
+    let got = f.host.wait_for(
+        LIMIT,
+        |e| matches!(e, Event::Abort { nspace, .. } if nspace == "mpiabort"),
+    );
     let _ = children[1].kill();
     let outs = wait_ranks(children, LIMIT);
-    assert_eq!(outs[0].status.code(), Some(3), "MPI_Abort exits with its code: {:?}", outs[0]);
+    assert_eq!(
+        outs[0].status.code(),
+        Some(3),
+        "MPI_Abort exits with its code: {:?}",
+        outs[0]
+    );
     match got {
         Some(Event::Abort { rank, status, .. }) => assert_eq!((rank, status), (0, 3)),
         other => panic!("no abort from MPI_Abort: {other:?}"),
     }
     f.server.deregister_job("mpiabort");
 }
-
 
 /// Stops every rank (SIGSTOP, as the signal switcher does; the cgroup
 /// freezer stops them the same way, all threads at once) for `pause`
@@ -74,12 +93,21 @@ fn stopped_and_continued(nspace: &str, size: u32, btl: &str, pause: Duration) {
     let ranks: Vec<u32> = (0..size).collect();
     let env: Vec<(&str, &str)> = ompi_env()
         .into_iter()
-        .map(|(k, v)| if k == "OMPI_MCA_btl" { (k, btl) } else { (k, v) })
+        .map(|(k, v)| {
+            if k == "OMPI_MCA_btl" {
+                (k, btl)
+            } else {
+                (k, v)
+            }
+        })
         .collect();
     let mut children = spawn_ranks(&f.server, nspace, &ranks, &ring(), &["long", "2000"], &env);
     std::thread::sleep(Duration::from_millis(300));
     for c in &mut children {
-        assert!(c.try_wait().unwrap().is_none(), "a rank ended before it could be stopped");
+        assert!(
+            c.try_wait().unwrap().is_none(),
+            "a rank ended before it could be stopped"
+        );
     }
     let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
     for &p in &pids {

@@ -54,9 +54,17 @@ fn spec(nspace: &str, size: u32, this_node: usize) -> PmixJob {
 /// Runs `exe args` as a job of `size` ranks over nodes A (here) and B (a
 /// child process), relaying fences; panics unless every rank succeeded.
 /// Each rank's stdout must have `said` (`{r}`: its rank).
-fn split_job(nspace: &str, size: u32, exe: PathBuf, args: &[&str], env: &[(&str, &str)], said: &str) {
+fn split_job(
+    nspace: &str,
+    size: u32,
+    exe: PathBuf,
+    args: &[&str],
+    env: &[(&str, &str)],
+    said: &str,
+) {
     let f = fixture_as(Some("nodeA"));
-    let sock = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{nspace}-{}.sock", std::process::id()));
+    let sock = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{nspace}-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).unwrap();
     let spec_a = spec(nspace, size, 0);
@@ -64,7 +72,13 @@ fn split_job(nspace: &str, size: u32, exe: PathBuf, args: &[&str], env: &[(&str,
     f.host.hold_fences(nspace);
     let env_text: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut node_b = Command::new(std::env::current_exe().unwrap())
-        .args(["node_b", "--exact", "--ignored", "--quiet", "--test-threads=1"])
+        .args([
+            "node_b",
+            "--exact",
+            "--ignored",
+            "--quiet",
+            "--test-threads=1",
+        ])
         .env("GANG_PMIX_B_SOCK", &sock)
         .env("GANG_PMIX_B_NSPACE", nspace)
         .env("GANG_PMIX_B_SIZE", size.to_string())
@@ -80,7 +94,12 @@ fn split_job(nspace: &str, size: u32, exe: PathBuf, args: &[&str], env: &[(&str,
     let relay = std::thread::spawn(move || {
         let mut fences = 0;
         while let Ok(b) = read_frame(&mut link) {
-            let (a, done) = fixture_as(None).host.take_held(&ns, 1, LIMIT).into_iter().next().unwrap();
+            let (a, done) = fixture_as(None)
+                .host
+                .take_held(&ns, 1, LIMIT)
+                .into_iter()
+                .next()
+                .unwrap();
             let mut joined = a;
             joined.extend_from_slice(&b);
             write_frame(&mut link, &joined).unwrap();
@@ -89,7 +108,15 @@ fn split_job(nspace: &str, size: u32, exe: PathBuf, args: &[&str], env: &[(&str,
         }
         fences
     });
-    let outs = run_ranks(&f.server, nspace, spec_a.local_ranks(), &exe, args, env, LIMIT);
+    let outs = run_ranks(
+        &f.server,
+        nspace,
+        spec_a.local_ranks(),
+        &exe,
+        args,
+        env,
+        LIMIT,
+    );
     let b_status = node_b.wait().unwrap();
     let fences = relay.join().unwrap();
     assert_all_ok(&outs);
@@ -120,8 +147,12 @@ fn node_b() {
         eprintln!("node_b is node B of the two-node tests, not a test by itself: nothing to do");
         return;
     }
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}: set by the two-node tests"));
-    let (nspace, size) = (var("GANG_PMIX_B_NSPACE"), var("GANG_PMIX_B_SIZE").parse::<u32>().unwrap());
+    let var =
+        |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k}: set by the two-node tests"));
+    let (nspace, size) = (
+        var("GANG_PMIX_B_NSPACE"),
+        var("GANG_PMIX_B_SIZE").parse::<u32>().unwrap(),
+    );
     let link = UnixStream::connect(var("GANG_PMIX_B_SOCK")).unwrap();
     let (tx, rx) = mpsc::channel::<(Vec<u8>, FenceDone)>();
     let mut back = link.try_clone().unwrap();
@@ -131,16 +162,35 @@ fn node_b() {
             done.complete(Ok(read_frame(&mut back).unwrap()));
         }
     });
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-b-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-b-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let server = Server::start_as(&dir, Some("nodeB"), Arc::new(NodeB { to_relay: tx.into() })).unwrap();
+    let server = Server::start_as(
+        &dir,
+        Some("nodeB"),
+        Arc::new(NodeB {
+            to_relay: tx.into(),
+        }),
+    )
+    .unwrap();
     let spec_b = spec(&nspace, size, 1);
     server.register_job(&spec_b).unwrap();
     let args = var("GANG_PMIX_B_ARGS");
     let args: Vec<&str> = args.split_whitespace().collect();
     let env = var("GANG_PMIX_B_ENV");
-    let env: Vec<(&str, &str)> = env.split_whitespace().filter_map(|kv| kv.split_once('=')).collect();
-    let outs = run_ranks(&server, &nspace, spec_b.local_ranks(), var("GANG_PMIX_B_EXE").as_ref(), &args, &env, LIMIT);
+    let env: Vec<(&str, &str)> = env
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    let outs = run_ranks(
+        &server,
+        &nspace,
+        spec_b.local_ranks(),
+        var("GANG_PMIX_B_EXE").as_ref(),
+        &args,
+        &env,
+        LIMIT,
+    );
     assert_all_ok(&outs);
     assert_said(&outs, spec_b.local_ranks(), &var("GANG_PMIX_B_SAID"));
     link.shutdown(std::net::Shutdown::Both).unwrap();
@@ -151,7 +201,14 @@ fn pmix_clients_on_two_nodes_get_each_others_keys_through_the_joined_fence() {
     if !have(false) {
         return;
     }
-    split_job("split-c", 3, build("client.c", "cc", &pmix_flags()), &["put"], &[], "ok split-c:{r}");
+    split_job(
+        "split-c",
+        3,
+        build("client.c", "cc", &pmix_flags()),
+        &["put"],
+        &[],
+        "ok split-c:{r}",
+    );
 }
 
 #[test]
@@ -160,5 +217,12 @@ fn an_open_mpi_job_over_two_nodes_finishes_with_correct_results() {
         return;
     }
     let env = gang_pmix::OMPI_ENV.to_vec();
-    split_job("split-mpi", 3, build("mpi_ring.c", "mpicc.openmpi", &[]), &[], &env, "ok rank {r} of 3");
+    split_job(
+        "split-mpi",
+        3,
+        build("mpi_ring.c", "mpicc.openmpi", &[]),
+        &[],
+        &env,
+        "ok rank {r} of 3",
+    );
 }

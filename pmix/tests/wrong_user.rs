@@ -28,6 +28,7 @@ fn a_client_of_a_user_other_than_the_registered_one_is_refused_and_libpmix_is_th
     }
     // The known fault (libpmix 4.2.2): nothing is served any more.
     let after = fixture().server.register_job(&one_node("after", 2));
-    let e = after.expect_err("libpmix serves again after a refusal: update docs/pmix.md and this test");
+    let e =
+        after.expect_err("libpmix serves again after a refusal: update docs/pmix.md and this test");
     assert_eq!(e.status, -24, "PMIX_ERR_TIMEOUT: {e}");
 }

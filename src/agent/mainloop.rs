@@ -7,6 +7,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
 use crate::control::{Inbox, Pending, Request, Response};
+use crate::switching::stuck;
 
 #[derive(Clone)]
 pub struct MainLoop {
@@ -39,10 +40,18 @@ pub fn wait(answer: Receiver<Response>, timeout: Duration) -> Result<Response, S
     match answer.recv_timeout(timeout) {
         Ok(r) if r.ok => Ok(r),
         Ok(r) => Err(r.error.unwrap_or_else(|| "refused".into())),
-        Err(RecvTimeoutError::Timeout) => Err(format!(
-            "the scheduler did not answer within {} ms",
-            timeout.as_millis()
-        )),
+        Err(RecvTimeoutError::Timeout) => {
+            // Logged here only (gangd gets the short reason): which step
+            // the loop is stuck in and what each thread waits for.
+            if let Some(why) = stuck::report_once_a_minute() {
+                log::warn!("the scheduler's main loop did not answer: {why}");
+            }
+            let (step, ms) = stuck::step();
+            Err(format!(
+                "the scheduler did not answer within {} ms (its main loop is {step}, for {ms} ms)",
+                timeout.as_millis()
+            ))
+        }
         Err(RecvTimeoutError::Disconnected) => Err("the scheduler stopped before answering".into()),
     }
 }

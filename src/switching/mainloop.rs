@@ -20,6 +20,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::follow::{Follow, SwitchedSink};
+use super::stuck::{self, Step};
 use super::{handle, Switcher, SCAN_PERIOD};
 use crate::control::{Inbox, Response};
 use crate::knobs::SharedKnobs;
@@ -39,7 +40,9 @@ pub fn run(
 ) -> Result<()> {
     let mut last_scan = Instant::now();
     let mut follow = Follow::new(on_switched);
+    stuck::loop_started();
     while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
+        stuck::enter(Step::Poll);
         sw.poll()?;
         let now = Instant::now();
         let mut wait = sw
@@ -51,20 +54,27 @@ pub fn run(
         if let Some(w) = follow.wait(monotonic_ns()) {
             wait = wait.min(w);
         }
+        stuck::enter(Step::Wait);
         if let Ok(msg) = inbox.recv_timeout(wait) {
+            stuck::enter(Step::Request);
             take(sw, &mut follow, msg, knobs);
         }
+        stuck::enter(Step::Request);
         while let Ok(msg) = inbox.try_recv() {
             take(sw, &mut follow, msg, knobs);
         }
         // Knob writes only wake the loop; this applies them.
         if knobs.generation() != applied {
+            stuck::enter(Step::Knobs);
             applied = knobs.generation();
             sw.knobs_changed(&knobs.snapshot())?;
         }
+        stuck::enter(Step::Tick);
         sw.tick(Instant::now());
+        stuck::enter(Step::Follow);
         follow.turn(sw, monotonic_ns());
         if last_scan.elapsed() >= SCAN_PERIOD {
+            stuck::enter(Step::Rescan);
             last_scan = Instant::now();
             sw.rescan();
             knobs.set_status(sw.status());

@@ -60,6 +60,7 @@ pub mod mainloop;
 pub mod none;
 pub mod signal;
 pub mod sigstop;
+pub mod stuck;
 #[cfg(test)]
 mod tests;
 pub mod timed;

@@ -99,6 +99,32 @@ pub fn json(dir: &Path, name: &str) -> Value {
 }
 
 /// The last `lines` lines of a file, for failure messages.
+/// What a failed node's logs say of a hang, which the tails leave out:
+/// the daemon's report of a main loop that did not answer (its first one,
+/// with its thread listing: src/switching/stuck.rs) and the kernel's
+/// hung-task and lockup lines. Empty when there is none.
+pub fn hang_diagnosis(node: &Path) -> String {
+    let mut out = String::new();
+    let log = fs::read_to_string(node.join("scx_gang.log")).unwrap_or_default();
+    let mut lines = log.lines();
+    if let Some(first) = lines.find(|l| l.contains("main loop did not answer")) {
+        out += first;
+        // The thread listing's lines follow, indented.
+        for l in lines.take_while(|l| l.starts_with("  ")).take(60) {
+            out += "\n";
+            out += l;
+        }
+    }
+    let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
+    for l in dmesg.lines().filter(|l| {
+        l.contains("blocked for more than") || l.contains("soft lockup") || l.contains("rcu_sched")
+    }) {
+        out += "\n";
+        out += l;
+    }
+    out
+}
+
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_else(|_| "(missing)".into());
     let all: Vec<&str> = text.lines().collect();

@@ -67,17 +67,26 @@ fn switch_report() -> impl Strategy<Value = SwitchReport> {
             },
         ),
     );
-    (gen(), any::<u32>(), any::<u64>(), any::<u64>(), outcome, drain, any::<u64>()).prop_map(
-        |(gen, slot, at_ns, late_us, outcome, drain, parked_us)| SwitchReport {
-            gen,
-            slot,
-            at_ns,
-            late_us,
-            outcome,
-            drain,
-            parked_us,
-        },
+    (
+        gen(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        outcome,
+        drain,
+        any::<u64>(),
     )
+        .prop_map(
+            |(gen, slot, at_ns, late_us, outcome, drain, parked_us)| SwitchReport {
+                gen,
+                slot,
+                at_ns,
+                late_us,
+                outcome,
+                drain,
+                parked_us,
+            },
+        )
 }
 
 fn from_agent() -> impl Strategy<Value = FromAgent> {
@@ -1068,7 +1077,10 @@ fn switched_with_its_tag_elsewhere_or_twice_goes_the_generic_way() {
         assert_eq!(FromAgent::decode_fast(twice.as_bytes()), None, "{twice}");
     }
     // Another message's tag: never the fast path.
-    assert_eq!(FromAgent::decode_fast(br#"{"type":"clock_probe","seq":1,"t1":2}"#), None);
+    assert_eq!(
+        FromAgent::decode_fast(br#"{"type":"clock_probe","seq":1,"t1":2}"#),
+        None
+    );
 }
 
 // --- properties ---

@@ -101,8 +101,8 @@ pub(crate) fn growth_cell(
         let r = (share.hi - share.lo) as usize;
         // `cells` is sorted and a node's columns are contiguous.
         let range = cluster.node_columns(share.node);
-        let m = cells.partition_point(|&c| c < range.end)
-            - cells.partition_point(|&c| c < range.start);
+        let m =
+            cells.partition_point(|&c| c < range.end) - cells.partition_point(|&c| c < range.start);
         if m >= r {
             continue;
         }

@@ -18,8 +18,17 @@ use gang_pmix::{FenceDone, Host, PmixJob, Proc, Server};
 pub enum Event {
     Connected(Proc),
     Finalized(Proc),
-    Abort { nspace: String, rank: u32, status: i32, msg: String },
-    Fence { nspace: String, bytes: usize, collect: bool },
+    Abort {
+        nspace: String,
+        rank: u32,
+        status: i32,
+        msg: String,
+    },
+    Fence {
+        nspace: String,
+        bytes: usize,
+        collect: bool,
+    },
 }
 
 /// A fence held for the test: this node's blob and its completion.
@@ -99,12 +108,26 @@ impl Host for TestHost {
         self.push(Event::Finalized(p.clone()));
     }
     fn abort(&self, nspace: &str, rank: u32, status: i32, msg: &str, _targets: &[Proc]) {
-        self.push(Event::Abort { nspace: nspace.into(), rank, status, msg: msg.into() });
+        self.push(Event::Abort {
+            nspace: nspace.into(),
+            rank,
+            status,
+            msg: msg.into(),
+        });
     }
     fn fence(&self, nspace: &str, _procs: &[Proc], data: Vec<u8>, collect: bool, done: FenceDone) {
-        self.push(Event::Fence { nspace: nspace.into(), bytes: data.len(), collect });
+        self.push(Event::Fence {
+            nspace: nspace.into(),
+            bytes: data.len(),
+            collect,
+        });
         if self.hold.lock().unwrap().iter().any(|n| n == nspace) {
-            self.held.lock().unwrap().entry(nspace.into()).or_default().push((data, done));
+            self.held
+                .lock()
+                .unwrap()
+                .entry(nspace.into())
+                .or_default()
+                .push((data, done));
         } else {
             done.complete(Ok(data));
         }
@@ -114,7 +137,10 @@ impl Host for TestHost {
 /// Whether the PMIx (and, with `mpi`, Open MPI) packages are here; prints
 /// why not.
 pub fn have(mpi: bool) -> bool {
-    let pmix = Command::new("pkg-config").args(["--exists", "pmix"]).status().is_ok_and(|s| s.success());
+    let pmix = Command::new("pkg-config")
+        .args(["--exists", "pmix"])
+        .status()
+        .is_ok_and(|s| s.success());
     if !pmix {
         eprintln!("SKIPPED: libpmix-dev is not installed (scripts/setup.sh installs it)");
         return false;
@@ -141,7 +167,8 @@ pub fn fixture() -> &'static Fixture {
 pub fn fixture_as(name: Option<&str>) -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-{}", std::process::id()));
+        let dir =
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pmix-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let host = Arc::new(TestHost::default());
         let server = Server::start_as(&dir, name, host.clone()).expect("PMIx server start");
@@ -160,11 +187,17 @@ pub fn build(src: &str, cc: &str, flags: &[String]) -> PathBuf {
     static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let out = dir.join(format!("{}-{}", src.replace('.', "_"), cc.replace(['/', '.'], "_")));
+    let out = dir.join(format!(
+        "{}-{}",
+        src.replace('.', "_"),
+        cc.replace(['/', '.'], "_")
+    ));
     if built.contains(&out) {
         return out;
     }
-    let srcpath = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(src);
+    let srcpath = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(src);
     let o = Command::new(cc)
         .arg("-Wall")
         .arg("-O1")
@@ -174,16 +207,31 @@ pub fn build(src: &str, cc: &str, flags: &[String]) -> PathBuf {
         .args(flags)
         .output()
         .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(o.status.success(), "{cc} {src}: {}", String::from_utf8_lossy(&o.stderr));
-    std::fs::rename(out.with_extension(format!("tmp{}", std::process::id())), &out).unwrap();
+    assert!(
+        o.status.success(),
+        "{cc} {src}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::rename(
+        out.with_extension(format!("tmp{}", std::process::id())),
+        &out,
+    )
+    .unwrap();
     built.push(out.clone());
     out
 }
 
 /// pkg-config's flags for libpmix.
 pub fn pmix_flags() -> Vec<String> {
-    let o = Command::new("pkg-config").args(["--cflags", "--libs", "pmix"]).output().unwrap();
-    String::from_utf8(o.stdout).unwrap().split_whitespace().map(String::from).collect()
+    let o = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
 }
 
 /// A job on one node of this host.
@@ -268,7 +316,10 @@ pub fn wait_ranks(children: Vec<Child>, limit: Duration) -> Vec<Output> {
     let killer = std::thread::spawn(move || {
         while Instant::now() < end {
             std::thread::sleep(Duration::from_millis(100));
-            if pids.iter().all(|&p| unsafe { libc::kill(p as i32, 0) } != 0) {
+            if pids
+                .iter()
+                .all(|&p| unsafe { libc::kill(p as i32, 0) } != 0)
+            {
                 return;
             }
         }
@@ -276,7 +327,10 @@ pub fn wait_ranks(children: Vec<Child>, limit: Duration) -> Vec<Output> {
             unsafe { libc::kill(p as i32, libc::SIGKILL) };
         }
     });
-    let outs = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let outs = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
     drop(killer);
     outs
 }
@@ -309,7 +363,12 @@ pub const NOBODY: (u32, u32) = (65534, 65534);
 
 /// Runs 2 ranks of `client put` in a job registered for user
 /// `registered`, started as user `runs_as` (the test runs as root).
-pub fn as_user(nspace: &str, registered: (u32, u32), runs_as: (u32, u32), client: &Path) -> Vec<Output> {
+pub fn as_user(
+    nspace: &str,
+    registered: (u32, u32),
+    runs_as: (u32, u32),
+    client: &Path,
+) -> Vec<Output> {
     use std::os::unix::process::CommandExt;
     let f = fixture();
     let mut spec = one_node(nspace, 2);

@@ -59,7 +59,10 @@ struct Sched {
 }
 
 fn parse_task_schedstat(s: &str) -> Option<Sched> {
-    let v: Vec<u64> = s.split_whitespace().map(|w| w.parse().ok()).collect::<Option<_>>()?;
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
     (v.len() >= 3).then(|| Sched {
         run_ns: v[0],
         wait_ns: v[1],
@@ -72,7 +75,11 @@ fn parse_task_schedstat(s: &str) -> Option<Sched> {
 fn parse_node_schedstat(s: &str) -> Sched {
     let mut sum = Sched::default();
     for line in s.lines().filter(|l| l.starts_with("cpu")) {
-        let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|w| w.parse().ok())
+            .collect();
         if f.len() >= 9 {
             sum.run_ns += f[6];
             sum.wait_ns += f[7];
@@ -108,7 +115,11 @@ fn parse_snmp(s: &str, proto: &str, name: &str) -> u64 {
     let mut lines = s.lines().filter(|l| l.starts_with(proto));
     while let (Some(h), Some(v)) = (lines.next(), lines.next()) {
         if let Some(i) = h.split_whitespace().position(|w| w == name) {
-            return v.split_whitespace().nth(i).and_then(|x| x.parse().ok()).unwrap_or(0);
+            return v
+                .split_whitespace()
+                .nth(i)
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
         }
     }
     0
@@ -118,7 +129,12 @@ fn parse_snmp(s: &str, proto: &str, name: &str) -> u64 {
 fn parse_softirq(s: &str, row: &str) -> u64 {
     s.lines()
         .find(|l| l.trim_start().starts_with(row))
-        .map(|l| l.split_whitespace().skip(1).filter_map(|v| v.parse::<u64>().ok()).sum())
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
         .unwrap_or(0)
 }
 
@@ -130,7 +146,9 @@ fn read(path: &str) -> String {
 fn pids_named(names: &[&str]) -> Vec<(String, u32)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         let comm = read(&format!("/proc/{pid}/comm"));
         if let Some(n) = names.iter().find(|n| comm.trim_end().starts_with(**n)) {
             out.push((n.to_string(), pid));
@@ -142,9 +160,15 @@ fn pids_named(names: &[&str]) -> Vec<(String, u32)> {
 /// The threads of `pid` by name: (cpu ns, slices) summed per name.
 fn threads_by_name(pid: u32) -> BTreeMap<String, Sched> {
     let mut m: BTreeMap<String, Sched> = BTreeMap::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let tid = e.file_name().to_string_lossy().to_string();
-        let comm = read(&format!("/proc/{pid}/task/{tid}/comm")).trim_end().to_string();
+        let comm = read(&format!("/proc/{pid}/task/{tid}/comm"))
+            .trim_end()
+            .to_string();
         if let Some(s) = parse_task_schedstat(&read(&format!("/proc/{pid}/task/{tid}/schedstat"))) {
             let e = m.entry(comm).or_default();
             e.run_ns += s.run_ns;
@@ -195,8 +219,14 @@ fn node(groups: &[(String, u32)]) -> Node {
 /// The child's threads, each one's last sample kept (a thread that exits
 /// keeps what it had).
 fn sample_threads(pid: u32, last: &mut BTreeMap<u32, Sched>) {
-    for e in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
-        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+    for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Some(s) = parse_task_schedstat(&read(&format!("/proc/{pid}/task/{tid}/schedstat"))) {
             last.insert(tid, s);
         }
@@ -228,7 +258,10 @@ fn main() {
     // USER_HZ is 100 on every Linux architecture we run on.
     let tick_ns = 10_000_000u64;
     let groups = pids_named(&["ksoftirqd", "scx_gang"]);
-    let daemon = groups.iter().find(|(n, _)| n == "scx_gang").map(|(_, pid)| *pid);
+    let daemon = groups
+        .iter()
+        .find(|(n, _)| n == "scx_gang")
+        .map(|(_, pid)| *pid);
     let daemon_before = daemon.map(threads_by_name).unwrap_or_default();
     let before = node(&groups);
     let t0 = Instant::now();
@@ -271,7 +304,10 @@ fn main() {
         let mut line = String::from("rankprobe daemon threads (cpu ms/slices):");
         for (name, a) in threads_by_name(pid) {
             let b = daemon_before.get(&name).copied().unwrap_or_default();
-            let (cpu, slices) = (a.run_ns.saturating_sub(b.run_ns), a.slices.saturating_sub(b.slices));
+            let (cpu, slices) = (
+                a.run_ns.saturating_sub(b.run_ns),
+                a.slices.saturating_sub(b.slices),
+            );
             if slices > 0 {
                 line += &format!(" {name}={}/{slices}", ms(cpu));
             }
@@ -340,7 +376,14 @@ mod tests {
     #[test]
     fn a_task_schedstat_is_run_wait_and_slices() {
         let s = parse_task_schedstat("123456 7890 42\n").unwrap();
-        assert_eq!(s, Sched { run_ns: 123456, wait_ns: 7890, slices: 42 });
+        assert_eq!(
+            s,
+            Sched {
+                run_ns: 123456,
+                wait_ns: 7890,
+                slices: 42
+            }
+        );
         assert_eq!(parse_task_schedstat("1 2\n"), None);
         assert_eq!(parse_task_schedstat("1 x 3\n"), None);
     }
@@ -350,7 +393,14 @@ mod tests {
         let s = "version 15\ntimestamp 4295\n\
                  cpu0 0 0 10 4 6 2 1000 200 30\ndomain0 3 1 2 3\n\
                  cpu1 0 0 10 4 6 2 500 100 20\n";
-        assert_eq!(parse_node_schedstat(s), Sched { run_ns: 1500, wait_ns: 300, slices: 50 });
+        assert_eq!(
+            parse_node_schedstat(s),
+            Sched {
+                run_ns: 1500,
+                wait_ns: 300,
+                slices: 50
+            }
+        );
     }
 
     #[test]
@@ -364,7 +414,8 @@ mod tests {
         let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RetransSegs InErrs\nTcp: 1 17 0\n";
         assert_eq!(parse_snmp(snmp, "Tcp:", "RetransSegs"), 17);
         assert_eq!(parse_snmp(snmp, "Tcp:", "Nope"), 0);
-        let netstat = "TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 4\nIpExt: InNoRoutes\nIpExt: 0\n";
+        let netstat =
+            "TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 4\nIpExt: InNoRoutes\nIpExt: 0\n";
         assert_eq!(parse_snmp(netstat, "TcpExt:", "TCPTimeouts"), 4);
     }
 

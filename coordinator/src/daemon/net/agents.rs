@@ -470,7 +470,11 @@ mod tests {
         }
         post.flush();
         post.flush();
-        assert_eq!(*got.borrow(), [AGENTS_BATCH, AGENTS_BATCH, 3], "nothing empty posted");
+        assert_eq!(
+            *got.borrow(),
+            [AGENTS_BATCH, AGENTS_BATCH, 3],
+            "nothing empty posted"
+        );
     }
 
     #[test]
