@@ -70,9 +70,11 @@ pub fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String
         let slot = match a.as_str() {
             "--tmpdir" => &mut tmpdir,
             "--hostname" => &mut hostname,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "unknown argument {a:?} (usage: --tmpdir DIR [--hostname NAME], fd 3 the agent)"
-            )),
+            ))
+            }
         };
         *slot = Some(args.next().ok_or_else(|| format!("{a} needs a value"))?);
     }

@@ -300,7 +300,14 @@ impl Handler {
     }
 
     /// Schedule: the node's column, by job, installed as gangs by name.
+    /// One of no slot (the cluster's last job ended) also ends the plan:
+    /// gangd sends no new one until there is a slot again.
     fn install(&mut self, slots: Vec<Vec<Placement>>) {
+        if slots.is_empty() {
+            if let Err(e) = self.plans.end() {
+                self.error(format!("ending the plan: {e}"));
+            }
+        }
         let column = slots
             .iter()
             .map(|slot| {

@@ -145,9 +145,22 @@ impl Plans {
     /// Commands took over: the plan is forgotten (after any hand-over in
     /// progress, so the command reaches the main loop after it).
     pub fn forget(&self) {
+        self.drop_plan("switch commands from gangd");
+    }
+
+    /// Nothing is left to rotate (gangd's schedule has no slot): the plan
+    /// is forgotten and the main loop stops following it. Else every
+    /// boundary of it would be armed into a slot the table no longer has,
+    /// refused and logged, ten times a second on an idle node.
+    pub fn end(&self) -> Result<(), String> {
+        self.drop_plan("gangd's schedule has no slot");
+        self.main.call(Request::Unplan, ACCEPT_TIMEOUT).map(|_| ())
+    }
+
+    fn drop_plan(&self, why: &str) {
         let _handing = self.handing();
         if self.lock().held.take().is_some() {
-            info!("switch commands from gangd: the plan is no longer followed");
+            info!("{why}: the plan is no longer followed");
         }
     }
 

@@ -627,6 +627,51 @@ fn a_plan_is_followed_on_this_nodes_clock_until_a_command_comes() {
         .all(|r| !matches!(r, Request::Plan { .. })));
 }
 
+/// The cluster's last job ended: gangd's Schedule of no slot ends the plan
+/// (the main loop is told Unplan and refreshes stop), so an idle node does
+/// not arm every boundary into a slot its table no longer has.
+#[test]
+fn a_schedule_of_no_slot_ends_the_plan() {
+    use gang_wire::plan::{Plan, PlannedSlot};
+    let ca = TestCa::new("plan-end");
+    let gangd = Gangd::new(&ca);
+    let agent = start_agent("plan-end-node", gangd.addr(), &ca, None, accept_all());
+    let mut conn = gangd.accept(1).unwrap();
+    let report = conn.echo_until_report(GANGD_AHEAD_NS);
+    assert_eq!(report.state, ClockState::Good, "{report:?}");
+    let cluster_soon = monotonic_ns() + GANGD_AHEAD_NS + 2_000_000_000;
+    conn.send(ToAgent::Plan {
+        plan: Plan {
+            id: 3,
+            epoch_ns: cluster_soon,
+            slot_ms: 100,
+            slots: vec![PlannedSlot { slot: 0 }, PlannedSlot { slot: 1 }],
+            first_gen: Gen(1),
+        },
+        effective_ns: cluster_soon,
+    });
+    assert_eq!(conn.recv(), FromAgent::PlanAck { plan_id: 3 });
+    assert!(matches!(next_request(&agent.seen), Request::Plan { .. }));
+    conn.send(ToAgent::Schedule { slots: vec![] });
+    loop {
+        match next_request(&agent.seen) {
+            Request::Plan { .. } => continue,
+            Request::Unplan => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        matches!(next_request(&agent.seen), Request::Column { slots } if slots.is_empty()),
+        "the empty column is installed after the plan ended"
+    );
+    // Forgotten: no refresh any more.
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(agent
+        .seen
+        .try_iter()
+        .all(|r| !matches!(r, Request::Plan { .. })));
+}
+
 #[test]
 fn a_new_connection_is_a_new_gangd_clock_estimated_from_scratch() {
     let ca = TestCa::new("clock4");
