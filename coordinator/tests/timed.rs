@@ -673,3 +673,36 @@ fn links_are_read_again_when_the_epoch_moves_or_a_second_passed_not_at_every_pas
         "node 1 gone"
     );
 }
+
+#[test]
+fn when_the_last_job_ends_the_plan_ends_and_the_next_job_plans_on_from_later_generations() {
+    // Node 1 switched by command, node 0 on plan 0; both jobs end at
+    // 250 ms (generation 2, slot 1, in force).
+    let (mut c, mut r) = one_commanded(&timed());
+    c.jobs.clear();
+    r.matrix_changed();
+    assert_eq!(
+        show(&r.tick(250 * MS, &timed(), &c)),
+        ["0 Schedule 0 slots", "1 Schedule 0 slots"],
+        "the tables of no slot, and no plan"
+    );
+    let t = r.timed().expect("timed");
+    assert!(t.planner().in_force().is_none() && t.planner().pending().is_none());
+    // No Freeze or Switch into a slot the nodes no longer have, no offer.
+    for ms in (260..2000).step_by(10) {
+        let out = r.tick(ms * MS, &timed(), &c);
+        assert!(out.is_empty(), "at {ms} ms: {:?}", show(&out));
+    }
+    assert_eq!(
+        r.timed().expect("timed").next_due_ns(2000 * MS * 1000),
+        None
+    );
+
+    // A job again at 2 s: a plan from scratch, its generations after
+    // plan 0's (generation 3 was its next boundary, maybe armed ahead).
+    c.jobs.push((JobId(3), 0, vec![NodeId(0), NodeId(1)]));
+    r.matrix_changed();
+    let out = show(&r.tick(2000 * MS, &timed(), &c));
+    assert_eq!(out[..2], ["0 Schedule 1 slots", "1 Schedule 1 slots"]);
+    assert_eq!(out[2], "0 Plan 1 [0] g4 at 2100ms from 2100ms", "{out:?}");
+}

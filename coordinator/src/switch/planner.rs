@@ -228,6 +228,26 @@ impl Planner {
         Ok(out)
     }
 
+    /// Nothing is left to rotate (the cycle emptied) at `now`: no plan in
+    /// force or pending, no re-offers. The next plan starts after every
+    /// generation these had, so no node or record sees one again.
+    pub fn clear(&mut self, now: u64) {
+        // The next boundary of either plan may be armed on a node already
+        // (a node arms up to half a slot ahead): the one after it.
+        let pending = self.pending.as_ref().map(|p| p.plan.first_gen.0);
+        let in_force = self
+            .in_force
+            .as_ref()
+            .and_then(|p| p.boundary_at_or_after(now))
+            .map(|b| b.gen.0);
+        if let Some(next) = pending.into_iter().chain(in_force).max() {
+            self.first_gen = Gen(self.first_gen.0.max(next.saturating_add(1)));
+        }
+        self.in_force = None;
+        self.pending = None;
+        self.late.clear();
+    }
+
     /// `node` acknowledged plan `plan_id`.
     pub fn on_ack(&mut self, node: NodeId, plan_id: u64) {
         let mut known = false;

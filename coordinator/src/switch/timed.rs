@@ -22,6 +22,10 @@
 //!    force now (not the one just before the new plan's epoch, which may
 //!    be a slot later: the fault is a slot run twice in a row, or one
 //!    skipped once).
+//!    When the cycle empties (the last job ended) there is no plan: the
+//!    planner forgets it (`Planner::clear`), commanded nodes get nothing,
+//!    and the nodes end the plan they follow on their Schedule of no slot;
+//!    the next job's plan starts from later generations.
 //! 3. Voluntary yield: once every (job, node) running in the slot in force
 //!    has sent `Yielded` for its generation, the slot ends at now + the
 //!    slowest link's margin (2 × RTT + clock error) and every node gets a
@@ -314,6 +318,16 @@ impl Timed {
             self.known = live;
         }
         let cycle = view.slots();
+        if cycle.is_empty() && self.planned.is_some() {
+            // The last job ended: no plan, no commands into a slot the
+            // nodes' tables no longer have (their Schedule of no slot ends
+            // the plan they follow).
+            self.planner.clear(now_ns);
+            self.planned = None;
+            for c in self.commanded.values_mut() {
+                c.freezing = None;
+            }
+        }
         let planned = (cycle.clone(), slot_ms);
         if !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned)) {
             let now_slot = self.in_force(now_ns).map(|f| f.slot).or(current);
