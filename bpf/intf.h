@@ -117,6 +117,7 @@ enum gang_stat {
 	STAT_WAKE_DIRECT,	/* a woken gang task put straight on an idle CPU it owns */
 	STAT_PREEMPT_DAEMON,	/* scx_gang's own thread woke where a gang task ran: preempted it */
 	STAT_PREEMPT_KTHREAD,	/* a per-CPU kthread woke where a gang task ran: preempted it */
+	STAT_RCU_READER,	/* a gang task preempted inside an RCU read-side section: run at once */
 	NR_GANG_STATS,
 };
 

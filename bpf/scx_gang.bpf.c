@@ -73,6 +73,8 @@ char _license[] SEC("license") = "GPL";
 #define GANG_SLICE_NS		(5 * NSEC_PER_MSEC)
 /* Slice of a task of no gang; short, since an owner may be waiting. */
 #define OTHER_SLICE_NS		(2 * NSEC_PER_MSEC)
+/* A gang task preempted inside an RCU read-side section runs this long. */
+#define RCU_READER_SLICE_NS	(200 * 1000ULL)
 /* Upper bound of the credit of time owed to tasks of no gang per CPU. */
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
 #define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
@@ -841,6 +843,28 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = lookup_task_ctx(p);
 	s32 gang = refresh_gang(p, tctx), cpu = scx_bpf_task_cpu(p);
+
+	/*
+	 * Preempted inside an RCU read-side critical section (preemptible
+	 * RCU; a slot switch's kick can catch a rank in the network stack):
+	 * every grace period of the node waits for it, and so does whoever
+	 * waits for one. A write to cgroup.procs waits for one holding
+	 * cgroup_mutex, the daemon's next cgroup.freeze write waits for that
+	 * mutex, and the slot that would let the task run never comes (seen
+	 * in cluster_timed: 21 s, then an RCU stall disabled the scheduler).
+	 * It does not wait for its gang's slot: it runs on its CPU in short
+	 * slices until it is out of the section. The kernel marks such a task
+	 * blocked at the context switch (rcu_note_context_switch, before
+	 * ops.enqueue) until its outermost rcu_read_unlock. Not the nesting
+	 * count: this program runs under rcu_read_lock itself, so a task
+	 * enqueued from its own context always has one.
+	 */
+	if (gang >= 0 && bpf_core_field_exists(p->rcu_read_unlock_special) &&
+	    p->rcu_read_unlock_special.b.blocked) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, RCU_READER_SLICE_NS, enq_flags);
+		stat_inc(STAT_RCU_READER);
+		return;
+	}
 
 	/* Yielded its slot: it waits for its gang's next one. */
 	if (gang >= 0 && ctx_parked(tctx)) {

@@ -318,6 +318,7 @@ impl<'a> Scheduler<'a> {
             wake_direct: c(gang_stat_STAT_WAKE_DIRECT),
             preempt_daemon: c(gang_stat_STAT_PREEMPT_DAEMON),
             preempt_kthread: c(gang_stat_STAT_PREEMPT_KTHREAD),
+            rcu_readers: c(gang_stat_STAT_RCU_READER),
             events_lost: c(gang_stat_STAT_EVENTS_LOST),
             gang_ns,
             other_ns: s.other_run_ns,

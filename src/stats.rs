@@ -51,6 +51,9 @@ pub struct Metrics {
     #[stat(desc = "Gang tasks preempted by a wake-up of a per-CPU kthread")]
     #[serde(default)]
     pub preempt_kthread: u64,
+    #[stat(desc = "Gang tasks preempted inside an RCU read-side section, run outside their slot")]
+    #[serde(default)]
+    pub rcu_readers: u64,
     #[stat(desc = "Trace events lost (ring buffer full)")]
     pub events_lost: u64,
     #[stat(desc = "Share of CPU time run by gangs (%)")]
@@ -88,7 +91,7 @@ impl Metrics {
             w,
             "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
              dispatch gang {} other {} fill {} | wake direct {} kick {} | \
-             min-share {} stale {} priority {} (preempting daemon {} kthread {}) | \
+             min-share {} stale {} priority {} (preempting daemon {} kthread {}) rcu {} | \
              cpu gang {:.1}% other {:.1}% | lost {}",
             self.nr_gangs,
             self.nr_slots,
@@ -106,6 +109,7 @@ impl Metrics {
             self.priority_direct,
             self.preempt_daemon,
             self.preempt_kthread,
+            self.rcu_readers,
             self.gang_pct,
             self.other_pct,
             self.events_lost,
@@ -150,6 +154,7 @@ impl Metrics {
             wake_direct: self.wake_direct - rhs.wake_direct,
             preempt_daemon: self.preempt_daemon - rhs.preempt_daemon,
             preempt_kthread: self.preempt_kthread - rhs.preempt_kthread,
+            rcu_readers: self.rcu_readers - rhs.rcu_readers,
             events_lost: self.events_lost - rhs.events_lost,
             bpf_runs: self.bpf_runs - rhs.bpf_runs,
             bpf_ns: self.bpf_ns - rhs.bpf_ns,

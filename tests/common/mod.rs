@@ -117,7 +117,14 @@ pub fn hang_diagnosis(node: &Path) -> String {
     }
     let dmesg = fs::read_to_string(node.join("dmesg.txt")).unwrap_or_default();
     for l in dmesg.lines().filter(|l| {
-        l.contains("blocked for more than") || l.contains("soft lockup") || l.contains("rcu_sched")
+        [
+            "blocked for more than",
+            "soft lockup",
+            "detected stalls",
+            "Tasks blocked on",
+        ]
+        .iter()
+        .any(|w| l.contains(w))
     }) {
         out += "\n";
         out += l;
