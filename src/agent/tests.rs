@@ -121,6 +121,13 @@ fn accept_all() -> Answer {
 }
 
 /// The next request other than `Autonomous`... or exactly the next one.
+/// No plan reaches the main loop for longer than a refresh period: the
+/// agent forgot its plan.
+fn assert_plan_forgotten(seen: &Receiver<Request>) {
+    thread::sleep(Duration::from_millis(1_500));
+    assert!(seen.try_iter().all(|r| !matches!(r, Request::Plan { .. })));
+}
+
 fn next_request(seen: &Receiver<Request>) -> Request {
     seen.recv_timeout(Duration::from_secs(10))
         .expect("the agent sent no request to the main loop")
@@ -619,12 +626,7 @@ fn a_plan_is_followed_on_this_nodes_clock_until_a_command_comes() {
             other => panic!("{other:?}"),
         }
     }
-    // Forgotten: no refresh any more.
-    thread::sleep(Duration::from_millis(1_500));
-    assert!(agent
-        .seen
-        .try_iter()
-        .all(|r| !matches!(r, Request::Plan { .. })));
+    assert_plan_forgotten(&agent.seen);
 }
 
 /// The cluster's last job ended: gangd's Schedule of no slot ends the plan
@@ -664,12 +666,7 @@ fn a_schedule_of_no_slot_ends_the_plan() {
         matches!(next_request(&agent.seen), Request::Column { slots } if slots.is_empty()),
         "the empty column is installed after the plan ended"
     );
-    // Forgotten: no refresh any more.
-    thread::sleep(Duration::from_millis(1_500));
-    assert!(agent
-        .seen
-        .try_iter()
-        .all(|r| !matches!(r, Request::Plan { .. })));
+    assert_plan_forgotten(&agent.seen);
 }
 
 #[test]
