@@ -29,8 +29,8 @@
 //!
 //! Known faults: a bimodal park + drain (most switches fast, a quarter
 //! slow) gets a lead for the slow mode; the window does not
-//! know the slot or the gangs a sample came from. Not wired into the
-//! switchers yet. Times are ns on the cluster clock.
+//! know the slot or the gangs a sample came from. Used by the timed
+//! follower (timed.rs). Times are ns on the cluster clock.
 
 use std::collections::VecDeque;
 
