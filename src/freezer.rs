@@ -6,7 +6,9 @@
 //! running may be stopped anywhere in the kernel, holding its socket's lock
 //! or inside an RCU read-side section. Then nothing of that socket drains
 //! (incoming ACKs wait for the lock; even reading tcp_info waits for it) and
-//! a long freeze ends in an RCU stall, which disables sched_ext. The freezer
+//! a long freeze ends in an RCU stall, which disables sched_ext (the
+//! scheduler now runs a task preempted in an RCU section at once,
+//! bpf/scx_gang.bpf.c; the socket lock is left). The freezer
 //! parks tasks only at the return to user space, where they hold nothing;
 //! the kernel then finishes their sends on its own. After the freeze the BPF
 //! scheduler switches the slot and the gangs are thawed: their tasks are
