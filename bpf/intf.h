@@ -118,6 +118,9 @@ enum gang_stat {
 	STAT_PREEMPT_DAEMON,	/* scx_gang's own thread woke where a gang task ran: preempted it */
 	STAT_PREEMPT_KTHREAD,	/* a per-CPU kthread woke where a gang task ran: preempted it */
 	STAT_RCU_READER,	/* a gang task preempted inside an RCU read-side section: run at once */
+	STAT_PARK_KICK,		/* CPUs preempted because their gang was parked (park = bpf) */
+	STAT_PARK_SYSCALL,	/* a parked gang's task let run on to its system call's end */
+	STAT_PARK_SYSCALL_EXIT,	/* ...and preempted there, at its return to user space */
 	NR_GANG_STATS,
 };
 
@@ -181,6 +184,17 @@ struct switch_args {
 	 * BPF_F_TIMER_ABS); 0, or an instant already past: at once.
 	 */
 	u64 at_ns;
+};
+
+/*
+ * Argument of the `park_gangs` syscall program (park = bpf): the gangs of
+ * `mask` stop running while `generation` is in force, at most until
+ * `until_ns` (CLOCK_MONOTONIC). A mask of 0 parks nothing.
+ */
+struct park_args {
+	u64 mask;
+	u64 generation;
+	u64 until_ns;
 };
 
 /* Argument of the `rehome_gang` syscall program. */

@@ -50,6 +50,20 @@
  * slot. A sched_yield() outside the lead time is a plain yield: MPI progress
  * loops call it all the time.
  *
+ * Park (knob park = bpf, issue 12). Before a strict switch the daemon parks
+ * the outgoing gangs so their sockets drain (the network preemption): the
+ * park_gangs program names them, and while the generation it named is in
+ * force (and at most until its deadline) they own no CPU, so their CPUs run
+ * tasks of no gang or idle, and the incoming gang does not start either
+ * (no fill). The switch ends the park by itself, with no further command.
+ * A task stopped anywhere in the kernel could hold its socket's lock, and
+ * then nothing of that socket drains (ACKs wait in the backlog): so a task
+ * inside a system call (tp_btf sys_enter/sys_exit keep that per task) runs
+ * on, in short slices, to the end of the call, and is preempted there, at
+ * its return to user space, where the cgroup freezer would park it too.
+ * Tasks preempted in user space are parked at once. (park = freezer: the
+ * daemon uses the cgroup freezer instead and nothing here is involved.)
+ *
  * Slot clock. Each gang id has a page of its own (gang_clocks, an array of
  * maps the daemon fills), which its ranks map read only (the daemon hands
  * out the gang's fd): generation, deadline, which gangs run now and next,
@@ -139,6 +153,11 @@ volatile u32 cur_slot;
 volatile u64 cur_gen;
 volatile u64 slot_started_ns;
 
+/* Parked gangs (park = bpf): park_mask while park_gen is in force, until park_until_ns. */
+volatile u64 park_mask;
+volatile u64 park_gen;
+volatile u64 park_until_ns;
+
 /* Ranks (processes) of each gang on this node, counted by the daemon. */
 volatile u32 gang_ranks[GANG_MAX_GANGS];
 /* Voluntary and forced ends of slot per gang, read by the daemon. */
@@ -217,6 +236,7 @@ struct task_ctx {
 	s32 gang;		/* gang id or GANG_OTHER, as of the last enqueue */
 	u64 park_gen;		/* yielded its slot in this generation */
 	bool parked;		/* park_gen is valid */
+	bool in_syscall;	/* between sys_enter and sys_exit */
 	/* What `gang` was found from: gangs_epoch + 1 (0: never) and the
 	 * cgroup's id (never reused, unlike its address). */
 	u64 gang_epoch;
@@ -259,6 +279,14 @@ struct {
 	__type(key, u32);
 	__type(value, struct slot_timer_value);
 } slot_timer_map SEC(".maps");
+
+/* The park kicks' timer (park_timerfn). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct slot_timer_value);
+} park_timer_map SEC(".maps");
 
 static struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
 {
@@ -315,12 +343,31 @@ static s32 slot_owner(u32 slot, s32 cpu)
 	return cell ? *cell : GANG_NONE;
 }
 
-/* The gang that owns @cpu right now, or GANG_NONE. */
+/* Is @gang parked (park = bpf) right now? */
+static bool gang_parked(s32 gang)
+{
+	u64 mask = park_mask;
+
+	if (gang < 0 || gang >= GANG_MAX_GANGS || !(mask & (1ULL << gang)))
+		return false;
+	return park_gen == cur_gen && bpf_ktime_get_ns() < park_until_ns;
+}
+
+/* The gang that owns @cpu right now, or GANG_NONE (also while it is parked). */
 static s32 cpu_owner(s32 cpu)
 {
+	s32 owner;
+
 	if (!nr_slots)
 		return GANG_NONE;
-	return slot_owner(cur_slot, cpu);
+	owner = slot_owner(cur_slot, cpu);
+	return gang_parked(owner) ? GANG_NONE : owner;
+}
+
+/* Is @cpu's owner in the slot in force parked? */
+static bool owner_parked(s32 cpu)
+{
+	return nr_slots && gang_parked(slot_owner(cur_slot, cpu));
 }
 
 static bool gang_has_slot(s32 gang)
@@ -768,6 +815,25 @@ static bool is_parked(struct task_struct *p)
 }
 
 /*
+ * Must @p (of @gang) run on where it is, slot or no slot? Preempted inside
+ * an RCU read-side section (see gang_enqueue), or inside a system call
+ * while its gang is parked (see "Park"). Such a task runs in short slices
+ * on its CPU, and is not preempted as a stale run either: a task preempted
+ * with slice left is run again without a new enqueue, and a kick at each
+ * start would keep it in its section for ever (seen: a rank preempted in
+ * the network stack, out of its slot, ran 5-90 us at a time for 38 s).
+ */
+static bool must_finish(struct task_struct *p, struct task_ctx *tctx, s32 gang)
+{
+	if (gang < 0)
+		return false;
+	if (bpf_core_field_exists(p->rcu_read_unlock_special) &&
+	    p->rcu_read_unlock_special.b.blocked)
+		return true;
+	return tctx && tctx->in_syscall && gang_parked(gang);
+}
+
+/*
  * A task of @gang that yielded in an earlier generation, for @cpu: its gang
  * owns the CPU again. Tasks that yielded in this generation stay parked.
  */
@@ -873,6 +939,17 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	/*
+	 * Its gang is parked but it is inside a system call, where it may hold
+	 * its socket's lock: it runs on to the call's end (gang_sys_exit then
+	 * preempts it), in short slices on its CPU.
+	 */
+	if (must_finish(p, tctx, gang)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, RCU_READER_SLICE_NS, enq_flags);
+		stat_inc(STAT_PARK_SYSCALL);
+		return;
+	}
+
+	/*
 	 * The last runnable task of this CPU: keep it here if it may run here,
 	 * otherwise queue it and let the CPU go idle.
 	 */
@@ -939,7 +1016,7 @@ static bool dispatch_fill(s32 cpu, s32 owner)
 	if (is_housekeeping(cpu) || !(gangs_with_slot & ~gang_bit(owner)))
 		return false;
 	bpf_for(gang, 0, GANG_MAX_GANGS) {
-		if (gang == owner || !gang_has_slot(gang))
+		if (gang == owner || !gang_has_slot(gang) || gang_parked(gang))
 			continue;
 		if (scx_bpf_dsq_move_to_local(gang_dsq(gang), 0)) {
 			stat_inc(STAT_FILL_DISPATCH);
@@ -988,7 +1065,8 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 	}
 
-	if (fill && dispatch_fill(cpu, owner))
+	/* A parked owner's CPU runs no other gang: the incoming one waits for the switch. */
+	if (fill && !owner_parked(cpu) && dispatch_fill(cpu, owner))
 		return;
 
 	/* Nothing else to run: a task of no gang may go on. */
@@ -1012,11 +1090,17 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 	if (gang >= 0 && tctx)
 		tctx->parked = false;
 
+	/* It finishes its RCU section or system call first. */
+	if (must_finish(p, tctx, gang)) {
+		set_running(cctx, cpu, gang, 0, now);
+		return;
+	}
+
 	/* Moved by rehome_gang or to another cgroup since: look again. */
 	if (gang >= 0 && gang != cpu_owner(cpu))
 		gang = refresh_task_gang(p);
 	if (gang >= 0 && gang != cpu_owner(cpu)) {
-		if (fill && !is_housekeeping(cpu)) {
+		if (fill && !is_housekeeping(cpu) && !gang_parked(gang)) {
 			flags = RUN_FILL;
 		} else {
 			/* Queued before the switch: it must not run in this slot. */
@@ -1216,9 +1300,11 @@ s32 BPF_STRUCT_OPS(gang_init_task, struct task_struct *p, struct scx_init_task_a
 	return 0;
 }
 
+static int park_timerfn(void *map, int *key, struct bpf_timer *timer);
+
 s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 {
-	struct slot_timer_value *rt;
+	struct slot_timer_value *rt, *pt;
 	u32 zero = 0;
 	s32 cpu, gang, ret;
 
@@ -1248,6 +1334,15 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(gang_init)
 	if (ret)
 		return ret;
 	ret = bpf_timer_set_callback(&rt->timer, slot_timerfn);
+	if (ret)
+		return ret;
+	pt = bpf_map_lookup_elem(&park_timer_map, &zero);
+	if (!pt)
+		return -ENOENT;
+	ret = bpf_timer_init(&pt->timer, &park_timer_map, CLOCK_MONOTONIC);
+	if (ret)
+		return ret;
+	ret = bpf_timer_set_callback(&pt->timer, park_timerfn);
 	if (ret)
 		return ret;
 	return bpf_timer_start(&rt->timer, next_slot_len(), 0);
@@ -1332,6 +1427,84 @@ int release_parked(struct rehome_args *args)
 	bpf_for(cpu, 0, nr_cpus) {
 		if (cpu_owner(cpu) == gang)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+	return 0;
+}
+
+/*
+ * Park kicks (park = bpf): every CPU running a task of a parked gang is
+ * preempted. From a timer, like a switch's kicks (from a syscall program
+ * they waited for a tick); a timer of its own, so an armed timed switch
+ * keeps its expiry.
+ */
+static int park_timerfn(void *map, int *key, struct bpf_timer *timer)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+		if (cctx && gang_parked(cctx->running)) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			stat_inc(STAT_PARK_KICK);
+		}
+	}
+	return 0;
+}
+
+/*
+ * Daemon command: park the gangs of args->mask while generation
+ * args->generation is in force (the switch to the next one ends the park),
+ * at most until args->until_ns. A mask of 0 ends a park.
+ */
+SEC("syscall")
+int park_gangs(struct park_args *args)
+{
+	struct slot_timer_value *pt;
+	u32 zero = 0;
+
+	park_mask = 0;
+	barrier();
+	park_gen = args->generation;
+	park_until_ns = args->until_ns;
+	barrier();
+	park_mask = args->mask;
+	if (!args->mask)
+		return 0;
+	pt = bpf_map_lookup_elem(&park_timer_map, &zero);
+	if (!pt)
+		return -ENOENT;
+	return bpf_timer_start(&pt->timer, 0, 0);
+}
+
+/*
+ * Where each task is: inside a system call or not (for the park). For every
+ * task of the node, a task-storage lookup and a store per call and return.
+ */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(gang_sys_enter, struct pt_regs *regs, long id)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, bpf_get_current_task_btf(), 0, 0);
+	if (tctx)
+		tctx->in_syscall = true;
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(gang_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, bpf_get_current_task_btf(), 0, 0);
+	if (!tctx)
+		return 0;
+	tctx->in_syscall = false;
+	/* Its gang is parked: it stops at its return to user space, now. */
+	if (tctx->gang >= 0 && gang_parked(tctx->gang)) {
+		scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+		stat_inc(STAT_PARK_SYSCALL_EXIT);
 	}
 	return 0;
 }

@@ -1,18 +1,17 @@
-//! Freeze: the first half of a coordinated switch. The slot's gangs are
-//! parked with the cgroup-v2 freezer, then the node waits for their TCP
-//! traffic to reach steady state (drain.rs).
+//! Freeze with the cgroup freezer (knob `park = freezer`; the default,
+//! `park = bpf`, is switching/bpf/park.rs): the first half of a coordinated
+//! switch. The slot's gangs are parked with the cgroup-v2 freezer, then the
+//! node waits for their TCP traffic to reach steady state (drain.rs).
 //!
-//! Why the freezer and not the BPF scheduler: a task that BPF simply stops
-//! running may be stopped anywhere in the kernel, holding its socket's lock
-//! or inside an RCU read-side section. Then nothing of that socket drains
-//! (incoming ACKs wait for the lock; even reading tcp_info waits for it) and
-//! a long freeze ends in an RCU stall, which disables sched_ext (the
-//! scheduler now runs a task preempted in an RCU section at once,
-//! bpf/scx_gang.bpf.c; the socket lock is left). The freezer
-//! parks tasks only at the return to user space, where they hold nothing;
-//! the kernel then finishes their sends on its own. After the freeze the BPF
-//! scheduler switches the slot and the gangs are thawed: their tasks are
-//! runnable again, but BPF keeps them off CPUs they do not own.
+//! The freezer parks tasks only at the return to user space, where they
+//! hold nothing (a task stopped anywhere in the kernel may hold its
+//! socket's lock, and then nothing of that socket drains: incoming ACKs
+//! wait for the lock, and even reading tcp_info waits for it); the kernel
+//! then finishes their sends on its own. The BPF park gets the same
+//! guarantee by letting a task inside a system call run to its end. After
+//! the freeze the BPF scheduler switches the slot and the gangs are thawed:
+//! their tasks are runnable again, but BPF keeps them off CPUs they do not
+//! own. The freezer also serves a user's suspend, below.
 //!
 //! Who holds a gang frozen (`FreezeHolds`): two parties write a gang's
 //! `cgroup.freeze`, the slot switch (the BPF mode, switching/bpf/, parks

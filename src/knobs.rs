@@ -16,6 +16,26 @@ pub const YIELD_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
 /// An injected clock fault of at most 10 s either way.
 pub const CLOCK_FAULT_US_RANGE: std::ops::RangeInclusive<i64> = -10_000_000..=10_000_000;
 
+/// How a strict switch parks the outgoing gangs before their drain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Park {
+    /// The BPF scheduler stops running them (a task inside a system call
+    /// runs on to its end): microseconds.
+    Bpf,
+    /// The cgroup freezer (cgroup.freeze), which stops tasks at their
+    /// return to user space: milliseconds under emulation.
+    Freezer,
+}
+
+impl Park {
+    pub fn name(self) -> &'static str {
+        match self {
+            Park::Bpf => "bpf",
+            Park::Freezer => "freezer",
+        }
+    }
+}
+
 /// The knobs an operator sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeKnobs {
@@ -36,6 +56,8 @@ pub struct NodeKnobs {
     /// undetected step would. The next clock exchange reveals it, and
     /// gangd switches the node by command until its clock is good again.
     pub clock_fault_us: i64,
+    /// How a strict switch parks the outgoing gangs (BPF mode).
+    pub park: Park,
 }
 
 impl NodeKnobs {
@@ -47,6 +69,7 @@ impl NodeKnobs {
             min_other_share_pct: 5,
             yield_lead_us: 5_000,
             clock_fault_us: 0,
+            park: Park::Bpf,
         }
     }
 
@@ -69,6 +92,17 @@ impl NodeKnobs {
                     ))
                 })?;
                 self.clock_fault_us = n;
+            }
+            "park" => {
+                self.park = match value {
+                    "bpf" => Park::Bpf,
+                    "freezer" => Park::Freezer,
+                    _ => {
+                        return Err(KnobError::Invalid(format!(
+                            "park must be bpf or freezer, got {value:?}"
+                        )))
+                    }
+                }
             }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
@@ -94,6 +128,7 @@ impl NodeKnobs {
             "housekeeping_cpus" => self.housekeeping.to_string(),
             "yield_lead_us" => self.yield_lead_us.to_string(),
             "clock_fault_us" => self.clock_fault_us.to_string(),
+            "park" => self.park.name().to_string(),
             _ => return None,
         })
     }
@@ -130,6 +165,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "min_other_share_pct",
     "yield_lead_us",
     "clock_fault_us",
+    "park",
 ];
 pub const STATUS_NAMES: &[&str] = &[
     "mode",
@@ -296,6 +332,20 @@ mod tests {
             assert!(k.set("yield_lead_us", bad, 2).is_err(), "{bad:?}");
             assert_eq!(k.yield_lead_us, 250, "a refused value changes nothing");
         }
+    }
+
+    #[test]
+    fn park_is_bpf_or_freezer() {
+        let mut k = NodeKnobs::new();
+        assert_eq!(k.get("park").unwrap(), "bpf");
+        k.set("park", "freezer\n", 2).unwrap();
+        assert_eq!(k.park, Park::Freezer);
+        for bad in ["", "BPF", "cgroup", "1", "bpf freezer"] {
+            assert!(k.set("park", bad, 2).is_err(), "{bad:?}");
+            assert_eq!(k.park, Park::Freezer, "a refused value changes nothing");
+        }
+        k.set("park", "bpf", 2).unwrap();
+        assert_eq!(k.get("park").unwrap(), "bpf");
     }
 
     #[test]

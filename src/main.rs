@@ -88,6 +88,12 @@ struct Opts {
     #[arg(long, default_value = "5000")]
     yield_lead_us: String,
 
+    /// How a strict switch parks the outgoing gangs: bpf (the scheduler
+    /// stops them; a task inside a system call runs on to its end) or
+    /// freezer (the cgroup freezer). BPF only.
+    #[arg(long, default_value = "bpf")]
+    park: String,
+
     /// Print statistics every N seconds while running (BPF only).
     #[arg(long)]
     stats: Option<f64>,
@@ -403,6 +409,7 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("housekeeping_cpus", &opts.housekeeping_cpus),
         ("min_other_share_pct", &opts.min_other_share_pct),
         ("yield_lead_us", &opts.yield_lead_us),
+        ("park", &opts.park),
     ] {
         k.set(name, value, nr_cpus)
             .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;

@@ -41,6 +41,7 @@ use scx_gang::freezer::FreezeHolds;
 use scx_gang::gangs;
 use scx_gang::knobs::{NodeKnobs, SharedKnobs};
 use scx_gang::slots::{GangId, SlotTable, MAX_GANGS};
+use scx_gang::switching::bpf::park::RunningProbe;
 use scx_gang::switching::bpf::{BpfConfig, BpfScheduler, BpfSwitcher};
 use scx_gang::switching::follow::SwitchedSink;
 use scx_gang::switching::{mainloop, YieldSink};
@@ -319,6 +320,9 @@ impl<'a> Scheduler<'a> {
             preempt_daemon: c(gang_stat_STAT_PREEMPT_DAEMON),
             preempt_kthread: c(gang_stat_STAT_PREEMPT_KTHREAD),
             rcu_readers: c(gang_stat_STAT_RCU_READER),
+            park_kicks: c(gang_stat_STAT_PARK_KICK),
+            park_syscalls: c(gang_stat_STAT_PARK_SYSCALL),
+            park_syscall_exits: c(gang_stat_STAT_PARK_SYSCALL_EXIT),
             events_lost: c(gang_stat_STAT_EVENTS_LOST),
             gang_ns,
             other_ns: s.other_run_ns,
@@ -429,6 +433,36 @@ impl BpfScheduler for Scheduler<'_> {
     fn release_parked(&mut self, gang: GangId) -> Result<()> {
         let mut args = rehome_args { gang: gang as i32 };
         run_syscall(&self.skel.progs.release_parked, &mut args).context("release_parked")
+    }
+
+    fn park_gangs(&mut self, mask: u64, gen: u64, until_ns: u64) -> Result<()> {
+        let mut args = park_args {
+            mask,
+            generation: gen,
+            until_ns,
+        };
+        run_syscall(&self.skel.progs.park_gangs, &mut args)
+    }
+
+    fn running_probe(&self) -> Result<RunningProbe> {
+        let map = MapHandle::try_from(&self.skel.maps.cpu_ctxs)?;
+        let nr_cpus = self.nr_cpus;
+        Ok(Box::new(move |mask| {
+            for cpu in 0..nr_cpus {
+                let value = map
+                    .lookup(&cpu.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| io::Error::other(format!("cpu_ctxs[{cpu}]: {e}")))?;
+                // struct cpu_ctx opens with `s32 running`: a gang id, or < 0.
+                let running = value
+                    .as_deref()
+                    .and_then(|v| v.get(..4))
+                    .map_or(-1, |b| i32::from_ne_bytes(b.try_into().unwrap()));
+                if (0..64).contains(&running) && mask & (1 << running) != 0 {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }))
     }
 
     fn current(&self) -> (u32, u64) {

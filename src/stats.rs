@@ -54,6 +54,17 @@ pub struct Metrics {
     #[stat(desc = "Gang tasks preempted inside an RCU read-side section, run outside their slot")]
     #[serde(default)]
     pub rcu_readers: u64,
+    #[stat(
+        desc = "CPUs preempted because their gang was parked before a strict switch (park = bpf)"
+    )]
+    #[serde(default)]
+    pub park_kicks: u64,
+    #[stat(desc = "Tasks of a parked gang let run on to the end of their system call")]
+    #[serde(default)]
+    pub park_syscalls: u64,
+    #[stat(desc = "Tasks of a parked gang preempted at the end of their system call")]
+    #[serde(default)]
+    pub park_syscall_exits: u64,
     #[stat(desc = "Trace events lost (ring buffer full)")]
     pub events_lost: u64,
     #[stat(desc = "Share of CPU time run by gangs (%)")]
@@ -92,7 +103,7 @@ impl Metrics {
             "[scx_gang] gangs {} slots {} slot {} | switches {} (preempt {} idle {}) | \
              dispatch gang {} other {} fill {} | wake direct {} kick {} | \
              min-share {} stale {} priority {} (preempting daemon {} kthread {}) rcu {} | \
-             cpu gang {:.1}% other {:.1}% | lost {}",
+             park kicks {} syscalls {} exits {} | cpu gang {:.1}% other {:.1}% | lost {}",
             self.nr_gangs,
             self.nr_slots,
             self.current_slot,
@@ -110,6 +121,9 @@ impl Metrics {
             self.preempt_daemon,
             self.preempt_kthread,
             self.rcu_readers,
+            self.park_kicks,
+            self.park_syscalls,
+            self.park_syscall_exits,
             self.gang_pct,
             self.other_pct,
             self.events_lost,
@@ -155,6 +169,9 @@ impl Metrics {
             preempt_daemon: self.preempt_daemon - rhs.preempt_daemon,
             preempt_kthread: self.preempt_kthread - rhs.preempt_kthread,
             rcu_readers: self.rcu_readers - rhs.rcu_readers,
+            park_kicks: self.park_kicks - rhs.park_kicks,
+            park_syscalls: self.park_syscalls - rhs.park_syscalls,
+            park_syscall_exits: self.park_syscall_exits - rhs.park_syscall_exits,
             events_lost: self.events_lost - rhs.events_lost,
             bpf_runs: self.bpf_runs - rhs.bpf_runs,
             bpf_ns: self.bpf_ns - rhs.bpf_ns,

@@ -13,18 +13,23 @@
 //! kicks every CPU (bpf/scx_gang.bpf.c, do_switch). Standalone and
 //! autonomous, the BPF timer switches every slot_ms itself (the flag
 //! `slot_timer`); coordinated, only commands do. A coordinated switch
-//! is two requests: Freeze parks the slot's gangs with the cgroup freezer
-//! (freezer.rs: BPF alone could stop a task holding a socket lock) and
-//! waits for their traffic to drain; the next Switch (or any table change)
-//! thaws them, BPF keeping them off the CPUs they do not own.
+//! is two requests: Freeze parks the slot's gangs and waits for their
+//! traffic to drain; the next Switch ends the park. The knob `park` says
+//! how: `bpf` (default) asks the scheduler to keep them off every CPU
+//! until the switch to the next generation (park.rs: a task inside a
+//! system call first runs to its end, where it holds no socket lock);
+//! `freezer` uses the cgroup freezer (freezer.rs) and the Switch (or any
+//! table change) thaws them, BPF keeping them off the CPUs they do not own.
 //!
 //! - table.rs: the gang registry and the table in force, written into BPF.
+//! - park.rs: the park in BPF, waited for and drained.
 //! - trace.rs: the trace sessions.
 //!
 //! Known faults: the table is re-pushed whole on every gang change (and the
 //! slot in force re-installed, a switch of the same slot); a gang whose id
 //! was refused (all MAX_GANGS taken) runs as tasks of no gang.
 
+pub mod park;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -43,7 +48,7 @@ use crate::clock::ClockShare;
 use crate::control::{GangCpus, Response};
 use crate::freezer::{self, FreezeHolds};
 use crate::gangs::{self, GangRegistry};
-use crate::knobs::{NodeKnobs, NodeStatus, SharedKnobs};
+use crate::knobs::{NodeKnobs, NodeStatus, Park, SharedKnobs};
 use crate::slots::{GangId, SlotTable, MAX_GANGS};
 use gang_wire::time::monotonic_ns;
 use gang_wire::trace::{TraceEvent, TraceMeta};
@@ -59,6 +64,9 @@ const TIMED_THAW_POLL: Duration = Duration::from_millis(1);
 /// ...and gives up on it this long after the instant (replaced in BPF by
 /// an immediate switch, e.g. a table change).
 const TIMED_SWITCH_LOST: Duration = Duration::from_secs(1);
+/// A park in BPF ends by itself this long after its drain timeout, should
+/// the switch never come (gangd lost between Freeze and Switch).
+const BPF_PARK_SLACK: Duration = Duration::from_secs(5);
 
 /// What the BPF mode asks of the loaded scheduler (its maps, programs and
 /// ring buffers). src/scheduler.rs implements it over the skeleton.
@@ -93,6 +101,13 @@ pub trait BpfScheduler {
     fn rehome_gang(&mut self, gang: GangId) -> Result<()>;
     /// Lets the gang's yielded tasks run (to reach the freezer).
     fn release_parked(&mut self, gang: GangId) -> Result<()>;
+    /// Parks the gangs of `mask` (bit = gang id) while generation `gen` is
+    /// in force, at most until `until_ns` (CLOCK_MONOTONIC): they own no
+    /// CPU, those running one are preempted. A mask of 0 ends a park.
+    fn park_gangs(&mut self, mask: u64, gen: u64, until_ns: u64) -> Result<()>;
+    /// Whether a CPU runs a task of a gang of a mask, asked from another
+    /// thread (the freeze job's).
+    fn running_probe(&self) -> Result<park::RunningProbe>;
     /// The slot in force and its generation.
     fn current(&self) -> (u32, u64);
     /// The last timed switch that fired: (generation, CLOCK_MONOTONIC ns).
@@ -142,6 +157,8 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     min_slots: usize,
     /// Gang directories parked by the last freeze, thawed at the next switch.
     frozen: Vec<PathBuf>,
+    /// The last freeze parked gangs in BPF (park = bpf).
+    bpf_parked: bool,
     traces: TraceSessions,
     /// Length of the slot the last switch command started (its clock's
     /// deadline), ns; 0: unknown.
@@ -172,6 +189,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             column: None,
             min_slots: 0,
             frozen: Vec::new(),
+            bpf_parked: false,
             traces: TraceSessions::default(),
             commanded_len_ns: 0,
             ranks: vec![0; MAX_GANGS],
@@ -208,9 +226,25 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         }
     }
 
-    /// Thaws the gangs of the last freeze (BPF keeps them off CPUs they do
-    /// not own in the slot now in force), except suspended jobs.
+    /// Ends the park of the last freeze: a park in BPF (unless a switch
+    /// to another generation ended it already) and the gangs frozen (BPF
+    /// keeps them off CPUs they do not own in the slot now in force),
+    /// except suspended jobs.
     fn thaw(&mut self) {
+        if std::mem::take(&mut self.bpf_parked) {
+            if let Err(e) = self.bpf.park_gangs(0, 0, 0) {
+                warn!("ending the park in BPF: {e:#}");
+            }
+        }
+        self.thaw_frozen();
+    }
+
+    /// Thaws the gangs of the last freeze that the freezer parked. A park
+    /// in BPF is left to the switch: it ends the park itself when it fires
+    /// (after this call: a switch at once runs in the BPF timer), so the
+    /// parked gang cannot run for a moment in its old slot.
+    fn thaw_frozen(&mut self) {
+        self.bpf_parked = false;
         for dir in self.frozen.drain(..) {
             match self.cfg.holds.unpark(&dir) {
                 Ok(_) => {}
@@ -328,7 +362,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
             gang_switch_cause_SWITCH_TIMED
         };
         self.switch_slot(slot, gen, cause)?;
-        self.thaw();
+        self.thaw_frozen();
         Ok(())
     }
 
@@ -390,6 +424,24 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
             // nothing to park.
             .filter(|(_, g)| g.dir.exists())
             .collect();
+        if self.applied.park == Park::Bpf {
+            // Yielded ranks are parked by the scheduler already.
+            let mask = gangs
+                .iter()
+                .filter(|(_, g)| !g.yielded)
+                .fold(0u64, |m, (id, _)| m | 1 << id);
+            let start = Instant::now();
+            let until = monotonic_ns() + (timeout + BPF_PARK_SLACK).as_nanos() as u64;
+            self.bpf
+                .park_gangs(mask, cur_gen, until)
+                .context("park_gangs")?;
+            self.bpf_parked = mask != 0;
+            let running = self.bpf.running_probe().context("the CPUs' record")?;
+            let gangs: Vec<freezer::ParkGang> = gangs.into_iter().map(|(_, g)| g).collect();
+            return Ok(Box::new(move || {
+                park::park_and_drain(gen, &gangs, mask, running, start, timeout)
+            }));
+        }
         for (id, g) in gangs.iter().filter(|(_, g)| !g.yielded) {
             // Ranks that yielded must run to reach the freezer.
             if let Err(e) = self.bpf.release_parked(*id) {
@@ -468,7 +520,8 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         };
         if self.bpf.current().1 == gen {
             self.armed = None;
-            self.thaw();
+            // The switch ended a park in BPF already.
+            self.thaw_frozen();
         } else if monotonic_ns() > at_ns.saturating_add(TIMED_SWITCH_LOST.as_nanos() as u64) {
             warn!("the timed switch to generation {gen} did not fire; its parked gangs are thawed");
             self.armed = None;

@@ -275,7 +275,12 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         self.min_slots = slots.len();
         self.column = Some(slots);
         self.push_table_then(then)?;
-        self.thaw();
+        // A switch into `then` ends a park in BPF itself.
+        if then.is_some() {
+            self.thaw_frozen();
+        } else {
+            self.thaw();
+        }
         Ok(())
     }
 }

@@ -24,6 +24,8 @@ struct FakeBpf {
     switched: Vec<(u32, u64, u64)>,
     rehomed: Vec<GangId>,
     released: Vec<GangId>,
+    /// (mask, gen, until_ns) of every park_gangs.
+    parks: Vec<(u64, u64, u64)>,
     /// A timed switch armed and not fired yet: (slot, gen).
     armed: Option<(u32, u64)>,
     /// The last one that fired: (gen, ns).
@@ -98,6 +100,14 @@ impl BpfScheduler for FakeBpf {
         self.released.push(gang);
         Ok(())
     }
+    fn park_gangs(&mut self, mask: u64, gen: u64, until_ns: u64) -> Result<()> {
+        self.parks.push((mask, gen, until_ns));
+        Ok(())
+    }
+    fn running_probe(&self) -> Result<park::RunningProbe> {
+        // The kicks land at once: no CPU runs a parked gang.
+        Ok(Box::new(|_| Ok(false)))
+    }
     fn timed_fired(&self) -> (u64, u64) {
         self.fired
     }
@@ -139,8 +149,16 @@ fn gang_root(test: &str, gangs: &[&str]) -> PathBuf {
     root
 }
 
+/// A switcher over the fake, parking with the cgroup freezer (here plain
+/// files: the wait for "frozen 1" times out), as most tests below do.
 fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) {
-    let knobs = SharedKnobs::new(NodeKnobs::new(), 4);
+    let mut k = NodeKnobs::new();
+    k.park = crate::knobs::Park::Freezer;
+    switcher_with(root, k)
+}
+
+fn switcher_with(root: &std::path::Path, k: NodeKnobs) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) {
+    let knobs = SharedKnobs::new(k.clone(), 4);
     let cfg = BpfConfig {
         gang_root: root.to_path_buf(),
         holds: FreezeHolds::new(),
@@ -148,7 +166,7 @@ fn switcher(root: &std::path::Path) -> (BpfSwitcher<FakeBpf>, Arc<SharedKnobs>) 
         on_all_yielded: None,
         shared_knobs: knobs.clone(),
     };
-    let sw = BpfSwitcher::new(FakeBpf::default(), cfg, NodeKnobs::new()).unwrap();
+    let sw = BpfSwitcher::new(FakeBpf::default(), cfg, k).unwrap();
     (sw, knobs)
 }
 
@@ -380,6 +398,69 @@ fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
         fs::read_to_string(root.join("job2/cgroup.freeze")).unwrap(),
         "0"
     );
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn with_park_bpf_a_freeze_parks_in_the_scheduler_and_the_switch_ends_it() {
+    let root = gang_root("bpfpark", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher_with(&root, NodeKnobs::new());
+    let id1 = sw.registry.get("job1").unwrap().id;
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let gen_in_force = sw.bpf.cur.1;
+    let freeze = Request::Freeze {
+        gen: 3,
+        drain_timeout_ms: 50,
+        to_slot: None,
+    };
+    let report = ask(&mut sw, &knobs, freeze)
+        .frozen
+        .expect("a freeze report");
+    assert_eq!(report.gangs, vec!["job1".to_string()]);
+    assert!(report.parked, "no CPU runs job1");
+    assert!(report.drained, "no socket: drained");
+    let (mask, gen, until) = sw.bpf.parks[0];
+    assert_eq!(mask, 1 << id1, "job1 alone, the gang of the slot in force");
+    assert_eq!(gen, gen_in_force, "for the generation in force");
+    let now = monotonic_ns();
+    assert!(
+        until > now && until < now + 10_000_000_000,
+        "bounded: {until} vs {now}"
+    );
+    assert!(
+        sw.bpf.released.is_empty(),
+        "yielded ranks stay parked by BPF"
+    );
+    assert_ne!(
+        fs::read_to_string(root.join("job1/cgroup.freeze")).unwrap_or_default(),
+        "1",
+        "the freezer is not used"
+    );
+    // A switch at once ends the park in BPF (by its generation), not by a
+    // second command that could land before the switch does.
+    let switch = Request::Switch {
+        slot: 1,
+        gen: 4,
+        slot_ms: 50,
+        at_ns: 0,
+    };
+    assert!(ask(&mut sw, &knobs, switch).ok);
+    assert_eq!(sw.bpf.parks.len(), 1, "no unpark command after a switch");
+    // Going standalone ends a park explicitly.
+    assert!(ask(
+        &mut sw,
+        &knobs,
+        Request::Freeze {
+            gen: 5,
+            drain_timeout_ms: 10,
+            to_slot: None,
+        }
+    )
+    .frozen
+    .is_some());
+    assert!(ask(&mut sw, &knobs, Request::Standalone).ok);
+    assert_eq!(sw.bpf.parks.last(), Some(&(0, 0, 0)), "the park ended");
     let _ = fs::remove_dir_all(&root);
 }
 
