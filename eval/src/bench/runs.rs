@@ -194,7 +194,7 @@ pub fn runs(boot: &Boot) -> Vec<String> {
         let strict = m == "strict";
         // The idle time per switch on a node: commanded strict's Frozen ->
         // Running at gangd, timed strict's parked_us as the nodes report it.
-        let frozen = if strict || m == "timed-strict" {
+        let frozen = if strict || m.starts_with("timed-strict") {
             f("idle_p50_us")
         } else {
             String::new()

@@ -152,6 +152,7 @@ fn timed_table(g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) ->
     let mut t = String::from(
         "\nTimed switching (switching = timed: every node switches on its own clock at the plan's boundaries) next to the commanded barrier.\n\
          idle = CPU time a switch leaves idle on a node (timed strict: the nodes' parked_us, park to switch; commanded strict: Frozen -> Running at gangd); \
+         timed-strict parks in BPF (knob park = bpf), timed-strict-freezer with the cgroup freezer (park = freezer); \
          skew = spread of the nodes' switch instants (timed) or of the Running answers (commanded); late = the latest node's lateness (timed).\n",
     );
     let empty = Group::default();
@@ -166,11 +167,14 @@ fn timed_table(g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) ->
         );
         let _ = writeln!(
             t,
-            "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
+            "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
             "TQ",
             "timed-strict µs/sw",
             "idle",
             "skew",
+            "late",
+            "timed-strict-freezer",
+            "idle",
             "late",
             "timed-off µs/sw",
             "skew",
@@ -187,14 +191,18 @@ fn timed_table(g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) ->
                 format!("{}{}", ov(x.map(|x| &x.0)), x.map_or("", |x| x.1.as_str()))
             };
             let (ts, to, cs) = (grp("timed-strict"), grp("timed-off"), grp("strict"));
+            let tf = grp("timed-strict-freezer");
             let _ = writeln!(
                 t,
-                "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
+                "   {:>6} | {:>24} {:>9} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9} | {:>24} {:>9} {:>9}",
                 format!("{tq} ms"),
                 cell("timed-strict"),
                 us(&median(&ts.frozen)),
                 us(&median(&ts.skew)),
                 us(&median(&ts.late)),
+                cell("timed-strict-freezer"),
+                us(&median(&tf.frozen)),
+                us(&median(&tf.late)),
                 cell("timed-off"),
                 us(&median(&to.skew)),
                 us(&median(&to.late)),
@@ -567,6 +575,7 @@ mod tests {
         let rows = strings(&[
             "2,1,strict,100,5,700,140.00,200.00,0.70000,30000.0,50,45000,9000,20000,28000,,4,1,0,",
             "2,1,timed-strict,100,5,900,180.00,200.00,0.90000,10000.0,50,0,600,0,3100,,4,1,0,150",
+            "2,1,timed-strict-freezer,100,5,800,160.00,200.00,0.80000,20000.0,50,0,700,0,9100,,4,1,0,450",
             "2,1,timed-off,100,5,950,190.00,200.00,0.95000,5000.0,50,0,500,0,,,4,1,0,90",
         ]);
         let (results, table) = summarise(&p, &BTreeMap::new(), &rows);
@@ -581,7 +590,8 @@ mod tests {
             .find(|l| l.trim_start().starts_with("100 ms"))
             .unwrap();
         for cell in [
-            "10000", "3100 µs", "600 µs", "150 µs", "5000", "30000", "28.0 ms",
+            "10000", "3100 µs", "600 µs", "150 µs", "5000", "30000", "28.0 ms", "20000", "9100 µs",
+            "450 µs",
         ] {
             assert!(line.contains(cell), "{cell} in {line}");
         }

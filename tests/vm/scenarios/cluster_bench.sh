@@ -31,7 +31,11 @@
 #    switching on its own clock at the boundaries; strict parks and drains
 #    in the slot's tail); from gangd's timed log lines, skew_us (spread of
 #    the nodes' switch instants), late_us and each node's parked_us (the
-#    switch's idle time on that node). slot_ms, barrier and switching are set through
+#    switch's idle time on that node). Method "timed-strict-freezer":
+#    timed-strict with every compute node's knob park = freezer (the
+#    cgroup freezer) instead of park = bpf; node 0 asks for the knob on the
+#    board (key park) and waits until every compute node took it (key
+#    park.node<i>). slot_ms, barrier and switching are set through
 #    /run/gangd between runs. The switches inside the window come from
 #    gangd's switch log (switch.jsonl): medians of total_us (barrier start ->
 #    last Running), skew_us (spread of the Running answers), freeze_us.
@@ -179,6 +183,17 @@ sig_phase() {
 
 knob() { echo "$2" > "$GANGD_KNOBS/$1" || fail "gangd refused $1=$2"; }
 
+# park_knob VALUE: every compute node's knob park is VALUE (bpf, freezer)
+# before the run goes on; asked only when it changes.
+PARK=bpf
+park_knob() {
+	[ "$1" = "$PARK" ] && return
+	board_put park "$1"
+	every_compute park "$1" 60 "took park = $1"
+	PARK=$1
+	say "compute nodes: park = $1"
+}
+
 # gang_run REP METHOD TQ: METHOD scx_alone (one job) or the barrier (two jobs);
 # again while a job fails, at most RETRIES times.
 gang_run() {
@@ -204,9 +219,13 @@ gang_try() {
 	# yield: the strict barrier, ranks that yield at every work unit.
 	YF=""
 	case $m in
+	timed-strict-freezer) park_knob freezer ;;
+	*) park_knob bpf ;;
+	esac
+	case $m in
 	scx_alone) knob switching commanded ;;
 	yield) knob switching commanded; knob barrier strict; YF="--yield-every 1" ;;
-	timed-strict) knob switching timed; knob barrier strict ;;
+	timed-strict | timed-strict-freezer) knob switching timed; knob barrier strict ;;
 	timed-off) knob switching timed; knob barrier off ;;
 	*) knob switching commanded; knob barrier "$m" ;;
 	esac
@@ -317,20 +336,27 @@ gang_phase() {
 }
 
 # slow_wait_done: a compute node's wait for the end, polling the board every
-# 5 s instead of every second (each poll costs node 0 a shell and this node
+# 2 s instead of every second (each poll costs node 0 a shell and this node
 # an nc: CPU that would be taken from the ranks), then lib's wait_done.
+# Meanwhile it sets its knob park as node 0 asks (board key park).
 slow_wait_done() {
-	local misses=0 v
+	local misses=0 v p applied=bpf
 	while :; do
 		if v=$(board_get done); then
 			misses=0
 			[ "$v" = yes ] && break
 			[ -n "$(board_get abort)" ] && break
+			p=$(board_get park) || p=
+			if [ -n "$p" ] && [ "$p" != "$applied" ]; then
+				echo "$p" > "$KNOBS/park" || fail "the knob park refused $p"
+				applied=$p
+				board_put "park.node$NODE_ID" "$p"
+			fi
 		else
 			misses=$((misses + 1))
 			[ "$misses" -ge 3 ] && break
 		fi
-		sleep 5
+		sleep 2
 	done
 	wait_done
 }
