@@ -1479,7 +1479,9 @@ int park_gangs(struct park_args *args)
 
 /*
  * Where each task is: inside a system call or not (for the park). For every
- * task of the node, a task-storage lookup and a store per call and return.
+ * task of the node, a task-storage lookup and a store per call and return,
+ * so the daemon attaches these two only while a park may come (coordinated,
+ * two slots or more, park = bpf).
  */
 SEC("tp_btf/sys_enter")
 int BPF_PROG(gang_sys_enter, struct pt_regs *regs, long id)

@@ -115,6 +115,8 @@ pub fn run(
 pub struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
+    /// sys_enter and sys_exit, while syscalls are tracked.
+    syscall_links: Option<(libbpf_rs::Link, libbpf_rs::Link)>,
     nr_cpus: u32,
     clock: Arc<ClockShare>,
     stats_server: StatsServer<(), Metrics>,
@@ -159,6 +161,10 @@ impl<'a> Scheduler<'a> {
         rodata.nr_cpus = nr_cpus;
         rodata.gang_root_level = level;
         rodata.daemon_tgid = std::process::id();
+        // Attached only while a park in BPF may come (`track_syscalls`): they
+        // run at every system call of the node.
+        skel.progs.gang_sys_enter.set_autoattach(false);
+        skel.progs.gang_sys_exit.set_autoattach(false);
 
         let mut skel = scx_ops_load!(skel, gang_ops, uei)?;
         cfg.clock.set_pages(Some(
@@ -191,6 +197,7 @@ impl<'a> Scheduler<'a> {
         Ok(Self {
             skel,
             struct_ops,
+            syscall_links: None,
             nr_cpus,
             clock: cfg.clock.clone(),
             stats_server,
@@ -442,6 +449,32 @@ impl BpfScheduler for Scheduler<'_> {
             until_ns,
         };
         run_syscall(&self.skel.progs.park_gangs, &mut args)
+    }
+
+    fn track_syscalls(&mut self, on: bool) -> Result<()> {
+        if on == self.syscall_links.is_some() {
+            return Ok(());
+        }
+        if !on {
+            self.syscall_links = None;
+            info!("system calls no longer tracked (no park in BPF to come)");
+            return Ok(());
+        }
+        let enter = self
+            .skel
+            .progs
+            .gang_sys_enter
+            .attach()
+            .context("attaching sys_enter")?;
+        let exit = self
+            .skel
+            .progs
+            .gang_sys_exit
+            .attach()
+            .context("attaching sys_exit")?;
+        self.syscall_links = Some((enter, exit));
+        info!("system calls tracked, for the park in BPF");
+        Ok(())
     }
 
     fn running_probe(&self) -> Result<RunningProbe> {

@@ -465,7 +465,26 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
     assert_eq!(
         read(&r, "thawed"),
         "frozen 0",
-        "the switch after a freeze thaws the gang"
+        "park = bpf (default): the cgroup freezer is never used"
+    );
+    // The park was the scheduler's: CPUs running a parked gang were
+    // preempted, or tasks inside a system call ran to its end and stopped
+    // there (the counters at exit: "park kicks K syscalls S exits E").
+    let log = read(&r, "scx_gang.log");
+    let counters = log
+        .lines()
+        .find(|l| l.contains("counters at exit"))
+        .expect("the counters at exit");
+    let after = |word: &str| -> u64 {
+        let rest = &counters[counters
+            .find(word)
+            .unwrap_or_else(|| panic!("{word} in {counters}"))
+            + word.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(
+        after("park kicks ") + after(" exits ") > 0,
+        "ten parks, none in BPF: {counters}"
     );
 }
 

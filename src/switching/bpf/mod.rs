@@ -108,6 +108,9 @@ pub trait BpfScheduler {
     /// Whether a CPU runs a task of a gang of a mask, asked from another
     /// thread (the freeze job's).
     fn running_probe(&self) -> Result<park::RunningProbe>;
+    /// Attaches (or detaches) the programs that keep, per task, whether it
+    /// is inside a system call; a park in BPF needs them.
+    fn track_syscalls(&mut self, on: bool) -> Result<()>;
     /// The slot in force and its generation.
     fn current(&self) -> (u32, u64);
     /// The last timed switch that fired: (generation, CLOCK_MONOTONIC ns).
@@ -258,6 +261,21 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     fn set_mode(&mut self, mode: Mode) {
         self.mode = mode;
         self.bpf.set_timer_switching(mode != Mode::Coordinated);
+        self.update_syscall_tracking();
+    }
+
+    /// System calls are tracked (a cost at every one of the node's) only
+    /// while a park in BPF may come: coordinated, park = bpf, and a table
+    /// with two slots or more. A lone job's node pays nothing. A task
+    /// inside a system call when tracking starts counts as outside it
+    /// until its next one (park.rs, known faults).
+    pub(super) fn update_syscall_tracking(&mut self) {
+        let on = self.mode == Mode::Coordinated
+            && self.applied.park == Park::Bpf
+            && self.nr_slots() >= 2;
+        if let Err(e) = self.bpf.track_syscalls(on) {
+            warn!("tracking system calls (for the park in BPF): {e:#}");
+        }
     }
 
     fn switch_slot(&mut self, slot: u32, gen: u64, cause: u32) -> Result<()> {

@@ -19,8 +19,12 @@
 //! its user still uses the freezer (FreezeHolds); the two never meet,
 //! since a park only names gangs of the slot in force.
 //!
-//! Known faults: a task already inside a system call when the scheduler was
-//! loaded counts as outside it until it makes its next one; a task in a
+//! System calls are tracked only while a park may come (coordinated, two
+//! slots or more, park = bpf: `update_syscall_tracking`), since the two
+//! programs run at every system call of the node.
+//!
+//! Known faults: a task already inside a system call when tracking started
+//! counts as outside it until it makes its next one; a task in a
 //! long system call (a large write to a slow peer) keeps its CPU until the
 //! call ends, which the report shows as a long `park_us`.
 

@@ -147,6 +147,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             .collect();
         let nr_slots = self.nr_slots() as u32;
         let (cur, gen) = self.bpf.write_table(&self.table, &masks, nr_slots);
+        self.update_syscall_tracking();
 
         // Tasks of a gang that lost its last slot must not wait for one.
         let lost: Vec<usize> = (0..MAX_GANGS)
@@ -175,6 +176,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
         self.bpf.write_knobs(new);
         let housekeeping_changed = new.housekeeping != self.applied.housekeeping;
         self.applied = new.clone();
+        self.update_syscall_tracking();
         self.warn_if_slots_shortened();
         if housekeeping_changed {
             self.table = match (self.mode, &self.column) {

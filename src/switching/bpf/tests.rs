@@ -26,6 +26,8 @@ struct FakeBpf {
     released: Vec<GangId>,
     /// (mask, gen, until_ns) of every park_gangs.
     parks: Vec<(u64, u64, u64)>,
+    /// System calls are tracked (sys_enter/sys_exit attached).
+    tracking: bool,
     /// A timed switch armed and not fired yet: (slot, gen).
     armed: Option<(u32, u64)>,
     /// The last one that fired: (gen, ns).
@@ -102,6 +104,10 @@ impl BpfScheduler for FakeBpf {
     }
     fn park_gangs(&mut self, mask: u64, gen: u64, until_ns: u64) -> Result<()> {
         self.parks.push((mask, gen, until_ns));
+        Ok(())
+    }
+    fn track_syscalls(&mut self, on: bool) -> Result<()> {
+        self.tracking = on;
         Ok(())
     }
     fn running_probe(&self) -> Result<park::RunningProbe> {
@@ -461,6 +467,28 @@ fn with_park_bpf_a_freeze_parks_in_the_scheduler_and_the_switch_ends_it() {
     .is_some());
     assert!(ask(&mut sw, &knobs, Request::Standalone).ok);
     assert_eq!(sw.bpf.parks.last(), Some(&(0, 0, 0)), "the park ended");
+    let _ = fs::remove_dir_all(&root);
+}
+
+#[test]
+fn system_calls_are_tracked_only_while_a_park_in_bpf_may_come() {
+    let root = gang_root("tracking", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher_with(&root, NodeKnobs::new());
+    assert!(!sw.bpf.tracking, "standalone: nothing is parked");
+    let one = column(&[&[("job1", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: one }).ok);
+    assert!(!sw.bpf.tracking, "one slot: a lone job's node pays nothing");
+    let two = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: two }).ok);
+    assert!(sw.bpf.tracking, "two slots, coordinated, park = bpf");
+    let mut k = NodeKnobs::new();
+    k.park = crate::knobs::Park::Freezer;
+    sw.knobs_changed(&k).unwrap();
+    assert!(!sw.bpf.tracking, "park = freezer needs none");
+    sw.knobs_changed(&NodeKnobs::new()).unwrap();
+    assert!(sw.bpf.tracking);
+    assert!(ask(&mut sw, &knobs, Request::Standalone).ok);
+    assert!(!sw.bpf.tracking, "standalone again");
     let _ = fs::remove_dir_all(&root);
 }
 
