@@ -57,10 +57,13 @@
  * tasks of no gang or idle, and the incoming gang does not start either
  * (no fill). The switch ends the park by itself, with no further command.
  * A task stopped anywhere in the kernel could hold its socket's lock, and
- * then nothing of that socket drains (ACKs wait in the backlog): so a task
- * inside a system call (tp_btf sys_enter/sys_exit keep that per task) runs
- * on, in short slices, to the end of the call, and is preempted there, at
- * its return to user space, where the cgroup freezer would park it too.
+ * then nothing of that socket drains (ACKs wait in the backlog), and even
+ * the drain check's read of the socket waits for the lock: so a task inside
+ * a system call (tp_btf sys_enter/sys_exit keep that per task) runs on, in
+ * short slices, to the end of the call, and is preempted there, at its
+ * return to user space, where the cgroup freezer would park it too. That
+ * holds for a task preempted by the park and for one that waited in its
+ * gang's queue inside a call when the park began (dispatch_finishing).
  * Tasks preempted in user space are parked at once. (park = freezer: the
  * daemon uses the cgroup freezer instead and nothing here is involved.)
  *
@@ -1008,6 +1011,31 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	kick_owner_cpu(p, gang);
 }
 
+/*
+ * A task of the parked gang @gang (which owns @cpu in the slot in force)
+ * that waits in its gang's queue inside a system call: it was preempted
+ * there before the park began and may hold its socket's lock (then even
+ * the drain check's read of that socket would wait for it). It runs on
+ * to the call's end like any task caught by the park.
+ */
+static bool dispatch_finishing(s32 cpu, s32 gang)
+{
+	struct task_struct *p;
+
+	if (!scx_bpf_dsq_nr_queued(gang_dsq(gang)))
+		return false;
+	bpf_for_each(scx_dsq, p, gang_dsq(gang), 0) {
+		if (!must_finish(p, lookup_task_ctx(p), gang) ||
+		    !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0)) {
+			stat_inc(STAT_PARK_SYSCALL);
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Another gang's queued task for an idle CPU (the `fill` policy). */
 static bool dispatch_fill(s32 cpu, s32 owner)
 {
@@ -1041,6 +1069,11 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 			return;
 		}
 	}
+
+	/* The owner is parked: only its tasks inside a system call run on. */
+	if (owner < 0 && owner_parked(cpu) &&
+	    dispatch_finishing(cpu, slot_owner(cur_slot, cpu)))
+		return;
 
 	/*
 	 * Queue lengths are read without a lock: an empty queue (the common
@@ -1447,6 +1480,9 @@ static int park_timerfn(void *map, int *key, struct bpf_timer *timer)
 		if (cctx && gang_parked(cctx->running)) {
 			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 			stat_inc(STAT_PARK_KICK);
+		} else if (cctx && cctx->running == GANG_IDLE && owner_parked(cpu)) {
+			/* Its dispatch lets a queued task finish its system call. */
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 		}
 	}
 	return 0;
