@@ -90,8 +90,12 @@ char _license[] SEC("license") = "GPL";
 #define GANG_SLICE_NS		(5 * NSEC_PER_MSEC)
 /* Slice of a task of no gang; short, since an owner may be waiting. */
 #define OTHER_SLICE_NS		(2 * NSEC_PER_MSEC)
-/* A gang task preempted inside an RCU read-side section runs this long. */
-#define RCU_READER_SLICE_NS	(200 * 1000ULL)
+/*
+ * A gang task that must finish where it is (must_finish: inside an RCU
+ * read-side section, or inside a system call while its gang is parked)
+ * runs this long at a time.
+ */
+#define FINISH_SLICE_NS		(200 * 1000ULL)
 /* Upper bound of the credit of time owed to tasks of no gang per CPU. */
 #define OTHER_CREDIT_MAX_NS	(4 * OTHER_SLICE_NS)
 #define ROTATION_MAX_NS		((u64)GANG_ROTATION_MAX_MS * NSEC_PER_MSEC)
@@ -930,7 +934,7 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (gang >= 0 && bpf_core_field_exists(p->rcu_read_unlock_special) &&
 	    p->rcu_read_unlock_special.b.blocked) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, RCU_READER_SLICE_NS, enq_flags);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, FINISH_SLICE_NS, enq_flags);
 		stat_inc(STAT_RCU_READER);
 		return;
 	}
@@ -947,7 +951,7 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	 * preempts it), in short slices on its CPU.
 	 */
 	if (must_finish(p, tctx, gang)) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, RCU_READER_SLICE_NS, enq_flags);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, FINISH_SLICE_NS, enq_flags);
 		stat_inc(STAT_PARK_SYSCALL);
 		return;
 	}
@@ -1060,6 +1064,7 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	s32 owner = cpu_owner(cpu);
 	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED);
 	s32 prev_class = prev_queued ? task_class(prev) : GANG_IDLE;
+	s32 parked_owner;
 
 	/* Tasks of no gang are owed their minimum share on this CPU. */
 	if (cctx && cctx->serve_other) {
@@ -1071,8 +1076,9 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	}
 
 	/* The owner is parked: only its tasks inside a system call run on. */
-	if (owner < 0 && owner_parked(cpu) &&
-	    dispatch_finishing(cpu, slot_owner(cur_slot, cpu)))
+	parked_owner = owner < 0 && owner_parked(cpu) ? slot_owner(cur_slot, cpu) :
+							 GANG_NONE;
+	if (parked_owner >= 0 && dispatch_finishing(cpu, parked_owner))
 		return;
 
 	/*
@@ -1099,7 +1105,7 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	}
 
 	/* A parked owner's CPU runs no other gang: the incoming one waits for the switch. */
-	if (fill && !owner_parked(cpu) && dispatch_fill(cpu, owner))
+	if (fill && parked_owner < 0 && dispatch_fill(cpu, owner))
 		return;
 
 	/* Nothing else to run: a task of no gang may go on. */

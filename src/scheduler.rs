@@ -490,7 +490,7 @@ impl BpfScheduler for Scheduler<'_> {
                     .as_deref()
                     .and_then(|v| v.get(..4))
                     .map_or(-1, |b| i32::from_ne_bytes(b.try_into().unwrap()));
-                if (0..64).contains(&running) && mask & (1 << running) != 0 {
+                if (0..MAX_GANGS as i32).contains(&running) && mask & (1 << running) != 0 {
                     return Ok(true);
                 }
             }

@@ -191,6 +191,15 @@ pub(super) fn column(slots: &[&[(&str, &str)]]) -> Vec<Vec<GangCpus>> {
         .collect()
 }
 
+/// A Freeze for generation `gen` of the slot in force, nothing kept across.
+fn freeze_request(gen: u64, drain_timeout_ms: u64) -> Request {
+    Request::Freeze {
+        gen,
+        drain_timeout_ms,
+        to_slot: None,
+    }
+}
+
 fn ask(sw: &mut BpfSwitcher<FakeBpf>, knobs: &SharedKnobs, request: Request) -> Response {
     let (tx, rx) = mpsc::channel();
     handle(sw, request, tx, knobs);
@@ -223,11 +232,7 @@ fn commands_need_an_explicit_schedule_first() {
         e.contains("switch commands need an explicit schedule"),
         "{e}"
     );
-    let freeze = Request::Freeze {
-        gen: 1,
-        drain_timeout_ms: 10,
-        to_slot: None,
-    };
+    let freeze = freeze_request(1, 10);
     let e = ask(&mut sw, &knobs, freeze).error.unwrap();
     assert!(e.contains("freeze needs an explicit schedule"), "{e}");
     let e = ask(&mut sw, &knobs, Request::Autonomous).error.unwrap();
@@ -297,11 +302,7 @@ fn a_freeze_parks_the_slots_gangs_until_the_next_switch() {
     let (mut sw, knobs) = switcher(&root);
     let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
-    let freeze = Request::Freeze {
-        gen: 3,
-        drain_timeout_ms: 50,
-        to_slot: None,
-    };
+    let freeze = freeze_request(3, 50);
     let r = ask(&mut sw, &knobs, freeze);
     // No freezer here: the plain cgroup.freeze file is written, the wait
     // for "frozen 1" times out.
@@ -355,11 +356,7 @@ fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
     let (mut sw, knobs) = switcher(&root);
     let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
-    let freeze = Request::Freeze {
-        gen: 3,
-        drain_timeout_ms: 10,
-        to_slot: None,
-    };
+    let freeze = freeze_request(3, 10);
     assert!(ask(&mut sw, &knobs, freeze).frozen.is_some());
     let at_ns = monotonic_ns() + 60_000_000_000;
     let switch = Request::Switch {
@@ -381,17 +378,7 @@ fn a_timed_switch_thaws_the_parked_gangs_only_once_it_fired() {
     assert_eq!(sw.next_wake(), None);
 
     // An instant already past: at once, thawed at once.
-    assert!(ask(
-        &mut sw,
-        &knobs,
-        Request::Freeze {
-            gen: 5,
-            drain_timeout_ms: 10,
-            to_slot: None,
-        }
-    )
-    .frozen
-    .is_some());
+    assert!(ask(&mut sw, &knobs, freeze_request(5, 10)).frozen.is_some());
     let late = Request::Switch {
         slot: 0,
         gen: 6,
@@ -415,11 +402,7 @@ fn with_park_bpf_a_freeze_parks_in_the_scheduler_and_the_switch_ends_it() {
     let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
     let gen_in_force = sw.bpf.cur.1;
-    let freeze = Request::Freeze {
-        gen: 3,
-        drain_timeout_ms: 50,
-        to_slot: None,
-    };
+    let freeze = freeze_request(3, 50);
     let report = ask(&mut sw, &knobs, freeze)
         .frozen
         .expect("a freeze report");
@@ -454,17 +437,7 @@ fn with_park_bpf_a_freeze_parks_in_the_scheduler_and_the_switch_ends_it() {
     assert!(ask(&mut sw, &knobs, switch).ok);
     assert_eq!(sw.bpf.parks.len(), 1, "no unpark command after a switch");
     // Going standalone ends a park explicitly.
-    assert!(ask(
-        &mut sw,
-        &knobs,
-        Request::Freeze {
-            gen: 5,
-            drain_timeout_ms: 10,
-            to_slot: None,
-        }
-    )
-    .frozen
-    .is_some());
+    assert!(ask(&mut sw, &knobs, freeze_request(5, 10)).frozen.is_some());
     assert!(ask(&mut sw, &knobs, Request::Standalone).ok);
     assert_eq!(sw.bpf.parks.last(), Some(&(0, 0, 0)), "the park ended");
     let _ = fs::remove_dir_all(&root);
