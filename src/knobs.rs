@@ -13,6 +13,8 @@ pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
 pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;
 /// 0 turns voluntary yield off; at most 1 s (slots are 1 ms to 10 s).
 pub const YIELD_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
+/// A fixed drain lead of at most 1 s (it is capped at a quarter slot too).
+pub const DRAIN_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
 /// An injected clock fault of at most 10 s either way.
 pub const CLOCK_FAULT_US_RANGE: std::ops::RangeInclusive<i64> = -10_000_000..=10_000_000;
 
@@ -58,6 +60,10 @@ pub struct NodeKnobs {
     pub clock_fault_us: i64,
     /// How a strict switch parks the outgoing gangs (BPF mode).
     pub park: Park,
+    /// Timed strict switching: how long before the boundary the outgoing
+    /// gangs are parked, in µs (at most a quarter slot). None ("auto"):
+    /// adapted to the node's recent park + drain times (switching/lead.rs).
+    pub drain_lead_us: Option<u32>,
 }
 
 impl NodeKnobs {
@@ -70,6 +76,7 @@ impl NodeKnobs {
             yield_lead_us: 5_000,
             clock_fault_us: 0,
             park: Park::Bpf,
+            drain_lead_us: None,
         }
     }
 
@@ -104,6 +111,22 @@ impl NodeKnobs {
                     }
                 }
             }
+            "drain_lead_us" => {
+                self.drain_lead_us = match value {
+                    "auto" => None,
+                    _ => Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|n| DRAIN_LEAD_US_RANGE.contains(n))
+                            .ok_or_else(|| {
+                                KnobError::Invalid(format!(
+                                    "drain_lead_us must be auto or a number of µs in {DRAIN_LEAD_US_RANGE:?}, got {value:?}"
+                                ))
+                            })?,
+                    ),
+                }
+            }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
                     .map_err(|e| KnobError::Invalid(format!("housekeeping_cpus: {e}")))?;
@@ -129,6 +152,10 @@ impl NodeKnobs {
             "yield_lead_us" => self.yield_lead_us.to_string(),
             "clock_fault_us" => self.clock_fault_us.to_string(),
             "park" => self.park.name().to_string(),
+            "drain_lead_us" => match self.drain_lead_us {
+                Some(us) => us.to_string(),
+                None => "auto".to_string(),
+            },
             _ => return None,
         })
     }
@@ -166,6 +193,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "yield_lead_us",
     "clock_fault_us",
     "park",
+    "drain_lead_us",
 ];
 pub const STATUS_NAMES: &[&str] = &[
     "mode",
@@ -332,6 +360,24 @@ mod tests {
             assert!(k.set("yield_lead_us", bad, 2).is_err(), "{bad:?}");
             assert_eq!(k.yield_lead_us, 250, "a refused value changes nothing");
         }
+    }
+
+    #[test]
+    fn drain_lead_us_is_auto_or_0_to_one_second() {
+        let mut k = NodeKnobs::new();
+        assert_eq!(k.get("drain_lead_us").unwrap(), "auto");
+        k.set("drain_lead_us", "3000\n", 2).unwrap();
+        assert_eq!(k.drain_lead_us, Some(3_000));
+        assert_eq!(k.get("drain_lead_us").unwrap(), "3000");
+        k.set("drain_lead_us", "0", 2).unwrap();
+        assert_eq!(k.drain_lead_us, Some(0), "0: park at the boundary");
+        for bad in ["1000001", "-1", "3ms", "", "Auto", "2.5"] {
+            let err = k.set("drain_lead_us", bad, 2).unwrap_err();
+            assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}");
+            assert_eq!(k.drain_lead_us, Some(0), "a refused value changes nothing");
+        }
+        k.set("drain_lead_us", "auto", 2).unwrap();
+        assert_eq!(k.drain_lead_us, None);
     }
 
     #[test]

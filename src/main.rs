@@ -94,6 +94,12 @@ struct Opts {
     #[arg(long, default_value = "bpf")]
     park: String,
 
+    /// Timed strict switching: park the outgoing gangs this many µs before
+    /// the boundary (0-1000000, at most a quarter slot), or auto: the p75
+    /// of the node's recent park + drain times.
+    #[arg(long, default_value = "auto")]
+    drain_lead_us: String,
+
     /// Print statistics every N seconds while running (BPF only).
     #[arg(long)]
     stats: Option<f64>,
@@ -410,6 +416,7 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("min_other_share_pct", &opts.min_other_share_pct),
         ("yield_lead_us", &opts.yield_lead_us),
         ("park", &opts.park),
+        ("drain_lead_us", &opts.drain_lead_us),
     ] {
         k.set(name, value, nr_cpus)
             .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;

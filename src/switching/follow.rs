@@ -91,6 +91,8 @@ pub struct Follow {
     column: Option<(Column, Held)>,
     /// The id of the plan followed.
     plan_id: Option<u64>,
+    /// The knob drain_lead_us (None: the lead adapts).
+    fixed_lead_us: Option<u64>,
 }
 
 impl Follow {
@@ -110,7 +112,22 @@ impl Follow {
             sink,
             column: None,
             plan_id: None,
+            fixed_lead_us: None,
         }
+    }
+
+    /// The drain lead in force (None: no plan followed).
+    pub fn lead_ns(&self) -> Option<u64> {
+        self.follower.lead_in_force()
+    }
+
+    /// The knob drain_lead_us changed (or was read at start): in force
+    /// from the next park on.
+    pub fn set_fixed_lead(&mut self, us: Option<u32>) {
+        self.fixed_lead_us = us.map(u64::from);
+        let mut cfg = self.follower.config();
+        cfg.fixed_lead_us = self.fixed_lead_us;
+        self.follower.set_config(cfg);
     }
 
     /// A request meant for the follower is taken (its answer); a Freeze or
@@ -134,7 +151,7 @@ impl Follow {
                     strict: *strict,
                     drain_timeout_ms: *drain_timeout_ms,
                     min_lead_ns: MIN_LEAD.as_nanos() as u64,
-                    fixed_lead_us: None,
+                    fixed_lead_us: self.fixed_lead_us,
                     clock_error_ns: *clock_error_ns,
                 });
                 if let Err(e) = self.follower.set_plan(plan.clone(), *effective_ns) {

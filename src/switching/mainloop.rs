@@ -40,6 +40,7 @@ pub fn run(
 ) -> Result<()> {
     let mut last_scan = Instant::now();
     let mut follow = Follow::new(on_switched);
+    follow.set_fixed_lead(knobs.snapshot().drain_lead_us);
     stuck::loop_started();
     while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
         stuck::enter(Step::Poll);
@@ -67,7 +68,9 @@ pub fn run(
         if knobs.generation() != applied {
             stuck::enter(Step::Knobs);
             applied = knobs.generation();
-            sw.knobs_changed(&knobs.snapshot())?;
+            let now_set = knobs.snapshot();
+            follow.set_fixed_lead(now_set.drain_lead_us);
+            sw.knobs_changed(&now_set)?;
         }
         stuck::enter(Step::Tick);
         sw.tick(Instant::now());

@@ -143,6 +143,10 @@ impl Follower {
         self.cfg = cfg;
     }
 
+    pub fn config(&self) -> FollowConfig {
+        self.cfg
+    }
+
     /// Follow `plan` (local times) from `effective_ns` on. A park or an
     /// armed switch in progress stays (see the known faults).
     pub fn set_plan(&mut self, plan: Plan, effective_ns: u64) -> Result<(), PlanError> {
@@ -178,6 +182,11 @@ impl Follower {
         self.step = Step::Idle;
         self.last_gen = None;
         self.last_slot = None;
+    }
+
+    /// The lead in force for the plan followed (None: no plan).
+    pub fn lead_in_force(&self) -> Option<u64> {
+        self.plan.as_ref().map(|p| self.lead_ns(p))
     }
 
     /// The lead in force for `plan`.

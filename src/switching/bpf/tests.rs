@@ -558,6 +558,40 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
     }
 }
 
+/// The knob drain_lead_us fixes the lead whenever it is written: before
+/// the plan came or after, and a new plan (gangd sends one whenever the
+/// node's clock estimate moves) keeps it; auto gives the adaptive lead back
+/// (here its floor: no switch measured yet, a clock error of 0).
+#[test]
+fn the_drain_lead_knob_fixes_the_lead_across_plans_until_set_to_auto() {
+    use crate::switching::follow::Follow;
+    let root = gang_root("lead-knob", &["job1", "job2"]);
+    let (mut sw, _) = switcher(&root);
+    let mut follow = Follow::new(None);
+    follow.set_fixed_lead(Some(7_000));
+    assert_eq!(follow.lead_ns(), None, "no plan, no lead");
+    let epoch = monotonic_ns() + 1_000_000_000;
+    let plan = plan_request_with(1, epoch, 40, &[0, 1], true, 5);
+    assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
+    assert_eq!(follow.lead_ns(), Some(7_000_000), "set before the plan");
+    follow.set_fixed_lead(Some(40_000));
+    assert_eq!(
+        follow.lead_ns(),
+        Some(15_000_000),
+        "a quarter of the 60 ms slot at most"
+    );
+    follow.set_fixed_lead(Some(0));
+    assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
+    assert_eq!(follow.lead_ns(), Some(0), "kept by the plan sent again");
+    follow.set_fixed_lead(None);
+    assert_eq!(
+        follow.lead_ns(),
+        Some(2_000_000),
+        "auto: the adaptive lead's floor"
+    );
+    let _ = fs::remove_dir_all(&root);
+}
+
 /// A plan of `slots` slot numbers, `slot_ms` each, from `epoch` on.
 #[cfg(test)]
 fn plan_request(id: u64, epoch: u64, first_gen: u64, slots: &[u32]) -> Request {
