@@ -220,4 +220,18 @@ enum pmix_guard_limits {
 	PMIX_GUARD_MAX_PORTS = 4096,
 };
 
+/*
+ * The socket watch (sock_watch.bpf.c, src/sock_watch.rs): one TCP socket of
+ * a gang as the iterator `watch_report` writes it, the fields the drain
+ * check reads (drain.rs), computed as tcp_diag computes its own.
+ */
+struct sock_watch_record {
+	u64 cgroup_id;		/* the cgroup of the task that created it */
+	u64 inode;		/* 0: no file any more (closed, or orphaned) */
+	u32 unacked_segs;	/* packets_out */
+	u32 notsent_bytes;	/* write_seq - snd_nxt */
+	u32 send_queue_bytes;	/* write_seq - snd_una */
+	u32 state;		/* TCP_* */
+};
+
 #endif /* __SCX_GANG_INTF_H */

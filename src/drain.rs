@@ -13,6 +13,12 @@
 //! are parked, their sockets drain on their own; it waits for that and
 //! writes the freeze report.
 //!
+//! Where the sockets come from: the socket watch (sock_watch.rs, a BPF
+//! map of the gangs' sockets read through an iterator) once the daemon
+//! installed it (`watch`) and the knob `drain_check` is `watch`, else a
+//! sock_diag dump filtered by cgroup (`tcp_sockets_of`), which walks the
+//! kernel's whole socket hash at every check.
+//!
 //! Known fault: only kernel TCP is seen; traffic of other transports
 //! (RDMA, shared memory) is not waited for.
 
@@ -23,7 +29,59 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
 use crate::control::FrozenReport;
+use crate::sock_watch::SockWatch;
+
+/// Where the drain check reads the gangs' sockets (knob `drain_check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainCheck {
+    /// The socket watch (sock_watch.rs), if it loaded; else sock_diag.
+    Watch,
+    /// A sock_diag dump at every check.
+    SockDiag,
+}
+
+impl DrainCheck {
+    pub fn name(self) -> &'static str {
+        match self {
+            DrainCheck::Watch => "watch",
+            DrainCheck::SockDiag => "sock_diag",
+        }
+    }
+}
+
+static WATCH: OnceLock<SockWatch> = OnceLock::new();
+static USE_WATCH: AtomicBool = AtomicBool::new(true);
+
+/// The daemon loaded the socket watch: checks use it from now on (while
+/// the knob says watch). Once per process; a second one is dropped.
+pub fn watch(w: SockWatch) {
+    let _ = WATCH.set(w);
+}
+
+/// The knob drain_check changed (or was read at start).
+pub fn set_check(check: DrainCheck) {
+    USE_WATCH.store(check == DrainCheck::Watch, Ordering::Relaxed);
+}
+
+/// The check in force: the watch only if it is installed and wanted.
+pub fn check_in_force() -> DrainCheck {
+    match WATCH.get() {
+        Some(_) if USE_WATCH.load(Ordering::Relaxed) => DrainCheck::Watch,
+        _ => DrainCheck::SockDiag,
+    }
+}
+
+/// The TCP sockets owned by any of `cgroups`, from the check in force.
+pub fn gang_sockets(cgroups: &[u64]) -> io::Result<Vec<TcpSocket>> {
+    match (check_in_force(), WATCH.get()) {
+        (DrainCheck::Watch, Some(w)) => w.sockets_of(cgroups),
+        _ => tcp_sockets_of(cgroups),
+    }
+}
 
 // Netlink and sock_diag ABI (linux/netlink.h, linux/sock_diag.h,
 // linux/inet_diag.h).
@@ -395,7 +453,7 @@ pub fn drain_parked(
     }
     ids.truncate(MAX_FILTER_CGROUPS);
     let left = timeout.saturating_sub(start.elapsed());
-    let drain = wait_steady(|| tcp_sockets_of(&ids), left, FREEZE_POLL)?;
+    let drain = wait_steady(|| gang_sockets(&ids), left, FREEZE_POLL)?;
     Ok(FrozenReport::drained(
         gen, gangs, parked, park_us, &drain, start,
     ))

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cpulist::CpuList;
+pub use crate::drain::DrainCheck;
 use gang_wire::knobfs::{KnobError, KnobSet};
 
 pub const SLOT_MS_RANGE: std::ops::RangeInclusive<u32> = 1..=10_000;
@@ -64,6 +65,8 @@ pub struct NodeKnobs {
     /// gangs are parked, in µs (at most a quarter slot). None ("auto"):
     /// adapted to the node's recent park + drain times (switching/lead.rs).
     pub drain_lead_us: Option<u32>,
+    /// Where a strict switch's drain check reads the gangs' sockets.
+    pub drain_check: DrainCheck,
 }
 
 impl NodeKnobs {
@@ -77,6 +80,7 @@ impl NodeKnobs {
             clock_fault_us: 0,
             park: Park::Bpf,
             drain_lead_us: None,
+            drain_check: DrainCheck::Watch,
         }
     }
 
@@ -127,6 +131,17 @@ impl NodeKnobs {
                     ),
                 }
             }
+            "drain_check" => {
+                self.drain_check = match value {
+                    "watch" => DrainCheck::Watch,
+                    "sock_diag" => DrainCheck::SockDiag,
+                    _ => {
+                        return Err(KnobError::Invalid(format!(
+                            "drain_check must be watch or sock_diag, got {value:?}"
+                        )))
+                    }
+                }
+            }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
                     .map_err(|e| KnobError::Invalid(format!("housekeeping_cpus: {e}")))?;
@@ -152,6 +167,7 @@ impl NodeKnobs {
             "yield_lead_us" => self.yield_lead_us.to_string(),
             "clock_fault_us" => self.clock_fault_us.to_string(),
             "park" => self.park.name().to_string(),
+            "drain_check" => self.drain_check.name().to_string(),
             "drain_lead_us" => match self.drain_lead_us {
                 Some(us) => us.to_string(),
                 None => "auto".to_string(),
@@ -194,6 +210,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "clock_fault_us",
     "park",
     "drain_lead_us",
+    "drain_check",
 ];
 pub const STATUS_NAMES: &[&str] = &[
     "mode",
@@ -378,6 +395,24 @@ mod tests {
         }
         k.set("drain_lead_us", "auto", 2).unwrap();
         assert_eq!(k.drain_lead_us, None);
+    }
+
+    #[test]
+    fn drain_check_is_watch_or_sock_diag() {
+        let mut k = NodeKnobs::new();
+        assert_eq!(k.get("drain_check").unwrap(), "watch");
+        k.set("drain_check", "sock_diag\n", 2).unwrap();
+        assert_eq!(k.drain_check, DrainCheck::SockDiag);
+        for bad in ["", "Watch", "sockdiag", "1", "watch sock_diag"] {
+            assert!(k.set("drain_check", bad, 2).is_err(), "{bad:?}");
+            assert_eq!(
+                k.drain_check,
+                DrainCheck::SockDiag,
+                "a refused value changes nothing"
+            );
+        }
+        k.set("drain_check", "watch", 2).unwrap();
+        assert_eq!(k.get("drain_check").unwrap(), "watch");
     }
 
     #[test]

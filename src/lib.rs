@@ -9,7 +9,9 @@
 //! adds the BPF plumbing (src/scheduler.rs: load, attach, maps, ring
 //! buffers, restart), which the `bpf` mode drives through a trait.
 //! `pmix_guard` loads a BPF program of its own (cgroup connect hooks, not
-//! the scheduler): who may connect to a job's PMIx server.
+//! the scheduler): who may connect to a job's PMIx server; `sock_watch`
+//! too (a tracepoint and two iterators): the gangs' TCP sockets for the
+//! drain check.
 
 pub mod agent;
 pub mod bpf_intf;
@@ -25,4 +27,6 @@ pub mod park_bench;
 pub mod pmix_guard;
 pub mod preflight;
 pub mod slots;
+pub mod sock_watch;
+pub mod sockets_cmd;
 pub mod switching;

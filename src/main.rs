@@ -100,6 +100,11 @@ struct Opts {
     #[arg(long, default_value = "auto")]
     drain_lead_us: String,
 
+    /// Where the drain check reads the gangs' sockets: watch (a BPF map of
+    /// them, read through an iterator) or sock_diag (a dump per check).
+    #[arg(long, default_value = "watch")]
+    drain_check: String,
+
     /// Print statistics every N seconds while running (BPF only).
     #[arg(long)]
     stats: Option<f64>,
@@ -196,6 +201,15 @@ enum Command {
     },
     /// Time the steps of a park (freezer, cgroup ids, sock_diag) on one
     /// gang, freezing and thawing it ROUNDS times: a test gang only.
+    /// A gang's TCP sockets as the drain check sees them, from the socket
+    /// watch and from a sock_diag dump side by side (fails if they
+    /// disagree), and ROUNDS checks of each timed. Read-only.
+    Sockets {
+        /// The gang's cgroup directory (below the gang root).
+        dir: PathBuf,
+        #[arg(long, default_value = "20")]
+        rounds: u32,
+    },
     ParkBench {
         /// The gang's cgroup directory.
         dir: PathBuf,
@@ -224,6 +238,9 @@ fn run(opts: Opts) -> Result<()> {
             ref svg,
             ref socket,
         }) => return trace_command(seconds, json.as_ref(), svg.as_ref(), socket),
+        Some(Command::Sockets { ref dir, rounds }) => {
+            return scx_gang::sockets_cmd::run(&opts.cgroup_mount, &opts.gang_root, dir, rounds)
+        }
         Some(Command::ParkBench {
             ref dir,
             rounds,
@@ -310,6 +327,17 @@ fn run(opts: Opts) -> Result<()> {
     scx_gang::preflight::check(&opts.cgroup_mount, opts.switching.uses_bpf())?;
     fs::create_dir_all(&opts.gang_root)
         .with_context(|| format!("creating the gang root {}", opts.gang_root.display()))?;
+    // The drain check's sockets without a sock_diag dump per check.
+    match scx_gang::sock_watch::SockWatch::load(&opts.cgroup_mount, &opts.gang_root) {
+        Ok(w) => {
+            log::info!("the drain check reads the gangs' sockets from the socket watch");
+            scx_gang::drain::watch(w);
+        }
+        Err(e) => log::warn!(
+            "the drain check falls back to a sock_diag dump per check (knob drain_check \
+             has no effect): {e:#}"
+        ),
+    }
 
     // Knob files and the control socket outlive scheduler restarts.
     let shared = SharedKnobs::new(knobs, nr_cpus);
@@ -417,6 +445,7 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("yield_lead_us", &opts.yield_lead_us),
         ("park", &opts.park),
         ("drain_lead_us", &opts.drain_lead_us),
+        ("drain_check", &opts.drain_check),
     ] {
         k.set(name, value, nr_cpus)
             .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('_', "-")))?;

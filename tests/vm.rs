@@ -459,6 +459,34 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
         "{timeout}"
     );
     assert!(timeout["drained_bytes"].as_u64().unwrap() > 0, "{timeout}");
+    // The drain check read the socket watch (it loaded), and a sock_diag
+    // dump of the same stuck socket agrees with it.
+    let log = read(&r, "scx_gang.log");
+    assert!(
+        log.contains("the drain check reads the gangs' sockets from the socket watch"),
+        "the socket watch did not load: {log}"
+    );
+    assert_eq!(read(&r, "drain_check"), "sock_diag");
+    // `scx_gang sockets`: its own watch's seed finds the stuck socket, as
+    // the dump does; a cgroup outside the gang root is refused.
+    let sockets = read(&r, "sockets.txt");
+    assert_eq!(read(&r, "sockets.rc"), "0", "{sockets}");
+    assert!(
+        sockets.contains("sockets: watch 1, sock_diag 1, both 1"),
+        "{sockets}"
+    );
+    assert!(sockets.contains("sock_diag / watch at p50"), "{sockets}");
+    assert_ne!(read(&r, "sockets_sink.rc"), "0");
+    assert!(read(&r, "sockets_sink.txt").contains("is not a gang"));
+    let dumped = json(&r, "timeout_sock_diag.json")["frozen"].clone();
+    assert_eq!(dumped["drained"], false, "{dumped}");
+    assert!(dumped["drained_bytes"].as_u64().unwrap() > 0, "{dumped}");
+    for field in ["sockets", "busy_sockets"] {
+        assert_eq!(
+            timeout[field], dumped[field],
+            "{field}: the watch {timeout} against sock_diag {dumped}"
+        );
+    }
 
     assert_ne!(read(&r, "standalone.rc"), "0");
     assert!(read(&r, "standalone.err").contains("freeze needs an explicit schedule"));
@@ -470,7 +498,6 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
     // The park was the scheduler's: CPUs running a parked gang were
     // preempted, or tasks inside a system call ran to its end and stopped
     // there (the counters at exit: "park kicks K syscalls S exits E").
-    let log = read(&r, "scx_gang.log");
     let counters = log
         .lines()
         .find(|l| l.contains("counters at exit"))

@@ -41,6 +41,7 @@ pub fn run(
     let mut last_scan = Instant::now();
     let mut follow = Follow::new(on_switched);
     follow.set_fixed_lead(knobs.snapshot().drain_lead_us);
+    crate::drain::set_check(knobs.snapshot().drain_check);
     stuck::loop_started();
     while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
         stuck::enter(Step::Poll);
@@ -70,6 +71,7 @@ pub fn run(
             applied = knobs.generation();
             let now_set = knobs.snapshot();
             follow.set_fixed_lead(now_set.drain_lead_us);
+            crate::drain::set_check(now_set.drain_check);
             sw.knobs_changed(&now_set)?;
         }
         stuck::enter(Step::Tick);

@@ -1,6 +1,8 @@
 # Freeze (first half of a coordinated switch): the slot's gangs are parked,
 # and the node reports when their TCP traffic is in steady state, or that
-# the drain timeout fired; the next switch thaws them.
+# the drain timeout fired; the next switch thaws them. The drain check
+# reads the sockets from the socket watch (the default) and, once, from a
+# sock_diag dump (knob drain_check), on the same stuck socket.
 . /scenarios/lib.sh
 
 start_scx_gang
@@ -34,8 +36,20 @@ sleep 1
 echo 1 > /sys/fs/cgroup/sink/cgroup.freeze
 sleep 1
 scx_gang ctl '{"op":"freeze","gen":101,"drain_timeout_ms":300}' > "$RESULTS/timeout.json" || fail "freeze refused"
+# The stuck socket as both sources see it, from a watch loaded now (its
+# seed finds the socket made before it), and what one check costs.
+scx_gang sockets $GANG_ROOT/a --rounds 50 > "$RESULTS/sockets.txt" 2>&1; echo $? > "$RESULTS/sockets.rc"
+scx_gang sockets /sys/fs/cgroup/sink > "$RESULTS/sockets_sink.txt" 2>&1; echo $? > "$RESULTS/sockets_sink.rc"
+# The same freeze with the drain check's sock_diag dump instead of the
+# socket watch (knob drain_check): the two must see the same sockets.
+scx_gang ctl '{"op":"switch","slot":0,"gen":102}' > /dev/null
+echo sock_diag > $KNOBS/drain_check || fail "drain_check = sock_diag refused"
+echo watch2 > $KNOBS/drain_check 2> "$RESULTS/drain_check.err" && fail "drain_check = watch2 accepted"
+cat $KNOBS/drain_check > "$RESULTS/drain_check"
+scx_gang ctl '{"op":"freeze","gen":103,"drain_timeout_ms":300}' > "$RESULTS/timeout_sock_diag.json" || fail "freeze refused"
+echo watch > $KNOBS/drain_check || fail "drain_check = watch refused"
 echo 0 > /sys/fs/cgroup/sink/cgroup.freeze
-scx_gang ctl '{"op":"switch","slot":1,"gen":102}' > /dev/null
+scx_gang ctl '{"op":"switch","slot":1,"gen":104}' > /dev/null
 grep frozen $GANG_ROOT/a/cgroup.events > "$RESULTS/thawed"
 
 # Standalone nodes refuse a freeze.
