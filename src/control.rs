@@ -107,9 +107,6 @@ pub enum Request {
         effective_ns: u64,
         strict: bool,
         drain_timeout_ms: u32,
-        /// This node's clock error bound, for the lead.
-        #[serde(default)]
-        clock_error_ns: u64,
     },
     /// Stop following a plan.
     Unplan,

@@ -210,7 +210,6 @@ impl Plans {
             effective_ns: local(held.effective_ns)?,
             strict,
             drain_timeout_ms,
-            clock_error_ns: estimate.error_bound_ns,
         };
         self.main.call(request, ACCEPT_TIMEOUT)?;
         self.lock().held = Some(held);

@@ -598,10 +598,9 @@ fn a_plan_is_followed_on_this_nodes_clock_until_a_command_comes() {
             plan: p,
             effective_ns,
             strict,
-            clock_error_ns,
             ..
         } => {
-            let slack = clock_error_ns + 1_000_000;
+            let slack = report.error_bound_ns + 1_000_000;
             assert!(p.epoch_ns.abs_diff(local_soon) <= slack, "{p:?}");
             assert!(effective_ns.abs_diff(local_soon) <= slack);
             assert_eq!((p.id, p.first_gen, p.slot_ms), (7, Gen(40), 100));

@@ -8,7 +8,7 @@
 //! switch that fired (the switcher's `timed_fired`) closes the follower's
 //! step, and its report goes to the sink (the agent sends gangd Switched);
 //! then the follower's tick may ask for a park (the switcher's freeze, its
-//! drain waited for on a thread of its own, as for a commanded Freeze) or
+//! drain waited for on the freeze waiter, as for a commanded Freeze) or
 //! an arming. `wait` bounds the loop's sleep: the follower's next instant,
 //! or 1 ms while a drain is being waited for (its thread answers through a
 //! channel the loop polls). A Freeze or a Switch from outside (gangd went
@@ -104,7 +104,6 @@ impl Follow {
                 drain_timeout_ms: 200,
                 min_lead_ns: MIN_LEAD.as_nanos() as u64,
                 fixed_lead_us: None,
-                clock_error_ns: 0,
             }),
             drained_tx,
             drained_rx,
@@ -145,14 +144,12 @@ impl Follow {
                 effective_ns,
                 strict,
                 drain_timeout_ms,
-                clock_error_ns,
             } => {
                 self.follower.set_config(FollowConfig {
                     strict: *strict,
                     drain_timeout_ms: *drain_timeout_ms,
                     min_lead_ns: MIN_LEAD.as_nanos() as u64,
                     fixed_lead_us: self.fixed_lead_us,
-                    clock_error_ns: *clock_error_ns,
                 });
                 if let Err(e) = self.follower.set_plan(plan.clone(), *effective_ns) {
                     return Some(Err(anyhow!("plan {} refused: {e}", plan.id)));
@@ -292,7 +289,7 @@ impl Follow {
                 match sw.freeze(gen, across, Duration::from_millis(u64::from(timeout_ms))) {
                     Ok(job) => {
                         let tx = self.drained_tx.clone();
-                        std::thread::spawn(move || {
+                        super::waiter::run(move || {
                             let report = job().unwrap_or_else(|e| {
                                 warn!("timed switch {gen}: the park's wait failed: {e}");
                                 FrozenReport {

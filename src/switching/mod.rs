@@ -64,6 +64,7 @@ pub mod stuck;
 #[cfg(test)]
 mod tests;
 pub mod timed;
+pub mod waiter;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -164,7 +165,7 @@ impl Mode {
     }
 }
 
-/// The wait of a freeze, run on a thread of its own: its report.
+/// The wait of a freeze, run on the freeze waiter (waiter.rs): its report.
 pub type FreezeJob = Box<dyn FnOnce() -> io::Result<FrozenReport> + Send>;
 
 /// Told (gang name, generation) when every rank of a gang on this node
@@ -202,7 +203,7 @@ pub trait Switcher {
     fn standalone(&mut self) -> Result<()>;
     /// Parks the gangs of the slot in force, but those placed in `to_slot`
     /// too (they run on across the switch); the returned job waits for
-    /// them to park and drain (on a thread of its own).
+    /// them to park and drain (on the freeze waiter).
     fn freeze(&mut self, gen: u64, to_slot: Option<u32>, timeout: Duration) -> Result<FreezeJob>;
     /// Records a trace of `seconds` and answers `reply` with it once done;
     /// Err: refused (the caller answers).
@@ -266,7 +267,7 @@ pub fn check_column(mut empty: SlotTable, slots: &[Vec<GangCpus>]) -> Result<()>
     Ok(())
 }
 
-/// Takes one request; a freeze is answered by a thread of its own once its
+/// Takes one request; a freeze is answered by the freeze waiter (waiter.rs) once its
 /// wait is over (the loop goes on meanwhile), a trace by the switcher when
 /// it is recorded, everything else at once. The status files are refreshed
 /// before the answer: whoever reads `mode` after a request returns sees what
@@ -288,7 +289,7 @@ pub fn handle(
             to_slot,
         } => match sw.freeze(gen, to_slot, Duration::from_millis(drain_timeout_ms)) {
             Ok(job) => {
-                std::thread::spawn(move || {
+                waiter::run(move || {
                     let response = match job() {
                         Ok(report) => Response {
                             ok: true,

@@ -92,8 +92,6 @@ pub struct FollowConfig {
     /// The lead's bounds and fixed value (its slot_ms is the plan's).
     pub min_lead_ns: u64,
     pub fixed_lead_us: Option<u64>,
-    /// This node's clock error bound against the cluster clock.
-    pub clock_error_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +192,6 @@ impl Follower {
         self.lead.lead_ns(&LeadLimits {
             min_ns: self.cfg.min_lead_ns,
             slot_ms: plan.slot_ms,
-            clock_error_ns: self.cfg.clock_error_ns,
             fixed_us: self.cfg.fixed_lead_us,
         })
     }
@@ -383,7 +380,6 @@ mod tests {
             drain_timeout_ms: 30,
             min_lead_ns: 5 * MS,
             fixed_lead_us: None,
-            clock_error_ns: 0,
         }
     }
 

@@ -511,7 +511,6 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
             effective_ns: epoch,
             strict,
             drain_timeout_ms: 5,
-            clock_error_ns: 0,
         };
         assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -619,7 +618,6 @@ fn plan_request_with(
         effective_ns: epoch,
         strict,
         drain_timeout_ms,
-        clock_error_ns: 0,
     }
 }
 
