@@ -22,7 +22,9 @@
 #     reports (parked_us), the skew of the nodes' switch instants and the
 #     latest node's lateness, in a table of their own next to strict;
 #     "timed-strict-freezer" is timed-strict with the nodes' knob
-#     park = freezer (the cgroup freezer) instead of park = bpf;
+#     park = freezer (the cgroup freezer) instead of park = bpf,
+#     "timed-strict-sockdiag" with drain_check = sock_diag (a sock_diag
+#     dump per drain check) instead of the socket watch;
 #
 #   scripts/bench_cluster.sh [--nodes "1 2 3"] [--tqs "50 100 200 500"] [--reps 3]
 #                            [--seconds 6] [--barriers "strict off yield timed-strict timed-off"] [--fill 0]
@@ -73,8 +75,8 @@ for t in $TQS; do [[ $t =~ ^[0-9]+$ && $t -ge 1 ]] || die "--tqs: $t is not a sl
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $DMIN =~ ^[0-9]+$ && $DMIN -ge 2 ]] || die "--seconds must be an integer >= 2"
 for b in $BARRIERS; do
-    [[ $b =~ ^(strict|off|yield|timed-strict|timed-strict-freezer|timed-off)$ ]] ||
-        die "--barriers: strict, off, yield, timed-strict, timed-strict-freezer and/or timed-off"
+    [[ $b =~ ^(strict|off|yield|timed-strict|timed-strict-freezer|timed-strict-sockdiag|timed-off)$ ]] ||
+        die "--barriers: strict, off, yield, timed-strict, timed-strict-freezer, timed-strict-sockdiag and/or timed-off"
 done
 [[ $FILL == 0 || $FILL == 1 ]] || die "--fill 0 or 1"
 need_cmd awk

@@ -33,9 +33,11 @@
 #    the nodes' switch instants), late_us and each node's parked_us (the
 #    switch's idle time on that node). Method "timed-strict-freezer":
 #    timed-strict with every compute node's knob park = freezer (the
-#    cgroup freezer) instead of park = bpf; node 0 asks for the knob on the
-#    board (key park) and waits until every compute node took it (key
-#    park.node<i>). slot_ms, barrier and switching are set through
+#    cgroup freezer) instead of park = bpf; "timed-strict-sockdiag" with
+#    drain_check = sock_diag (a dump per drain check) instead of the socket
+#    watch; node 0 asks for the knobs on the board (key nodeknobs) and
+#    waits until every compute node took them (key nodeknobs.node<i>).
+#    slot_ms, barrier and switching are set through
 #    /run/gangd between runs. The switches inside the window come from
 #    gangd's switch log (switch.jsonl): medians of total_us (barrier start ->
 #    last Running), skew_us (spread of the Running answers), freeze_us.
@@ -183,15 +185,15 @@ sig_phase() {
 
 knob() { echo "$2" > "$GANGD_KNOBS/$1" || fail "gangd refused $1=$2"; }
 
-# park_knob VALUE: every compute node's knob park is VALUE (bpf, freezer)
-# before the run goes on; asked only when it changes.
-PARK=bpf
-park_knob() {
-	[ "$1" = "$PARK" ] && return
-	board_put park "$1"
-	every_compute park "$1" 60 "took park = $1"
-	PARK=$1
-	say "compute nodes: park = $1"
+# node_knobs "NAME=VALUE,...": every compute node's knobs are so before
+# the run goes on (board key nodeknobs); asked only when they change.
+NODE_KNOBS="park=bpf,drain_check=watch"
+node_knobs() {
+	[ "$1" = "$NODE_KNOBS" ] && return
+	board_put nodeknobs "$1"
+	every_compute nodeknobs "$1" 60 "took $1"
+	NODE_KNOBS=$1
+	say "compute nodes: $1"
 }
 
 # gang_run REP METHOD TQ: METHOD scx_alone (one job) or the barrier (two jobs);
@@ -219,13 +221,14 @@ gang_try() {
 	# yield: the strict barrier, ranks that yield at every work unit.
 	YF=""
 	case $m in
-	timed-strict-freezer) park_knob freezer ;;
-	*) park_knob bpf ;;
+	timed-strict-freezer) node_knobs "park=freezer,drain_check=watch" ;;
+	timed-strict-sockdiag) node_knobs "park=bpf,drain_check=sock_diag" ;;
+	*) node_knobs "park=bpf,drain_check=watch" ;;
 	esac
 	case $m in
 	scx_alone) knob switching commanded ;;
 	yield) knob switching commanded; knob barrier strict; YF="--yield-every 1" ;;
-	timed-strict | timed-strict-freezer) knob switching timed; knob barrier strict ;;
+	timed-strict | timed-strict-freezer | timed-strict-sockdiag) knob switching timed; knob barrier strict ;;
 	timed-off) knob switching timed; knob barrier off ;;
 	*) knob switching commanded; knob barrier "$m" ;;
 	esac
@@ -338,19 +341,21 @@ gang_phase() {
 # slow_wait_done: a compute node's wait for the end, polling the board every
 # 2 s instead of every second (each poll costs node 0 a shell and this node
 # an nc: CPU that would be taken from the ranks), then lib's wait_done.
-# Meanwhile it sets its knob park as node 0 asks (board key park).
+# Meanwhile it sets its knobs as node 0 asks (board key nodeknobs).
 slow_wait_done() {
-	local misses=0 v p applied=bpf
+	local misses=0 v p kv applied="park=bpf,drain_check=watch"
 	while :; do
 		if v=$(board_get done); then
 			misses=0
 			[ "$v" = yes ] && break
 			[ -n "$(board_get abort)" ] && break
-			p=$(board_get park) || p=
+			p=$(board_get nodeknobs) || p=
 			if [ -n "$p" ] && [ "$p" != "$applied" ]; then
-				echo "$p" > "$KNOBS/park" || fail "the knob park refused $p"
+				for kv in $(echo "$p" | tr , ' '); do
+					echo "${kv#*=}" > "$KNOBS/${kv%%=*}" || fail "the knob ${kv%%=*} refused ${kv#*=}"
+				done
 				applied=$p
-				board_put "park.node$NODE_ID" "$p"
+				board_put "nodeknobs.node$NODE_ID" "$p"
 			fi
 		else
 			misses=$((misses + 1))
