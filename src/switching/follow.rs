@@ -10,7 +10,7 @@
 //! then the follower's tick may ask for a park (the switcher's freeze, its
 //! drain waited for on the freeze waiter, as for a commanded Freeze) or
 //! an arming. `wait` bounds the loop's sleep: the follower's next instant,
-//! or 1 ms while a drain is being waited for (its thread answers through a
+//! or DRAIN_POLL while a drain is being waited for (its thread answers through a
 //! channel the loop polls). A Freeze or a Switch from outside (gangd went
 //! back to commands) ends the plan.
 //!
@@ -28,7 +28,8 @@
 //! take over (Freeze, Switch, Unplan) or no new plan comes within
 //! COLUMN_WAIT.
 //!
-//! Known faults: the drain's answer is polled (1 ms), not woken on; a
+//! Known faults: the drain's answer is polled (every 250 µs while a park
+//! lasts), not woken on; a
 //! switch the switcher refused is abandoned (logged, no report), and the
 //! follower goes on with the next boundary.
 
@@ -48,8 +49,9 @@ pub type SwitchedSink = Arc<dyn Fn(&Done, Option<&FrozenReport>) + Send + Sync>;
 
 /// The lead's floor: parking takes at least this long on any node.
 const MIN_LEAD: Duration = Duration::from_millis(2);
-/// How often the loop looks for a drain's answer.
-const DRAIN_POLL: Duration = Duration::from_millis(1);
+/// How often the loop looks for a drain's answer: while a park lasts (a
+/// millisecond or a few), a late look is a late switch.
+const DRAIN_POLL: Duration = Duration::from_micros(250);
 /// How long a column waits for the plan it goes with.
 pub const COLUMN_WAIT: Duration = Duration::from_secs(2);
 /// A boundary this close before a plan's effective instant is its first
@@ -113,6 +115,11 @@ impl Follow {
             plan_id: None,
             fixed_lead_us: None,
         }
+    }
+
+    /// A park is in progress: the loop waits for its drain.
+    pub fn parking(&self) -> bool {
+        self.follower.parking()
     }
 
     /// The drain lead in force (None: no plan followed).

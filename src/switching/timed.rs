@@ -8,8 +8,8 @@
 //! the same plan moves the boundaries by microseconds). For each boundary
 //! B (slot s, generation g):
 //! - barrier = strict: at B − lead ([`DrainLead`]) it asks for a park of
-//!   the slot in force ([`Action::Park`], the switcher's Freeze: cgroup
-//!   freezer, then the drain wait on a thread of its own). When the drain
+//!   the slot in force ([`Action::Park`], the switcher's Freeze: the park,
+//!   then the drain wait on the freeze waiter). When the drain
 //!   is over ([`Follower::drained`]) it arms the switch at B, or at once if
 //!   B is past (a late switch) ([`Action::Arm`]: Switch with at_ns, an
 //!   absolute BPF timer).
@@ -19,7 +19,9 @@
 //!
 //! When the switch fired ([`Follower::fired`]) it hands out a [`Done`]:
 //! the report gangd gets after the fact (when, how late, how the drain
-//! went), and the park + drain time goes into the lead.
+//! went), and the time from the instant the park was due to the drain's
+//! end goes into the lead: the park + drain, and the loop's own lateness
+//! to the park (a loop that wakes late under load needs a longer lead).
 //!
 //! Behind: if the node finds itself in a slot the plan has already ended
 //! (a plan that arrived late, a daemon that was busy), it switches to the
@@ -94,16 +96,31 @@ pub struct FollowConfig {
     pub fixed_lead_us: Option<u64>,
 }
 
+/// How the park of an armed switch went, on the loop's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Drain {
+    /// From the park to the drain's end.
+    park_drain_ns: u64,
+    /// From the instant the park was due to the drain's end.
+    lead_used_ns: u64,
+    end: DrainEnd,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     /// Waiting for the next boundary's park (strict) or arming (off).
     Idle,
-    /// Parked at `parked_at`, waiting for the drain.
-    Parking { to: SlotStart, parked_at: u64 },
+    /// Parked at `parked_at` (the loop's instant; `planned_at`: the
+    /// instant it was due, boundary − lead), waiting for the drain.
+    Parking {
+        to: SlotStart,
+        parked_at: u64,
+        planned_at: u64,
+    },
     /// The switch is armed in BPF.
     Armed {
         to: SlotStart,
-        drain: Option<(u64, DrainEnd)>,
+        drain: Option<Drain>,
         armed_at: u64,
     },
 }
@@ -262,13 +279,18 @@ impl Follower {
         }
         let plan = self.plan.as_ref()?;
         let (to, behind) = self.target(now)?;
-        if !behind && now < self.act_at(plan, &to) {
+        let due = self.act_at(plan, &to);
+        if !behind && now < due {
             return None;
         }
         // Into the slot already running (a slot alone in the rotation):
         // nothing leaves, nothing to park.
         if self.cfg.strict && self.last_slot != Some(to.slot) {
-            self.step = Step::Parking { to, parked_at: now };
+            self.step = Step::Parking {
+                to,
+                parked_at: now,
+                planned_at: if behind { now } else { due.min(now) },
+            };
             Some(Action::Park {
                 gen: to.gen.0,
                 to_slot: to.slot,
@@ -279,7 +301,7 @@ impl Follower {
         }
     }
 
-    fn arm(&mut self, to: SlotStart, drain: Option<(u64, DrainEnd)>, now: u64) -> Action {
+    fn arm(&mut self, to: SlotStart, drain: Option<Drain>, now: u64) -> Action {
         let slot_ms = self.plan.as_ref().map_or(0, |p| p.slot_ms);
         self.step = Step::Armed {
             to,
@@ -296,7 +318,12 @@ impl Follower {
 
     /// The park for `gen` is over at `now`: drained, or timed out.
     pub fn drained(&mut self, gen: u64, timed_out: bool, now: u64) -> Option<Action> {
-        let Step::Parking { to, parked_at } = self.step else {
+        let Step::Parking {
+            to,
+            parked_at,
+            planned_at,
+        } = self.step
+        else {
             return None;
         };
         if to.gen.0 != gen {
@@ -307,7 +334,12 @@ impl Follower {
         } else {
             DrainEnd::Drained { at_ns: now }
         };
-        Some(self.arm(to, Some((now.saturating_sub(parked_at), end)), now))
+        let drain = Drain {
+            park_drain_ns: now.saturating_sub(parked_at),
+            lead_used_ns: now.saturating_sub(planned_at),
+            end,
+        };
+        Some(self.arm(to, Some(drain), now))
     }
 
     /// The switch to `gen` fired at `at_ns`: its report.
@@ -328,13 +360,15 @@ impl Follower {
         self.last_slot = Some(to.slot);
         let late_ns = at_ns.saturating_sub(to.at_ns);
         // Armed when the drain ended: the park began park + drain earlier.
-        let parked_ns = drain.map_or(0, |(park_drain_ns, _)| {
-            at_ns.saturating_sub(armed_at.saturating_sub(park_drain_ns))
+        let parked_ns = drain.map_or(0, |d| {
+            at_ns.saturating_sub(armed_at.saturating_sub(d.park_drain_ns))
         });
         let outcome = match drain {
-            Some((park_drain_ns, end)) => {
-                self.lead.record(park_drain_ns);
-                match classify(to.at_ns, end).lateness {
+            Some(d) => {
+                // What the lead has to cover: from the instant the park
+                // was due, the loop's lateness to it included.
+                self.lead.record(d.lead_used_ns);
+                match classify(to.at_ns, d.end).lateness {
                     Lateness::OnTime => SwitchOutcome::OnTime,
                     Lateness::Late { .. } => SwitchOutcome::Late,
                     Lateness::TimedOut { .. } => SwitchOutcome::TimedOut,
@@ -445,6 +479,20 @@ mod tests {
         assert_eq!(done.parked_ns, 9 * MS, "the lead and the lateness");
         // It learnt: the next lead covers the 9 ms park + drain.
         assert_eq!(f.next_wake(1005 * MS), Some(1091 * MS));
+    }
+
+    #[test]
+    fn a_park_the_loop_starts_late_teaches_the_lead_its_lateness_too() {
+        let mut f = follower(true);
+        // Due at 995 ms; the loop wakes at 997 ms; drained 6 ms later.
+        assert!(matches!(f.tick(997 * MS), Some(Action::Park { .. })));
+        f.drained(10, false, 1003 * MS).unwrap();
+        let done = f.fired(10, 1003 * MS).unwrap();
+        assert_eq!(done.outcome, SwitchOutcome::Late);
+        assert_eq!(done.parked_ns, 6 * MS, "idle from the actual park");
+        // The lead covers the 8 ms from the due instant, not the 6 ms of
+        // the park + drain alone.
+        assert_eq!(f.next_wake(1004 * MS), Some(1092 * MS));
     }
 
     #[test]

@@ -779,7 +779,7 @@ fn the_old_plans_switch_in_progress_keeps_the_old_table() {
         }
         // While the park for gen 11 waits: the new column and plan 2,
         // effective at that very boundary, where its gen 11 is slot 0.
-        let parking = follow.wait(now) == Some(Duration::from_millis(1));
+        let parking = follow.parking();
         if parking && !sent && reports.lock().unwrap().len() == 1 {
             sent = true;
             old_tables = sw.bpf.tables;
