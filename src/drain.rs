@@ -77,8 +77,8 @@ pub fn check_in_force() -> DrainCheck {
 
 /// The TCP sockets owned by any of `cgroups`, from the check in force.
 pub fn gang_sockets(cgroups: &[u64]) -> io::Result<Vec<TcpSocket>> {
-    match (check_in_force(), WATCH.get()) {
-        (DrainCheck::Watch, Some(w)) => w.sockets_of(cgroups),
+    match WATCH.get() {
+        Some(w) if USE_WATCH.load(Ordering::Relaxed) => w.sockets_of(cgroups),
         _ => tcp_sockets_of(cgroups),
     }
 }

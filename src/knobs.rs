@@ -105,15 +105,11 @@ impl NodeKnobs {
                 self.clock_fault_us = n;
             }
             "park" => {
-                self.park = match value {
-                    "bpf" => Park::Bpf,
-                    "freezer" => Park::Freezer,
-                    _ => {
-                        return Err(KnobError::Invalid(format!(
-                            "park must be bpf or freezer, got {value:?}"
-                        )))
-                    }
-                }
+                self.park = parse_choice(
+                    name,
+                    value,
+                    &[("bpf", Park::Bpf), ("freezer", Park::Freezer)],
+                )?
             }
             "drain_lead_us" => {
                 self.drain_lead_us = match value {
@@ -132,15 +128,14 @@ impl NodeKnobs {
                 }
             }
             "drain_check" => {
-                self.drain_check = match value {
-                    "watch" => DrainCheck::Watch,
-                    "sock_diag" => DrainCheck::SockDiag,
-                    _ => {
-                        return Err(KnobError::Invalid(format!(
-                            "drain_check must be watch or sock_diag, got {value:?}"
-                        )))
-                    }
-                }
+                self.drain_check = parse_choice(
+                    name,
+                    value,
+                    &[
+                        ("watch", DrainCheck::Watch),
+                        ("sock_diag", DrainCheck::SockDiag),
+                    ],
+                )?
             }
             "housekeeping_cpus" => {
                 let list = CpuList::parse(value, nr_cpus)
@@ -181,6 +176,21 @@ impl Default for NodeKnobs {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// One of `choices` by its name, or an error that lists them.
+fn parse_choice<T: Copy>(name: &str, value: &str, choices: &[(&str, T)]) -> Result<T, KnobError> {
+    choices
+        .iter()
+        .find(|(n, _)| *n == value)
+        .map(|&(_, v)| v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            KnobError::Invalid(format!(
+                "{name} must be {}, got {value:?}",
+                names.join(" or ")
+            ))
+        })
 }
 
 fn parse_in_range(
@@ -398,35 +408,39 @@ mod tests {
     }
 
     #[test]
-    fn drain_check_is_watch_or_sock_diag() {
-        let mut k = NodeKnobs::new();
-        assert_eq!(k.get("drain_check").unwrap(), "watch");
-        k.set("drain_check", "sock_diag\n", 2).unwrap();
-        assert_eq!(k.drain_check, DrainCheck::SockDiag);
-        for bad in ["", "Watch", "sockdiag", "1", "watch sock_diag"] {
-            assert!(k.set("drain_check", bad, 2).is_err(), "{bad:?}");
-            assert_eq!(
-                k.drain_check,
-                DrainCheck::SockDiag,
-                "a refused value changes nothing"
-            );
+    fn park_and_drain_check_take_one_of_their_names_and_nothing_else() {
+        for (name, default, other, bad) in [
+            (
+                "park",
+                "bpf",
+                "freezer",
+                ["", "BPF", "cgroup", "1", "bpf freezer"],
+            ),
+            (
+                "drain_check",
+                "watch",
+                "sock_diag",
+                ["", "Watch", "sockdiag", "1", "watch sock_diag"],
+            ),
+        ] {
+            let mut k = NodeKnobs::new();
+            assert_eq!(k.get(name).unwrap(), default);
+            k.set(name, &format!("{other}\n"), 2).unwrap();
+            assert_eq!(k.get(name).unwrap(), other);
+            let set = k.clone();
+            for b in bad {
+                let err = k.set(name, b, 2).unwrap_err();
+                assert!(
+                    matches!(&err, KnobError::Invalid(m) if m.contains(default) && m.contains(other)),
+                    "{name} {b:?}: {err}"
+                );
+                assert_eq!(k, set, "{name}: a refused value changes nothing");
+            }
+            k.set(name, default, 2).unwrap();
+            assert_eq!(k.get(name).unwrap(), default);
         }
-        k.set("drain_check", "watch", 2).unwrap();
-        assert_eq!(k.get("drain_check").unwrap(), "watch");
-    }
-
-    #[test]
-    fn park_is_bpf_or_freezer() {
-        let mut k = NodeKnobs::new();
-        assert_eq!(k.get("park").unwrap(), "bpf");
-        k.set("park", "freezer\n", 2).unwrap();
-        assert_eq!(k.park, Park::Freezer);
-        for bad in ["", "BPF", "cgroup", "1", "bpf freezer"] {
-            assert!(k.set("park", bad, 2).is_err(), "{bad:?}");
-            assert_eq!(k.park, Park::Freezer, "a refused value changes nothing");
-        }
-        k.set("park", "bpf", 2).unwrap();
-        assert_eq!(k.get("park").unwrap(), "bpf");
+        assert_eq!(NodeKnobs::new().park, Park::Bpf);
+        assert_eq!(NodeKnobs::new().drain_check, DrainCheck::Watch);
     }
 
     #[test]

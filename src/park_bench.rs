@@ -32,8 +32,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::{drain, freezer};
 
-/// p50, p90 and max of `v` (sorted here).
-fn spread(v: &mut [u64]) -> (u64, u64, u64) {
+/// p50, p90 and max of `v` (sorted here); `scx_gang sockets` prints its
+/// timings so too.
+pub fn spread(v: &mut [u64]) -> (u64, u64, u64) {
     v.sort_unstable();
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
     (at(0.5), at(0.9), v[v.len() - 1])

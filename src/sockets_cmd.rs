@@ -21,14 +21,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use crate::drain::{self, TcpSocket};
+use crate::park_bench::spread;
 use crate::sock_watch::SockWatch;
-
-/// p50, p90 and max of `v` (sorted here).
-fn spread(v: &mut [u64]) -> (u64, u64, u64) {
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.9), v[v.len() - 1])
-}
 
 /// The sockets both sources name (by inode; 0, a socket with no file any
 /// more, is not named) and those only one of them does.
