@@ -240,6 +240,9 @@ pub enum Inbox {
         gang: i32,
         gen: u64,
     },
+    /// A park's drain ended (the freeze waiter): the plan follower's
+    /// answer waits on its channel; this only wakes the loop for it.
+    DrainEnded,
 }
 
 /// Listens on `path` (replacing a stale socket) and forwards requests into

@@ -415,6 +415,7 @@ fn run(opts: Opts) -> Result<()> {
             gang_root: opts.gang_root.clone(),
             nr_cpus,
             knobs: shared.clone(),
+            inbox,
         };
         switching::run_without_bpf(&cfg, &requests, &shutdown)
     };

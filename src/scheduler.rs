@@ -95,6 +95,7 @@ pub fn run(
         mainloop::run(
             &mut switcher,
             requests,
+            cfg.inbox.clone(),
             shutdown,
             &knobs,
             generation,

@@ -588,6 +588,8 @@ fn under_timed_switching_nodes_get_a_plan_after_the_tables_and_no_freeze_or_swit
                 outcome: SwitchOutcome::OnTime,
                 drain: None,
                 parked_us: 0,
+                park_late_us: 0,
+                lead_us: 0,
             }],
         });
     }

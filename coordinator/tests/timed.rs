@@ -45,6 +45,8 @@ fn report(gen: u64, at_ns: u64, late_us: u64, outcome: SwitchOutcome) -> SwitchR
         outcome,
         drain: None,
         parked_us: 0,
+        park_late_us: 0,
+        lead_us: 0,
     }
 }
 

@@ -312,6 +312,8 @@ pub fn switched_sink(clock: Arc<SharedClusterClock>, reports: Arc<Reports>) -> S
             outcome: done.outcome,
             drain: drain.map(|r| r.summary(r.drain_us)),
             parked_us: done.parked_ns / 1_000,
+            park_late_us: done.park_late_ns / 1_000,
+            lead_us: done.lead_ns / 1_000,
         });
     })
 }

@@ -9,10 +9,12 @@
 //! step, and its report goes to the sink (the agent sends gangd Switched);
 //! then the follower's tick may ask for a park (the switcher's freeze, its
 //! drain waited for on the freeze waiter, as for a commanded Freeze) or
-//! an arming. `wait` bounds the loop's sleep: the follower's next instant,
-//! or DRAIN_POLL while a drain is being waited for (its thread answers through a
-//! channel the loop polls). A Freeze or a Switch from outside (gangd went
-//! back to commands) ends the plan.
+//! an arming. The waiter answers through a channel and wakes the loop
+//! (Inbox::DrainEnded), so the switch is armed as soon as the drain is
+//! over, not at the loop's next look. `wait` bounds the loop's sleep: the
+//! follower's next instant (none while a park lasts: the waiter wakes it),
+//! or DRAIN_POLL without a way to wake the loop (host tests). A Freeze or
+//! a Switch from outside (gangd went back to commands) ends the plan.
 //!
 //! A new column while a plan is followed (Request::Column: gangd's
 //! Schedule, sent before the Plan it goes with) is not installed at once:
@@ -28,8 +30,7 @@
 //! take over (Freeze, Switch, Unplan) or no new plan comes within
 //! COLUMN_WAIT.
 //!
-//! Known faults: the drain's answer is polled (every 250 µs while a park
-//! lasts), not woken on; a
+//! Known faults: a
 //! switch the switcher refused is abandoned (logged, no report), and the
 //! follower goes on with the next boundary.
 
@@ -42,15 +43,16 @@ use log::warn;
 
 use super::timed::{Action, Done, FollowConfig, Follower};
 use super::Switcher;
-use crate::control::{FrozenReport, GangCpus, Request};
+use crate::control::{FrozenReport, GangCpus, Inbox, Request};
 
 /// Told every timed switch, with its park report (barrier = strict).
 pub type SwitchedSink = Arc<dyn Fn(&Done, Option<&FrozenReport>) + Send + Sync>;
 
 /// The lead's floor: parking takes at least this long on any node.
 const MIN_LEAD: Duration = Duration::from_millis(2);
-/// How often the loop looks for a drain's answer: while a park lasts (a
-/// millisecond or a few), a late look is a late switch.
+/// How often a loop that cannot be woken (no inbox) looks for a drain's
+/// answer: while a park lasts (a millisecond or a few), a late look is a
+/// late switch.
 const DRAIN_POLL: Duration = Duration::from_micros(250);
 /// How long a column waits for the plan it goes with.
 pub const COLUMN_WAIT: Duration = Duration::from_secs(2);
@@ -86,6 +88,8 @@ pub struct Follow {
     follower: Follower,
     drained_tx: Sender<(u64, FrozenReport)>,
     drained_rx: Receiver<(u64, FrozenReport)>,
+    /// The loop's inbox: the waiter wakes the loop with DrainEnded.
+    wake: Option<Sender<Inbox>>,
     /// The park report of the switch armed now.
     drain: Option<FrozenReport>,
     sink: Option<SwitchedSink>,
@@ -98,7 +102,9 @@ pub struct Follow {
 }
 
 impl Follow {
-    pub fn new(sink: Option<SwitchedSink>) -> Self {
+    /// `wake`: the loop's inbox, told when a drain ended (None: the loop
+    /// polls for it every DRAIN_POLL).
+    pub fn new(sink: Option<SwitchedSink>, wake: Option<Sender<Inbox>>) -> Self {
         let (drained_tx, drained_rx) = channel();
         Self {
             follower: Follower::new(FollowConfig {
@@ -109,6 +115,7 @@ impl Follow {
             }),
             drained_tx,
             drained_rx,
+            wake,
             drain: None,
             sink,
             column: None,
@@ -296,6 +303,7 @@ impl Follow {
                 match sw.freeze(gen, across, Duration::from_millis(u64::from(timeout_ms))) {
                     Ok(job) => {
                         let tx = self.drained_tx.clone();
+                        let wake = self.wake.clone();
                         super::waiter::run(move || {
                             let report = job().unwrap_or_else(|e| {
                                 warn!("timed switch {gen}: the park's wait failed: {e}");
@@ -305,6 +313,9 @@ impl Follow {
                                 }
                             });
                             let _ = tx.send((gen, report));
+                            if let Some(w) = wake {
+                                let _ = w.send(Inbox::DrainEnded);
+                            }
                         });
                     }
                     Err(e) => {
@@ -363,7 +374,8 @@ impl Follow {
     /// How long the loop may sleep at most, as seen at `now`.
     pub fn wait(&self, now: u64) -> Option<Duration> {
         if self.follower.parking() {
-            return Some(DRAIN_POLL);
+            // The waiter wakes the loop; without it, a look every DRAIN_POLL.
+            return self.wake.is_none().then_some(DRAIN_POLL);
         }
         if let Some((_, Held::Due { at_ns, .. })) = self.column {
             return Some(Duration::from_nanos(at_ns.saturating_sub(now)));

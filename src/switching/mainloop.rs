@@ -14,7 +14,7 @@
 //! scheduler that exits is noticed up to one period late.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -28,18 +28,20 @@ use gang_wire::time::monotonic_ns;
 
 /// Runs `sw` until `shutdown` is set or the switcher ended; `applied` is
 /// the generation of the knob values the switcher started with; timed
-/// switches are reported to `on_switched`. An error (knobs the BPF
-/// scheduler refused) ends the loop.
+/// switches are reported to `on_switched`; `wake` is the inbox's sending
+/// end (the freeze waiter wakes the loop through it). An error (knobs the
+/// BPF scheduler refused) ends the loop.
 pub fn run(
     sw: &mut dyn Switcher,
     inbox: &Receiver<Inbox>,
+    wake: Sender<Inbox>,
     shutdown: &AtomicBool,
     knobs: &SharedKnobs,
     mut applied: u64,
     on_switched: Option<SwitchedSink>,
 ) -> Result<()> {
     let mut last_scan = Instant::now();
-    let mut follow = Follow::new(on_switched);
+    let mut follow = Follow::new(on_switched, Some(wake));
     follow.set_fixed_lead(knobs.snapshot().drain_lead_us);
     crate::drain::set_check(knobs.snapshot().drain_check);
     stuck::loop_started();
@@ -99,8 +101,9 @@ fn take(sw: &mut dyn Switcher, follow: &mut Follow, msg: Inbox, knobs: &SharedKn
             }
             None => handle(sw, p.request, p.reply, knobs),
         },
-        // The loop applies knob changes.
-        Inbox::KnobsChanged => {}
+        // The loop applies knob changes; the follower takes the drain's
+        // answer in its turn.
+        Inbox::KnobsChanged | Inbox::DrainEnded => {}
         Inbox::AllYielded { gang, gen } => sw.all_yielded(gang, gen),
     }
 }

@@ -332,6 +332,8 @@ pub struct LoopConfig {
     pub gang_root: PathBuf,
     pub nr_cpus: u32,
     pub knobs: Arc<SharedKnobs>,
+    /// The main loop's inbox (its sending end: the freeze waiter wakes it).
+    pub inbox: Sender<Inbox>,
 }
 
 /// Before the agent starts: a signal-mode daemon that was killed (SIGKILL
@@ -380,7 +382,15 @@ pub fn run_without_bpf(
     );
     sw.rescan();
     cfg.knobs.set_status(sw.status());
-    mainloop::run(sw.as_mut(), inbox, shutdown, &cfg.knobs, applied, None)?;
+    mainloop::run(
+        sw.as_mut(),
+        inbox,
+        cfg.inbox.clone(),
+        shutdown,
+        &cfg.knobs,
+        applied,
+        None,
+    )?;
     drop(sw);
     info!("scx_gang stopping: every process it stopped was continued");
     Ok(())

@@ -720,13 +720,14 @@ fn the_main_loop_switches_real_processes_and_continues_them_at_shutdown() {
     let b: Vec<i32> = (0..2).map(|_| children.spawn()).collect();
     let root = fake_gang_root("loop", &[("job1", &a), ("job2", &b)]);
     let knobs = SharedKnobs::new(NodeKnobs::new(), 4);
+    let (inbox, requests) = mpsc::channel();
     let cfg = LoopConfig {
         mode: Switching::Signal,
         gang_root: root.clone(),
         nr_cpus: 4,
         knobs: knobs.clone(),
+        inbox: inbox.clone(),
     };
-    let (inbox, requests) = mpsc::channel();
     let shutdown = Arc::new(AtomicBool::new(false));
     let stop = shutdown.clone();
     let daemon = std::thread::spawn(move || run_without_bpf(&cfg, &requests, &stop));
@@ -768,13 +769,14 @@ fn standalone_without_a_coordinator_rotates_the_gangs_of_the_root() {
     let mut k = NodeKnobs::new();
     k.slot_ms = 30;
     let knobs = SharedKnobs::new(k, 4);
+    let (_inbox, requests) = mpsc::channel();
     let cfg = LoopConfig {
         mode: Switching::Signal,
         gang_root: root.clone(),
         nr_cpus: 4,
         knobs: knobs.clone(),
+        inbox: _inbox.clone(),
     };
-    let (_inbox, requests) = mpsc::channel();
     let shutdown = Arc::new(AtomicBool::new(false));
     let stop = shutdown.clone();
     let daemon = std::thread::spawn(move || run_without_bpf(&cfg, &requests, &stop));

@@ -83,6 +83,12 @@ pub struct Done {
     pub outcome: SwitchOutcome,
     /// From the park to at_ns (0: nothing parked).
     pub parked_ns: u64,
+    /// How long after it was due (boundary − lead) the park began: the
+    /// loop's lateness to the slot's tail (0: nothing parked).
+    pub park_late_ns: u64,
+    /// The lead the park was due by (0: nothing parked, or a node behind
+    /// the plan).
+    pub lead_ns: u64,
 }
 
 /// How the node follows plans: the knobs that matter here.
@@ -103,6 +109,10 @@ struct Drain {
     park_drain_ns: u64,
     /// From the instant the park was due to the drain's end.
     lead_used_ns: u64,
+    /// From the instant the park was due to the park.
+    park_late_ns: u64,
+    /// From the instant the park was due to the boundary.
+    lead_ns: u64,
     end: DrainEnd,
 }
 
@@ -337,6 +347,8 @@ impl Follower {
         let drain = Drain {
             park_drain_ns: now.saturating_sub(parked_at),
             lead_used_ns: now.saturating_sub(planned_at),
+            park_late_ns: parked_at.saturating_sub(planned_at),
+            lead_ns: to.at_ns.saturating_sub(planned_at),
             end,
         };
         Some(self.arm(to, Some(drain), now))
@@ -384,6 +396,8 @@ impl Follower {
             late_ns,
             outcome,
             parked_ns,
+            park_late_ns: drain.map_or(0, |d| d.park_late_ns),
+            lead_ns: drain.map_or(0, |d| d.lead_ns),
         })
     }
 }
@@ -455,6 +469,7 @@ mod tests {
         assert_eq!(done.late_ns, 30_000, "the timer's own lateness");
         assert_eq!(done.slot, 0);
         assert_eq!(done.parked_ns, 5 * MS + 30_000, "parked from 995 ms on");
+        assert_eq!((done.park_late_ns, done.lead_ns), (0, 5 * MS));
         // The next boundary (gen 11, slot 1) at 1100 ms: the lead is the
         // measured park + drain (2 ms) but at least 5 ms.
         assert_eq!(f.next_wake(1001 * MS), Some(1095 * MS));
@@ -490,6 +505,8 @@ mod tests {
         let done = f.fired(10, 1003 * MS).unwrap();
         assert_eq!(done.outcome, SwitchOutcome::Late);
         assert_eq!(done.parked_ns, 6 * MS, "idle from the actual park");
+        assert_eq!(done.park_late_ns, 2 * MS, "the loop's lateness, reported");
+        assert_eq!(done.lead_ns, 5 * MS, "the lead it was due by");
         // The lead covers the 8 ms from the due instant, not the 6 ms of
         // the park + drain alone.
         assert_eq!(f.next_wake(1004 * MS), Some(1092 * MS));
@@ -520,6 +537,7 @@ mod tests {
         assert_eq!(f.tick(960 * MS), None, "one armed at a time");
         let done = f.fired(10, 1000 * MS).unwrap();
         assert_eq!(done.parked_ns, 0, "nothing parked");
+        assert_eq!((done.park_late_ns, done.lead_ns), (0, 0));
         assert_eq!(done.outcome, SwitchOutcome::OnTime);
         assert_eq!(
             f.tick(1050 * MS),

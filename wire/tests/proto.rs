@@ -74,17 +74,21 @@ fn switch_report() -> impl Strategy<Value = SwitchReport> {
         any::<u64>(),
         outcome,
         drain,
-        any::<u64>(),
+        (any::<u64>(), any::<u64>(), any::<u64>()),
     )
         .prop_map(
-            |(gen, slot, at_ns, late_us, outcome, drain, parked_us)| SwitchReport {
-                gen,
-                slot,
-                at_ns,
-                late_us,
-                outcome,
-                drain,
-                parked_us,
+            |(gen, slot, at_ns, late_us, outcome, drain, (parked_us, park_late_us, lead_us))| {
+                SwitchReport {
+                    gen,
+                    slot,
+                    at_ns,
+                    late_us,
+                    outcome,
+                    drain,
+                    parked_us,
+                    park_late_us,
+                    lead_us,
+                }
             },
         )
 }
@@ -670,6 +674,8 @@ fn every_message_type_has_a_sample_and_round_trips() {
                         answer_us: 950,
                     }),
                     parked_us: 3_100,
+                    park_late_us: 40,
+                    lead_us: 2_500,
                 },
                 SwitchReport {
                     gen: Gen(gen.0 + 1),
@@ -679,6 +685,8 @@ fn every_message_type_has_a_sample_and_round_trips() {
                     outcome: SwitchOutcome::OnTime,
                     drain: None,
                     parked_us: 0,
+                    park_late_us: 0,
+                    lead_us: 0,
                 },
             ],
         },

@@ -192,6 +192,8 @@ struct TimedNode<'a> {
     outcome: SwitchOutcome,
     drain: Option<&'a FreezeReport>,
     parked_us: u64,
+    park_late_us: u64,
+    lead_us: u64,
 }
 
 impl<'a> From<&'a NodeSwitch> for TimedNode<'a> {
@@ -202,6 +204,8 @@ impl<'a> From<&'a NodeSwitch> for TimedNode<'a> {
             outcome: n.outcome,
             drain: n.drain.as_ref(),
             parked_us: n.parked_us,
+            park_late_us: n.park_late_us,
+            lead_us: n.lead_us,
         }
     }
 }
@@ -268,6 +272,8 @@ mod tests {
             outcome,
             drain,
             parked_us: 1200,
+            park_late_us: 150,
+            lead_us: 2000,
         };
         TimedRecord {
             gen: Gen(7),
@@ -295,6 +301,7 @@ mod tests {
         assert_eq!(
             v["nodes"]["2"],
             json!({"at_ns": 5_000_000u64, "late_us": 0, "outcome": "on_time", "parked_us": 1200,
+                   "park_late_us": 150, "lead_us": 2000,
                    "drain": {"drained_bytes": 4096, "drain_us": 700, "timed_out": false, "answer_us": 900}})
         );
         assert_eq!(v["nodes"]["10"]["outcome"], "late");

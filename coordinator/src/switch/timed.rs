@@ -128,6 +128,9 @@ pub struct NodeSwitch {
     pub drain: Option<FreezeReport>,
     /// The outgoing gangs parked this long before the incoming started.
     pub parked_us: u64,
+    /// The park began this long after it was due; the lead it had (µs).
+    pub park_late_us: u64,
+    pub lead_us: u64,
 }
 
 /// One generation's timed switch across the cluster.
@@ -493,6 +496,8 @@ impl Timed {
             outcome: SwitchOutcome::Commanded,
             drain: fz.and_then(|z| z.frozen),
             parked_us: fz.map_or(0, |z| now_ns.saturating_sub(z.sent_ns) / 1000),
+            park_late_us: 0,
+            lead_us: 0,
         };
         self.record(n, f.gen, f.slot, sw, now_ns);
         (
@@ -557,6 +562,8 @@ impl Timed {
                         outcome: r.outcome,
                         drain: r.drain,
                         parked_us: r.parked_us,
+                        park_late_us: r.park_late_us,
+                        lead_us: r.lead_us,
                     };
                     self.on_switched(node, r.gen, r.slot, sw, now_ns);
                 }

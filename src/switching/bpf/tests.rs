@@ -496,9 +496,14 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
         assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
         let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
         let seen = reports.clone();
-        let mut follow = Follow::new(Some(Arc::new(
-            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-        )));
+        let mut follow = Follow::new(
+            Some(Arc::new(
+                move |d: &Done, _: Option<&crate::control::FrozenReport>| {
+                    seen.lock().unwrap().push(*d)
+                },
+            )),
+            None,
+        );
         let epoch = monotonic_ns() + 40_000_000;
         let plan = Request::Plan {
             plan: Plan {
@@ -566,7 +571,7 @@ fn the_drain_lead_knob_fixes_the_lead_across_plans_until_set_to_auto() {
     use crate::switching::follow::Follow;
     let root = gang_root("lead-knob", &["job1", "job2"]);
     let (mut sw, _) = switcher(&root);
-    let mut follow = Follow::new(None);
+    let mut follow = Follow::new(None, None);
     follow.set_fixed_lead(Some(7_000));
     assert_eq!(follow.lead_ns(), None, "no plan, no lead");
     let epoch = monotonic_ns() + 1_000_000_000;
@@ -639,9 +644,12 @@ fn a_column_that_comes_with_a_plan_takes_effect_at_its_first_boundary() {
     assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
     let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
     let seen = reports.clone();
-    let mut follow = Follow::new(Some(Arc::new(
-        move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-    )));
+    let mut follow = Follow::new(
+        Some(Arc::new(
+            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+        )),
+        None,
+    );
     // The loop's turns until `n` switches were reported; the armed timer
     // fires at once (barrier off arms half a slot ahead); `each` looks on.
     let run_until = |follow: &mut Follow,
@@ -755,9 +763,12 @@ fn the_old_plans_switch_in_progress_keeps_the_old_table() {
     assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
     let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
     let seen = reports.clone();
-    let mut follow = Follow::new(Some(Arc::new(
-        move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-    )));
+    let mut follow = Follow::new(
+        Some(Arc::new(
+            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+        )),
+        None,
+    );
     // Strict; the fake freezer never reports frozen, so each park lasts
     // its 300 ms timeout: the switch to gen 11 (slot 1) is parked for long.
     let epoch = monotonic_ns() + 30_000_000;

@@ -228,6 +228,13 @@ pub struct SwitchReport {
     /// parked (barrier off).
     #[serde(default)]
     pub parked_us: u64,
+    /// How long after it was due (boundary − lead) the park began: the
+    /// node's own lateness to its slot's tail, µs (barrier = strict).
+    #[serde(default)]
+    pub park_late_us: u64,
+    /// The lead in force for this switch, µs (0: nothing parked).
+    #[serde(default)]
+    pub lead_us: u64,
 }
 
 /// How a timed switch went on a node (src/switching/lead.rs classifies).

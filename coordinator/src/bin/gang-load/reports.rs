@@ -78,6 +78,8 @@ impl Reporter {
                     outcome: SwitchOutcome::OnTime,
                     drain: None,
                     parked_us: 0,
+                    park_late_us: 0,
+                    lead_us: 0,
                 });
             }
         }
