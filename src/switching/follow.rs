@@ -13,8 +13,13 @@
 //! (Inbox::DrainEnded), so the switch is armed as soon as the drain is
 //! over, not at the loop's next look. `wait` bounds the loop's sleep: the
 //! follower's next instant (none while a park lasts: the waiter wakes it),
-//! or DRAIN_POLL without a way to wake the loop (host tests). A Freeze or
-//! a Switch from outside (gangd went back to commands) ends the plan.
+//! or DRAIN_POLL without a way to wake the loop (host tests). An armed
+//! switch's next instant is its own, then a look every millisecond until
+//! it fired (timed::FIRED_POLL_NS): the switcher wakes the loop only for a
+//! switch armed ahead, and one armed late (at once) was otherwise reported
+//! at the loop's idle period, 100 ms on, which made the next boundary late
+//! too. A Freeze or a Switch from outside (gangd went back to commands)
+//! ends the plan.
 //!
 //! A new column while a plan is followed (Request::Column: gangd's
 //! Schedule, sent before the Plan it goes with) is not installed at once:

@@ -70,6 +70,12 @@ pub enum Action {
 
 /// How long after its instant an armed switch that did not fire is given up.
 pub const ARM_LOST_NS: u64 = 1_000_000_000;
+/// How often the loop looks whether an armed switch whose instant has come
+/// fired. One armed late fires at once in BPF, but only the loop's next
+/// turn reports it and arms the next boundary: with the loop asleep for its
+/// idle period (100 ms) that boundary was missed as well, and at 50 ms
+/// slots a node stayed late like this for whole runs.
+pub const FIRED_POLL_NS: u64 = 1_000_000;
 
 /// A timed switch that happened, for gangd (FromAgent::Switched).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,8 +266,10 @@ impl Follower {
             }
             // The drain answers.
             Step::Parking { .. } => None,
-            // The timer fires (the switcher wakes the loop), or it is lost.
-            Step::Armed { to, .. } => Some(to.at_ns.saturating_add(ARM_LOST_NS)),
+            // At its instant, then every FIRED_POLL_NS until it fired (or
+            // is lost, ARM_LOST_NS after it).
+            Step::Armed { to, .. } if now < to.at_ns => Some(to.at_ns),
+            Step::Armed { .. } => Some(now.saturating_add(FIRED_POLL_NS)),
         }
     }
 
@@ -564,6 +572,9 @@ mod tests {
                 at_ns: 1250 * MS
             })
         );
+        // Armed at once: its firing is looked for a millisecond later, not
+        // when the loop would wake anyway.
+        assert_eq!(f.next_wake(1250 * MS), Some(1251 * MS));
         let done = f.fired(12, 1250 * MS).unwrap();
         assert_eq!(done.outcome, SwitchOutcome::Late);
         assert_eq!(done.late_ns, 50 * MS);
@@ -629,7 +640,12 @@ mod tests {
             f.tick(950 * MS),
             Some(Action::Arm { gen: 10, .. })
         ));
-        assert_eq!(f.next_wake(960 * MS), Some(2000 * MS));
+        assert_eq!(f.next_wake(960 * MS), Some(1000 * MS), "its instant");
+        assert_eq!(
+            f.next_wake(1500 * MS),
+            Some(1501 * MS),
+            "then a look every millisecond"
+        );
         assert_eq!(f.tick(1999 * MS), None);
         assert_eq!(f.tick(2001 * MS), Some(Action::Lost { gen: 10 }));
         assert_eq!(f.fired(10, 2001 * MS), None, "too late to report");

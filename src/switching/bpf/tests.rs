@@ -562,6 +562,54 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
     }
 }
 
+/// A switch armed after its instant (a node behind its plan, a drain that
+/// ended past the boundary) fires at once in BPF, and the loop learns it
+/// within a millisecond: nothing is armed ahead for the switcher to wake
+/// the loop on, so the follower's own wait is what bounds the loop's sleep.
+/// (It was the loop's idle period, 100 ms: at 50 ms slots the next boundary
+/// was then missed too, and a node stayed late for whole runs.)
+#[test]
+fn a_switch_armed_late_is_reported_within_a_poll_not_at_the_idle_period() {
+    use crate::switching::follow::Follow;
+    use crate::switching::timed::{Done, FIRED_POLL_NS};
+    use gang_wire::proto::SwitchOutcome;
+    use std::sync::Mutex;
+
+    let root = gang_root("late-arm", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let seen = reports.clone();
+    let mut follow = Follow::new(
+        Some(Arc::new(
+            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+        )),
+        None,
+    );
+    // The plan (60 ms slots) began 130 ms ago: generation 42, slot 0, is
+    // in force, and the node is behind it.
+    let epoch = monotonic_ns() - 130_000_000;
+    let plan = plan_request(1, epoch, 40, &[0, 1]);
+    assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
+    follow.turn(&mut sw, monotonic_ns());
+    assert_eq!(sw.bpf.cur, (0, 42), "switched at once");
+    assert!(
+        reports.lock().unwrap().is_empty(),
+        "reported at the next turn"
+    );
+    assert_eq!(sw.next_wake(), None, "nothing armed ahead");
+    let wait = follow
+        .wait(monotonic_ns())
+        .expect("the follower waits for the fire");
+    assert!(wait <= Duration::from_nanos(FIRED_POLL_NS), "{wait:?}");
+    follow.turn(&mut sw, monotonic_ns());
+    let got = reports.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!((got[0].gen, got[0].outcome), (42, SwitchOutcome::Late));
+    let _ = fs::remove_dir_all(&root);
+}
+
 /// The knob drain_lead_us fixes the lead whenever it is written: before
 /// the plan came or after, and a new plan (gangd sends one whenever the
 /// node's clock estimate moves) keeps it; auto gives the adaptive lead back
