@@ -42,7 +42,8 @@
 #     in seconds of real time and the cluster never formed. Real time it is,
 #     with the host's noise (the table prints the noise floor).
 # Writes DIR (default target/bench/cluster)/{results.csv,runs.csv,table.txt}
-# and keeps every boot's results in DIR/n<N>/.
+# and timed_nodes.csv (the timed runs per run and node), and keeps every
+# boot's results in DIR/n<N>/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"

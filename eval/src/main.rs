@@ -8,8 +8,8 @@
 //! (MPL 1 jobs against eevdf and bpfland, with their rankprobe figures),
 //! DIR/lone.txt (also printed) and DIR/lone.csv.
 //! `gang-eval bench DIR --nodes "1 2 3" ...`: the cluster benchmark's
-//! DIR/runs.csv, results.csv and table.txt (also printed) from its boots in
-//! DIR/n<N>/.
+//! DIR/runs.csv, results.csv, timed_nodes.csv and table.txt (also printed)
+//! from its boots in DIR/n<N>/.
 //! `gang-eval scale [LABEL=]CSV... --out DIR`: DIR/scale.svg, the load
 //! harness's figures against N (scripts/bench_scale.sh's scale.csv), a line
 //! per run.
@@ -43,7 +43,7 @@ enum Cmd {
     Report(ReportArgs),
     /// Exit 0 iff every expected record is there and ok; else 1 with the list.
     Check(CheckArgs),
-    /// The cluster benchmark's DIR/runs.csv, results.csv and table.txt (printed).
+    /// The cluster benchmark's DIR/runs.csv, results.csv, timed_nodes.csv and table.txt (printed).
     Bench(BenchArgs),
     /// The lone-job table: DIR/lone.txt (printed) and DIR/lone.csv.
     Lone(LoneArgs),

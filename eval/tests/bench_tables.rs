@@ -52,7 +52,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 }
 
 #[test]
-fn write_tables_writes_the_three_files_into_the_directory() {
+fn write_tables_writes_the_four_files_into_the_directory() {
     let dir = std::env::temp_dir().join(format!("gang-eval-bench-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     copy_dir(&data().join("bench"), &dir);
@@ -61,6 +61,11 @@ fn write_tables_writes_the_three_files_into_the_directory() {
     for f in ["runs.csv", "results.csv", "table.txt"] {
         assert_eq!(fs::read_to_string(dir.join(f)).unwrap(), expected(f), "{f}");
     }
+    // The sample has no timed runs: the header alone.
+    assert_eq!(
+        fs::read_to_string(dir.join("timed_nodes.csv")).unwrap(),
+        format!("{}\n", gang_eval::bench::TIMED_NODES_HEADER)
+    );
     fs::remove_dir_all(&dir).unwrap();
 }
 

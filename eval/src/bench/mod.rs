@@ -14,6 +14,9 @@
 //!    median over the run's window).
 //! 2. [`summarise`]: medians per (N, method, TQ) over the good runs (ok 1)
 //!    → results.csv, and the text table.
+//! 3. [`timed_nodes`]: the timed runs per run and node (skew p99, the late
+//!    share, park late, drain, lead) → timed_nodes.csv and the table's last
+//!    section; read as JSON, since the switch log's timed lines nest.
 //!
 //! The records are flat JSON lines read the way the awk read them
 //! ([`field`]: the text after the last `"name":` up to `"`, `,` or `}`), so
@@ -22,7 +25,7 @@
 //! text; computed ones print like awk (`%.6g`, integers as integers).
 //!
 //! Files: `awk.rs` (the awk's text and number rules), `runs.rs` (step 1),
-//! `summary.rs` (step 2), this file (the inputs, reading and writing).
+//! `summary.rs` (step 2), `timed_nodes.rs` (step 3), this file (the inputs, reading and writing).
 //!
 //! Known faults: none of the awk's beyond one fixed here: the largest start
 //! spread of a signal run over its nodes is compared as a number (the awk
@@ -31,10 +34,12 @@
 mod awk;
 mod runs;
 mod summary;
+mod timed_nodes;
 
 pub use awk::{awk_fmt, field, median, num, Med};
 pub use runs::{idle_estimates, runs};
 pub use summary::{boot_facts, summarise, BootFacts};
+pub use timed_nodes::{timed_nodes, TIMED_NODES_HEADER};
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -75,11 +80,12 @@ pub struct Boot {
     pub foreign_vms: Option<Vec<String>>,
 }
 
-/// The three files' contents.
+/// The four files' contents.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tables {
     pub runs_csv: String,
     pub results_csv: String,
+    pub timed_nodes_csv: String,
     pub table: String,
 }
 
@@ -92,23 +98,38 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// The three files' contents from every boot's records.
+/// The four files' contents from every boot's records.
 pub fn tables(p: &BenchParams, boots: &[Boot]) -> Tables {
     let mut runs_csv = format!("{RUNS_HEADER}\n");
+    let mut timed_nodes_csv = format!("{TIMED_NODES_HEADER}\n");
+    let mut per_node = String::new();
     let mut rows = Vec::new();
     let mut facts = BTreeMap::new();
     for b in boots {
         rows.extend(runs(b));
         facts.insert(b.n, boot_facts(b));
+        let (node_rows, text) = timed_nodes(b);
+        for r in node_rows {
+            timed_nodes_csv += &r;
+            timed_nodes_csv.push('\n');
+        }
+        per_node += &text;
     }
     for r in &rows {
         runs_csv += r;
         runs_csv.push('\n');
     }
-    let (results, table) = summarise(p, &facts, &rows);
+    let (results, mut table) = summarise(p, &facts, &rows);
+    if !per_node.is_empty() {
+        table += "\nTimed runs per node (skew = spread of the nodes' switch instants; idle = parked_us, park to switch; \
+                  park late = the park's start after boundary - lead; drain = park to drained; late = outcome late or timed_out; \
+                  percentiles nearest-rank; DIR/timed_nodes.csv).\n";
+        table += &per_node;
+    }
     Tables {
         runs_csv,
         results_csv: format!("{RESULTS_HEADER}\n{results}"),
+        timed_nodes_csv,
         table,
     }
 }
@@ -153,8 +174,8 @@ pub fn load_boot(dir: &Path, n: u32) -> Boot {
     }
 }
 
-/// Reads every boot of `p.nodes` under `out`, writes runs.csv, results.csv
-/// and table.txt there and returns the table.
+/// Reads every boot of `p.nodes` under `out`, writes runs.csv, results.csv,
+/// timed_nodes.csv and table.txt there and returns the table.
 pub fn write_tables(p: &BenchParams, out: &Path) -> io::Result<String> {
     let boots: Vec<Boot> = p
         .nodes
@@ -164,6 +185,7 @@ pub fn write_tables(p: &BenchParams, out: &Path) -> io::Result<String> {
     let t = tables(p, &boots);
     fs::write(out.join("runs.csv"), &t.runs_csv)?;
     fs::write(out.join("results.csv"), &t.results_csv)?;
+    fs::write(out.join("timed_nodes.csv"), &t.timed_nodes_csv)?;
     fs::write(out.join("table.txt"), &t.table)?;
     Ok(t.table)
 }
