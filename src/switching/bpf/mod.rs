@@ -168,9 +168,18 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     commanded_len_ns: u64,
     /// Processes of each gang here, by gang id (gang_ranks in BPF).
     ranks: Vec<u32>,
-    /// A timed switch armed in BPF: (generation, CLOCK_MONOTONIC ns). The
-    /// gangs of the last freeze are thawed once it fired.
-    armed: Option<(u64, u64)>,
+    /// A timed switch armed in BPF. The gangs of the last freeze are thawed
+    /// once it fired.
+    armed: Option<Armed>,
+}
+
+/// A timed switch armed in BPF for a later instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Armed {
+    gen: u64,
+    /// CLOCK_MONOTONIC ns.
+    at_ns: u64,
+    slot: u32,
 }
 
 impl<K: BpfScheduler> BpfSwitcher<K> {
@@ -371,7 +380,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
         if at_ns > monotonic_ns() {
             self.switch_slot_at(slot, gen, gang_switch_cause_SWITCH_TIMED, at_ns)?;
             // The parked gangs own their CPUs until the timer fires.
-            self.armed = Some((gen, at_ns));
+            self.armed = Some(Armed { gen, at_ns, slot });
             return Ok(());
         }
         let cause = if at_ns == 0 {
@@ -533,7 +542,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
     /// A timed switch that fired: the gangs its freeze parked are thawed
     /// (not on the switch's path: they run only in their next slot).
     fn tick(&mut self, _now: Instant) {
-        let Some((gen, at_ns)) = self.armed else {
+        let Some(Armed { gen, at_ns, .. }) = self.armed else {
             return;
         };
         if self.bpf.current().1 == gen {
@@ -553,7 +562,7 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
     }
 
     fn next_wake(&self) -> Option<Instant> {
-        let (_, at_ns) = self.armed?;
+        let at_ns = self.armed?.at_ns;
         // Just after the instant: the timer fires in BPF, this only thaws.
         let wait = Duration::from_nanos(at_ns.saturating_sub(monotonic_ns()));
         Some(Instant::now() + wait.max(TIMED_THAW_POLL))

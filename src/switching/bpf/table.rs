@@ -15,6 +15,7 @@
 use std::collections::BTreeSet;
 
 use anyhow::{bail, Context, Result};
+use gang_wire::time::monotonic_ns;
 use log::{info, warn};
 
 use crate::bpf_intf::*;
@@ -141,6 +142,15 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     /// Writes the table into BPF, then switches: to `then` (slot,
     /// generation: a plan's boundary, timed switching), or else re-installs
     /// the slot in force, so every CPU follows the new table at once.
+    ///
+    /// Except while a timed switch is armed for a later instant into a slot
+    /// the new table has (under commands: a mode change replaces it): BPF holds one switch at a time, and a switch at
+    /// once would replace it, so the node missed its boundary and every
+    /// boundary until the follower gave it up (ARM_LOST, a second; in the
+    /// cluster benchmark a gang joining at a run's start cost 20 switches
+    /// of 50 ms that way). The table is in force for every new decision as
+    /// written; the armed switch kicks every CPU into it at its instant,
+    /// half a slot away at most.
     pub(super) fn push_table_then(&mut self, then: Option<(u32, u64)>) -> Result<()> {
         let masks: Vec<u32> = (0..MAX_GANGS as GangId)
             .map(|g| self.table.slot_mask(g))
@@ -160,8 +170,13 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
 
         self.warn_if_slots_shortened();
         let n = self.nr_slots() as u32;
+        let keeps_armed = self.mode == Mode::Coordinated
+            && self
+                .armed
+                .is_some_and(|a| a.slot < n && a.at_ns > monotonic_ns());
         match then {
             Some((slot, gen)) => self.switch_slot(slot, gen, gang_switch_cause_SWITCH_TIMED)?,
+            None if keeps_armed => {}
             None if n > 0 => self.switch_slot(
                 if cur < n { cur } else { 0 },
                 gen + 1,
