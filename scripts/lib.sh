@@ -46,7 +46,11 @@ build_image() {
     export BPF_CLANG=${BPF_CLANG:-clang-19}
     "$SCRIPTS_DIR/setup.sh"
     step "building"
-    (cd "$REPO_ROOT" && cargo build --release --workspace)
+    # Run from a cargo test (tests/vm_eval.rs), the environment carries the
+    # test's CARGO_MANIFEST_DIR; ring's build script reruns when it changes,
+    # which rebuilt ring, rustls and the workspace (2 min) and again at the
+    # next plain build.
+    (cd "$REPO_ROOT" && env -u CARGO_MANIFEST_DIR -u CARGO_MANIFEST_PATH cargo build --release --workspace)
     for b in "$@"; do
         if [[ $b == */* ]]; then   # a path: a binary from elsewhere (a peer scheduler)
             [[ -x $b ]] || die "$b is not an executable file"

@@ -37,6 +37,8 @@
 #   EVAL_POLICIES   "dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield"
 #   EVAL_WORKLOADS  "rt allreduce alltoall ep mpi_allreduce ompi_allreduce"
 #   EVAL_MPLS "1 2 3"  EVAL_REPS 1  EVAL_ROUNDS 1  EVAL_SCALE 1 (multiplies every job's work)
+#   EVAL_WORK_PCT 100 (then takes that percentage of it: the test command's
+#   reduced size runs half-length jobs)
 #   EVAL_SLOT_MS 100  EVAL_SPIN_US 1000  EVAL_SHORT 1  EVAL_SHORT_BEHIND 2
 #   EVAL_SHORT_AFTER_S 2  EVAL_CAP_S 300 (a job running longer is killed and
 #   recorded with capped=S)  EVAL_SIZE (a label for the report)
@@ -52,6 +54,7 @@ MPLS=${EVAL_MPLS:-"1 2 3"}
 REPS=${EVAL_REPS:-1}
 ROUNDS=${EVAL_ROUNDS:-1}
 SCALE=${EVAL_SCALE:-1}
+WORK_PCT=${EVAL_WORK_PCT:-100}
 SLOT_MS=${EVAL_SLOT_MS:-100}
 SPIN_US=${EVAL_SPIN_US:-1000}
 SHORT=${EVAL_SHORT:-1}
@@ -66,6 +69,14 @@ PROGRESS=eval
 
 # ---- workloads ------------------------------------------------------------------------
 
+# work N: N units of a workload's work at this run's scale and percentage
+# (at least 1).
+work() {
+	local n=$(($1 * SCALE * WORK_PCT / 100))
+	[ "$n" -ge 1 ] || n=1
+	echo "$n"
+}
+
 # wl_cmd WORKLOAD POLICY: the rank's command line. Our workloads take the
 # policy's flags (spin-block receives, voluntary yields); MPI programs do
 # their own waiting (MPICH polls).
@@ -76,19 +87,19 @@ wl_cmd() {
 	gang-yield) flags="--yield" ;;
 	esac
 	case $w in
-	rt) echo "/usr/bin/rt --rounds $((1500 * SCALE)) $flags" ;;
-	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $((700 * SCALE)) $flags" ;;
-	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $((2100 * SCALE)) $flags" ;;
-	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $((150 * SCALE)) $flags" ;;
-	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $((150 * SCALE)) $flags" ;;
-	ep) echo "/usr/bin/ep --grain-us 1000 --iters $((1000 * SCALE)) $flags" ;;
-	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
-	mpi_ring) echo "/usr/bin/mpi_ring --rounds $((400 * SCALE))" ;;
+	rt) echo "/usr/bin/rt --rounds $(work 1500) $flags" ;;
+	allreduce) echo "/usr/bin/allreduce --grain-us 1000 --iters $(work 700) $flags" ;;
+	allreduce_long) echo "/usr/bin/allreduce --grain-us 1000 --iters $(work 2100) $flags" ;;
+	allreduce_short) echo "/usr/bin/allreduce --grain-us 1000 --iters $(work 150) $flags" ;;
+	alltoall) echo "/usr/bin/alltoall --bytes 65536 --iters $(work 150) $flags" ;;
+	ep) echo "/usr/bin/ep --grain-us 1000 --iters $(work 1000) $flags" ;;
+	mpi_allreduce) echo "/usr/bin/mpi_allreduce --grain-us 1000 --iters $(work 60)" ;;
+	mpi_ring) echo "/usr/bin/mpi_ring --rounds $(work 400)" ;;
 	# The same allreduce built with Open MPI (PMIx bootstrap, ob1/TCP).
-	ompi_allreduce) echo "/usr/bin/ompi_allreduce --grain-us 1000 --iters $((60 * SCALE))" ;;
+	ompi_allreduce) echo "/usr/bin/ompi_allreduce --grain-us 1000 --iters $(work 60)" ;;
 	# NetPIPE (MPICH, polling): 1 byte to 1 KiB ping-pong; it prints no
 	# result line, so rankprobe --ok-on-exit gives its own.
-	netpipe) echo "/usr/bin/rankprobe --ok-on-exit -- /usr/bin/NPmpich2 -u 1024 -n $((20 * SCALE)) -p 0 -o /tmp/np.out" ;;
+	netpipe) echo "/usr/bin/rankprobe --ok-on-exit -- /usr/bin/NPmpich2 -u 1024 -n $(work 20) -p 0 -o /tmp/np.out" ;;
 	*) fail "unknown workload $w" ;;
 	esac
 }
@@ -373,7 +384,7 @@ head_main() {
 	done
 	{
 		echo "# scx_gang evaluation: $(date -u +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)"
-		echo "meta nodes=$C vcpus=$(nproc) head=1 slot_ms=$SLOT_MS reps=$((REPS * ROUNDS)) rounds=$ROUNDS scale=$SCALE size=${EVAL_SIZE:-custom} spin_us=$SPIN_US cap_s=$CAP_S kernel=$(uname -r) gangd_fill=1"
+		echo "meta nodes=$C vcpus=$(nproc) head=1 slot_ms=$SLOT_MS reps=$((REPS * ROUNDS)) rounds=$ROUNDS scale=$SCALE work_pct=$WORK_PCT size=${EVAL_SIZE:-custom} spin_us=$SPIN_US cap_s=$CAP_S kernel=$(uname -r) gangd_fill=1"
 	} > "$LOG"
 	for round in $(seq 0 $((ROUNDS - 1))); do
 		for p in $POLICIES; do
