@@ -65,7 +65,9 @@ listening_ports() {
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
-	submit R 3 -- /usr/bin/burn --seconds 240 --name R; R=$JOB_PID
+	# R lives through every phase: it ends when the compute nodes have done
+	# their last check (its stop file), at the latest after 600 s.
+	submit R 3 -- /usr/bin/burn --seconds 600 --stop-file /tmp/R.stop --name R; R=$JOB_PID
 	wait_jobs running 1 60
 	RID=$(job_id R)
 
@@ -152,6 +154,7 @@ else
 	fi
 	wait_board phase after 600 || log "no after phase"
 	{ test -e /tmp/pwned && cat /tmp/pwned; } > "$RESULTS/pwned" 2>&1
+	touch /tmp/R.stop
 	board_put "checked.node$NODE_ID" done
 	wait_done
 	[ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null

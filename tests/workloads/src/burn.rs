@@ -18,12 +18,18 @@
 //!
 //!   --yield-every N                  call the gang runtime's yield_point()
 //!                                    every N units (a safe point)
+//!   --stop-file PATH                 also stop (as if its time had run out)
+//!                                    once PATH exists, looked at every 256
+//!                                    units: a scenario ends a long-lived job
+//!                                    when its checks are done instead of
+//!                                    waiting out a worst-case length
 //!
 //! Prints one JSON line at the end: work done, wall time, CPU time and the
 //! start and end on CLOCK_MONOTONIC, so a test can see how much CPU a task
 //! got and a benchmark how long fixed work took (or the makespan of several).
 
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Loop iterations of one work unit (about 0.1 ms on an unloaded native
@@ -54,11 +60,21 @@ enum Stop {
     },
 }
 
-fn worker(stop: &Stop, yield_every: u64) -> u64 {
+/// How often (in units) a worker looks for the stop file.
+const STOP_FILE_EVERY: u64 = 256;
+
+fn worker(stop: &Stop, yield_every: u64, stop_file: Option<&Path>) -> u64 {
     let start = Instant::now();
     let mut units = 0u64;
     let mut acc = 0u64;
+    let mut iter = 0u64;
     loop {
+        if let Some(f) = stop_file {
+            if iter.is_multiple_of(STOP_FILE_EVERY) && f.exists() {
+                break;
+            }
+        }
+        iter += 1;
         // A safe point of an iterative program: the end of an iteration.
         if yield_every > 0 && units.is_multiple_of(yield_every) {
             gangrt::yield_point();
@@ -111,7 +127,7 @@ extern "C" {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME] [--yield-every N]"
+        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME] [--yield-every N] [--stop-file PATH]"
     );
     std::process::exit(2);
 }
@@ -120,6 +136,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let (mut stop, mut threads, mut name) = (None, 1usize, String::from("burn"));
     let mut yield_every = 0u64;
+    let mut stop_file: Option<PathBuf> = None;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -157,6 +174,7 @@ fn main() {
             "--threads" => threads = val().parse().unwrap_or_else(|_| usage()),
             "--yield-every" => yield_every = val().parse().unwrap_or_else(|_| usage()),
             "--name" => name = val(),
+            "--stop-file" => stop_file = Some(PathBuf::from(val())),
             _ => usage(),
         }
     }
@@ -165,7 +183,7 @@ fn main() {
     let start_mono = clock_seconds(CLOCK_MONOTONIC);
     let units: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads.max(1))
-            .map(|_| s.spawn(|| worker(&stop, yield_every)))
+            .map(|_| s.spawn(|| worker(&stop, yield_every, stop_file.as_deref())))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
