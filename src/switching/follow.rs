@@ -35,9 +35,15 @@
 //! take over (Freeze, Switch, Unplan) or no new plan comes within
 //! COLUMN_WAIT.
 //!
+//! A switch armed and then replaced in BPF by a switch at once (a table
+//! without its slot, the node going standalone) never fires: the switcher
+//! says so (`timed_replaced`) and the follower goes on to the next
+//! boundary at once (it waited ARM_LOST, a second, for it before).
+//!
 //! Known faults: a
 //! switch the switcher refused is abandoned (logged, no report), and the
-//! follower goes on with the next boundary.
+//! follower goes on with the next boundary; so is a replaced one, and the
+//! slot the switch at once put in force runs until that boundary.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -256,6 +262,14 @@ impl Follow {
                 if let Some(sink) = &self.sink {
                     sink(&done, drain.as_ref());
                 }
+            }
+        }
+        if let Some(gen) = sw.timed_replaced() {
+            // It will never fire: on to the next boundary now, not
+            // ARM_LOST after its instant (ten boundaries at 100 ms).
+            if self.follower.abandon(gen) {
+                warn!("timed switch {gen} was replaced by a switch at once before it fired: on to the next boundary");
+                self.drain = None;
             }
         }
         if let Some(a) = self.follower.tick(now) {

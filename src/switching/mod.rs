@@ -236,6 +236,12 @@ pub trait Switcher {
     fn timed_fired(&self) -> Option<(u64, u64)> {
         None
     }
+    /// The generation of a timed switch that a switch at once (a table
+    /// without its slot, standalone) replaced before it fired, once: it
+    /// will never fire. None without BPF.
+    fn timed_replaced(&mut self) -> Option<u64> {
+        None
+    }
     /// Periodic upkeep (new gangs, new processes), every SCAN_PERIOD.
     fn rescan(&mut self);
     fn status(&self) -> NodeStatus;

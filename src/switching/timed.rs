@@ -193,14 +193,16 @@ impl Follower {
     }
 
     /// The action for `gen` could not be carried out (the switcher refused
-    /// it): on to the next boundary, without a report.
-    pub fn abandon(&mut self, gen: u64) {
+    /// it, or replaced it before it fired): on to the next boundary,
+    /// without a report. False if `gen` was not the switch in progress.
+    pub fn abandon(&mut self, gen: u64) -> bool {
         match self.step {
             Step::Parking { to, .. } | Step::Armed { to, .. } if to.gen.0 == gen => {
                 self.step = Step::Idle;
                 self.last_gen = Some(gen);
+                true
             }
-            _ => {}
+            _ => false,
         }
     }
 

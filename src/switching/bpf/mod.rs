@@ -171,6 +171,9 @@ pub struct BpfSwitcher<K: BpfScheduler> {
     /// A timed switch armed in BPF. The gangs of the last freeze are thawed
     /// once it fired.
     armed: Option<Armed>,
+    /// The generation of an armed switch a switch at once replaced before
+    /// it fired, until the follower is told (`timed_replaced`).
+    replaced: Option<u64>,
 }
 
 /// A timed switch armed in BPF for a later instant.
@@ -206,6 +209,7 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
             commanded_len_ns: 0,
             ranks: vec![0; MAX_GANGS],
             armed: None,
+            replaced: None,
         };
         // A daemon killed between a freeze and its switch left gangs parked
         // (suspended jobs stay frozen).
@@ -294,7 +298,11 @@ impl<K: BpfScheduler> BpfSwitcher<K> {
     /// `at_ns` 0: at once, which also replaces a timed switch armed in BPF.
     fn switch_slot_at(&mut self, slot: u32, gen: u64, cause: u32, at_ns: u64) -> Result<()> {
         if at_ns == 0 {
-            self.armed = None;
+            if let Some(a) = self.armed.take() {
+                if self.bpf.current().1 != a.gen {
+                    self.replaced = Some(a.gen);
+                }
+            }
         }
         // Under commands the slot lasts what the coordinator said; under the
         // timer, slot_ms (the timer's own switches date their slots).
@@ -559,6 +567,10 @@ impl<K: BpfScheduler> Switcher for BpfSwitcher<K> {
     fn timed_fired(&self) -> Option<(u64, u64)> {
         let (gen, at) = self.bpf.timed_fired();
         (at != 0).then_some((gen, at))
+    }
+
+    fn timed_replaced(&mut self) -> Option<u64> {
+        self.replaced.take()
     }
 
     fn next_wake(&self) -> Option<Instant> {

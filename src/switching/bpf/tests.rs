@@ -441,8 +441,11 @@ fn a_gang_joining_keeps_the_timed_switch_armed_and_standalone_drops_it() {
         at_ns: monotonic_ns() + 60_000_000_000,
     };
     assert!(ask(&mut sw, &knobs, switch).ok);
+    assert_eq!(sw.timed_replaced(), None, "gen 4 fired, nothing replaced");
     assert!(ask(&mut sw, &knobs, Request::Standalone).ok);
     assert_eq!(sw.bpf.armed, None, "standalone replaced the armed switch");
+    assert_eq!(sw.timed_replaced(), Some(5), "the follower is told");
+    assert_eq!(sw.timed_replaced(), None, "once");
     assert_eq!(
         sw.next_wake(),
         None,
@@ -627,23 +630,14 @@ fn a_plan_is_followed_boundary_by_boundary_and_each_switch_reported() {
 /// was then missed too, and a node stayed late for whole runs.)
 #[test]
 fn a_switch_armed_late_is_reported_within_a_poll_not_at_the_idle_period() {
-    use crate::switching::follow::Follow;
-    use crate::switching::timed::{Done, FIRED_POLL_NS};
+    use crate::switching::timed::FIRED_POLL_NS;
     use gang_wire::proto::SwitchOutcome;
-    use std::sync::Mutex;
 
     let root = gang_root("late-arm", &["job1", "job2"]);
     let (mut sw, knobs) = switcher(&root);
     let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
-    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
-    let seen = reports.clone();
-    let mut follow = Follow::new(
-        Some(Arc::new(
-            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-        )),
-        None,
-    );
+    let (mut follow, reports) = follow_with_reports();
     // The plan (60 ms slots) began 130 ms ago: generation 42, slot 0, is
     // in force, and the node is behind it.
     let epoch = monotonic_ns() - 130_000_000;
@@ -664,6 +658,63 @@ fn a_switch_armed_late_is_reported_within_a_poll_not_at_the_idle_period() {
     let got = reports.lock().unwrap().clone();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!((got[0].gen, got[0].outcome), (42, SwitchOutcome::Late));
+    let _ = fs::remove_dir_all(&root);
+}
+
+/// A timed switch armed ahead and then replaced in BPF by a switch at once
+/// (here a table without its slot) never fires. The follower hears it from
+/// the switcher and goes on to the next boundary, instead of waiting for
+/// the lost switch until ARM_LOST (a second) after its instant and then
+/// finding itself behind the plan.
+#[test]
+fn a_timed_switch_replaced_before_it_fired_is_given_up_at_once() {
+    use crate::switching::follow::Follow;
+    use crate::switching::timed::ARM_LOST_NS;
+
+    let root = gang_root("replaced-arm", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let slots = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots }).ok);
+    let (mut follow, reports) = follow_with_reports();
+    // Slots 0, 1 of 60 ms from 100 ms ahead: gen 10 is slot 0, 11 slot 1.
+    let epoch = monotonic_ns() + 100_000_000;
+    let boundary = |gen: u64| epoch + (gen - 10) * 60_000_000;
+    let plan = plan_request(1, epoch, 10, &[0, 1]);
+    assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
+    // The loop's turns; an armed switch fires at its instant.
+    let turn = |follow: &mut Follow, sw: &mut BpfSwitcher<FakeBpf>| {
+        let now = monotonic_ns();
+        follow.turn(sw, now);
+        if let Some((_, gen)) = sw.bpf.armed {
+            if now >= boundary(gen) {
+                sw.bpf.fire_armed();
+                sw.tick(Instant::now());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sw.bpf.armed != Some((1, 11)) && Instant::now() < deadline {
+        turn(&mut follow, &mut sw);
+    }
+    assert_eq!(sw.bpf.armed, Some((1, 11)), "the switch to gen 11 armed");
+    // A table without slot 1, before gen 11's instant: installed with a
+    // switch at once, which replaces the armed one.
+    sw.column(column(&[&[("job1", "0-3")]]), false).unwrap();
+    assert_eq!(sw.bpf.armed, None, "replaced in BPF");
+    let before = reports.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reports.lock().unwrap().len() == before && Instant::now() < deadline {
+        turn(&mut follow, &mut sw);
+    }
+    let got = reports.lock().unwrap().clone();
+    let next = got.get(before).expect("a switch after the replaced one");
+    assert_eq!(next.gen, 12, "the next boundary's switch: {got:?}");
+    assert!(
+        next.at_ns < boundary(11) + ARM_LOST_NS / 2,
+        "{} ms after the replaced switch's instant",
+        (next.at_ns - boundary(11)) / 1_000_000
+    );
     let _ = fs::remove_dir_all(&root);
 }
 
@@ -699,6 +750,24 @@ fn the_drain_lead_knob_fixes_the_lead_across_plans_until_set_to_auto() {
         "auto: the adaptive lead's floor"
     );
     let _ = fs::remove_dir_all(&root);
+}
+
+/// A follower whose reports (Done) are kept, and the list they go to.
+#[cfg(test)]
+fn follow_with_reports() -> (
+    crate::switching::follow::Follow,
+    Arc<std::sync::Mutex<Vec<crate::switching::timed::Done>>>,
+) {
+    use crate::switching::timed::Done;
+    let reports: Arc<std::sync::Mutex<Vec<Done>>> = Arc::default();
+    let seen = reports.clone();
+    let follow = crate::switching::follow::Follow::new(
+        Some(Arc::new(
+            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
+        )),
+        None,
+    );
+    (follow, reports)
 }
 
 /// A plan of `slots` slot numbers, `slot_ms` each, from `epoch` on.
@@ -739,22 +808,13 @@ fn plan_request_with(
 #[test]
 fn a_column_that_comes_with_a_plan_takes_effect_at_its_first_boundary() {
     use crate::switching::follow::Follow;
-    use crate::switching::timed::Done;
-    use std::sync::Mutex;
 
     let root = gang_root("column-at-plan", &["job1", "job2", "job3"]);
     let (mut sw, knobs) = switcher(&root);
     let id = |sw: &BpfSwitcher<FakeBpf>, g: &str| sw.registry.get(g).unwrap().id;
     let old = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
-    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
-    let seen = reports.clone();
-    let mut follow = Follow::new(
-        Some(Arc::new(
-            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-        )),
-        None,
-    );
+    let (mut follow, reports) = follow_with_reports();
     // The loop's turns until `n` switches were reported; the armed timer
     // fires at once (barrier off arms half a slot ahead); `each` looks on.
     let run_until = |follow: &mut Follow,
@@ -857,23 +917,12 @@ fn a_column_that_comes_with_a_plan_takes_effect_at_its_first_boundary() {
 /// planned; the column goes with the new plan's own next switch.
 #[test]
 fn the_old_plans_switch_in_progress_keeps_the_old_table() {
-    use crate::switching::follow::Follow;
-    use crate::switching::timed::Done;
-    use std::sync::Mutex;
-
     let root = gang_root("column-old-step", &["job1", "job2", "job3"]);
     let (mut sw, knobs) = switcher(&root);
     let id = |sw: &BpfSwitcher<FakeBpf>, g: &str| sw.registry.get(g).unwrap().id;
     let old = column(&[&[("job1", "0-3")], &[("job2", "0-3")], &[("job3", "0-3")]]);
     assert!(ask(&mut sw, &knobs, Request::Column { slots: old }).ok);
-    let reports: Arc<Mutex<Vec<Done>>> = Arc::default();
-    let seen = reports.clone();
-    let mut follow = Follow::new(
-        Some(Arc::new(
-            move |d: &Done, _: Option<&crate::control::FrozenReport>| seen.lock().unwrap().push(*d),
-        )),
-        None,
-    );
+    let (mut follow, reports) = follow_with_reports();
     // Strict; the fake freezer never reports frozen, so each park lasts
     // its 300 ms timeout: the switch to gen 11 (slot 1) is parked for long.
     let epoch = monotonic_ns() + 30_000_000;
