@@ -23,7 +23,15 @@ fn a_stop_file_ends_a_long_burn_early_with_its_record() {
     let stop = scratch("stop");
     let t0 = Instant::now();
     let child = Command::new(BIN)
-        .args(["--seconds", "300", "--threads", "2", "--name", "S", "--stop-file"])
+        .args([
+            "--seconds",
+            "300",
+            "--threads",
+            "2",
+            "--name",
+            "S",
+            "--stop-file",
+        ])
         .arg(&stop)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -56,7 +64,10 @@ fn without_its_stop_file_a_burn_runs_its_time() {
 
 #[test]
 fn a_stop_file_without_a_path_is_a_usage_error() {
-    let out = Command::new(BIN).args(["--seconds", "1", "--stop-file"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["--seconds", "1", "--stop-file"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--stop-file"));
 }
