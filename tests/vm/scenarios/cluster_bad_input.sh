@@ -26,7 +26,9 @@ gangd_log_lines() { wc -l < "$RESULTS/gangd.log"; }
 
 if [ "$NODE_ID" = 0 ]; then
 	wait_nodes "$COMPUTE_NODES"
-	submit R 3 -- /usr/bin/burn --seconds 90 --name R; R=$JOB_PID
+	# R runs through every check and ends once they are done (its stop
+	# file, on the compute nodes), at the latest after 150 s.
+	submit R 3 -- /usr/bin/burn --seconds 150 --stop-file /tmp/R.stop --name R; R=$JOB_PID
 	wait_jobs running 1 60
 
 	try n99 as_alice gang run -n 99 -- /usr/bin/burn --seconds 1
@@ -45,6 +47,7 @@ if [ "$NODE_ID" = 0 ]; then
 	try ps_after_garbage as_alice gang ps --json
 	kill -0 "$GANGD_PID" && echo alive > "$RESULTS/gangd_after_garbage"
 
+	board_put phase checked
 	finish_job R "$R"
 	cluster_done
 else
@@ -59,6 +62,8 @@ else
 		(gang_frame 1 "$hello"; sleep 3) | timeout 10 nc -w 3 node0 "$GANGD_PORT" > "$RESULTS/wrong_hello.reply" 2>&1
 		board_put garbage.node1 sent || fail "board_put"
 	fi
+	wait_board phase checked 300 || log "no checked phase"
+	touch /tmp/R.stop
 	wait_done
 fi
 exit 0
