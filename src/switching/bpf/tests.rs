@@ -993,3 +993,141 @@ fn the_old_plans_switch_in_progress_keeps_the_old_table() {
     );
     let _ = fs::remove_dir_all(&root);
 }
+
+/// The armed switch into `gen` was reported, and no two reports are half
+/// of ARM_LOST apart: a switch lost in BPF shows as such a gap (a boundary
+/// a busy host's loop missed is skipped, not a gap).
+#[cfg(test)]
+fn no_switch_lost(got: &[crate::switching::timed::Done], gen: u64, what: &str) {
+    use crate::switching::timed::ARM_LOST_NS;
+    let gens: Vec<u64> = got.iter().map(|d| d.gen).collect();
+    assert!(
+        gens.contains(&gen),
+        "{what}gen {gen} not reported: {gens:?}"
+    );
+    for w in got.windows(2) {
+        assert!(
+            w[1].at_ns - w[0].at_ns < ARM_LOST_NS / 2,
+            "{what}{} ms between gens {} and {}: {got:?}",
+            (w[1].at_ns - w[0].at_ns) / 1_000_000,
+            w[0].gen,
+            w[1].gen
+        );
+    }
+}
+
+/// A job joins a lone one: the node follows a one-slot plan, whose switch
+/// into the slot already running is armed half a slot ahead, when the
+/// two-slot table and the plan that goes with it come, effective at that
+/// very boundary with the other slot (gangd starts a new cycle at the slot
+/// after the one in force). No boundary may be lost: the evaluation showed
+/// both nodes losing that switch and the next ten (ARM_LOST).
+#[test]
+fn a_second_job_joining_a_lone_ones_plan_loses_no_boundary() {
+    let root = gang_root("join-lone", &["job1", "job2"]);
+    let (mut sw, knobs) = switcher(&root);
+    let one = column(&[&[("job1", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: one }).ok);
+    let (mut follow, reports) = follow_with_reports();
+    let epoch = monotonic_ns() + 30_000_000;
+    let boundary = |gen: u64| epoch + (gen - 10) * 60_000_000;
+    let plan1 = plan_request_with(1, epoch, 10, &[0], true, 5);
+    assert!(follow
+        .take(&mut sw, &plan1, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    let mut sent = false;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reports.lock().unwrap().iter().all(|d| d.gen < 16) && Instant::now() < deadline {
+        let now = monotonic_ns();
+        follow.turn(&mut sw, now);
+        if let Some((_, gen)) = sw.bpf.armed {
+            if now >= boundary(gen) {
+                sw.bpf.fire_armed();
+                sw.tick(Instant::now());
+            }
+        }
+        if !sent && sw.bpf.armed == Some((0, 12)) {
+            sent = true;
+            let two = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+            assert!(follow
+                .take(&mut sw, &Request::Column { slots: two }, now)
+                .unwrap()
+                .is_ok());
+            let plan2 = plan_request_with(2, boundary(12), 12, &[1, 0], true, 5);
+            assert!(follow.take(&mut sw, &plan2, now).unwrap().is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(sent, "gen 12 was never armed");
+    no_switch_lost(&reports.lock().unwrap(), 12, "");
+    let _ = fs::remove_dir_all(&root);
+}
+
+/// The same, with a third job right behind the second: the three-slot
+/// table and its plan (replacing the two-slot plan before it took effect)
+/// come a few ms later, while gen 12 is still armed.
+#[test]
+fn two_jobs_joining_a_lone_ones_plan_at_once_lose_no_boundary() {
+    for third_at in [12u64, 13] {
+        let root = gang_root("join-lone2", &["job1", "job2", "job3"]);
+        let (mut sw, knobs) = switcher(&root);
+        let one = column(&[&[("job1", "0-3")]]);
+        assert!(ask(&mut sw, &knobs, Request::Column { slots: one }).ok);
+        let (mut follow, reports) = follow_with_reports();
+        let epoch = monotonic_ns() + 30_000_000;
+        let boundary = |gen: u64| epoch + (gen - 10) * 60_000_000;
+        let plan1 = plan_request_with(1, epoch, 10, &[0], true, 5);
+        assert!(follow
+            .take(&mut sw, &plan1, monotonic_ns())
+            .unwrap()
+            .is_ok());
+        let mut step = 0;
+        let mut sent_at = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reports.lock().unwrap().iter().all(|d| d.gen < 17) && Instant::now() < deadline {
+            let now = monotonic_ns();
+            follow.turn(&mut sw, now);
+            if let Some((_, gen)) = sw.bpf.armed {
+                if now >= boundary(gen) {
+                    sw.bpf.fire_armed();
+                    sw.tick(Instant::now());
+                }
+            }
+            if step == 0 && sw.bpf.armed == Some((0, 12)) {
+                step = 1;
+                sent_at = now;
+                let two = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+                assert!(follow
+                    .take(&mut sw, &Request::Column { slots: two }, now)
+                    .unwrap()
+                    .is_ok());
+                let plan2 = plan_request_with(2, boundary(12), 12, &[1, 0], true, 5);
+                assert!(follow.take(&mut sw, &plan2, now).unwrap().is_ok());
+            }
+            if step == 1 && now >= sent_at + 5_000_000 {
+                step = 2;
+                let three = column(&[&[("job1", "0-3")], &[("job2", "0-3")], &[("job3", "0-3")]]);
+                assert!(follow
+                    .take(&mut sw, &Request::Column { slots: three }, now)
+                    .unwrap()
+                    .is_ok());
+                let slots: &[u32] = if third_at == 12 {
+                    &[1, 2, 0]
+                } else {
+                    &[0, 1, 2]
+                };
+                let plan3 = plan_request_with(3, boundary(third_at), third_at, slots, true, 5);
+                assert!(follow.take(&mut sw, &plan3, now).unwrap().is_ok());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(step, 2, "third plan {third_at}: gen 12 was never armed");
+        no_switch_lost(
+            &reports.lock().unwrap(),
+            12,
+            &format!("third plan at {third_at}: "),
+        );
+        let _ = fs::remove_dir_all(&root);
+    }
+}
