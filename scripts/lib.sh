@@ -47,10 +47,16 @@ build_image() {
     "$SCRIPTS_DIR/setup.sh"
     step "building"
     # Run from a cargo test (tests/vm_eval.rs), the environment carries the
-    # test's CARGO_MANIFEST_DIR; ring's build script reruns when it changes,
-    # which rebuilt ring, rustls and the workspace (2 min) and again at the
-    # next plain build.
-    (cd "$REPO_ROOT" && env -u CARGO_MANIFEST_DIR -u CARGO_MANIFEST_PATH cargo build --release --workspace)
+    # test's package variables (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...);
+    # ring's build script reruns when they change, which rebuilt ring,
+    # rustls and the workspace (2 min) and again at the next plain build.
+    (
+        cd "$REPO_ROOT"
+        for v in $(compgen -e); do
+            [[ $v =~ ^(CARGO_(MANIFEST_|PKG_|CRATE_|BIN_|PRIMARY_PACKAGE|TARGET_TMPDIR)|OUT_DIR$) ]] && unset "$v"
+        done
+        cargo build --release --workspace
+    )
     for b in "$@"; do
         if [[ $b == */* ]]; then   # a path: a binary from elsewhere (a peer scheduler)
             [[ -x $b ]] || die "$b is not an executable file"

@@ -33,7 +33,12 @@
 //! leave nothing running across the switch (the new table's slot numbers
 //! are not the old one's). A held column is installed at once if commands
 //! take over (Freeze, Switch, Unplan) or no new plan comes within
-//! COLUMN_WAIT.
+//! COLUMN_WAIT. A column that comes while a held one's switch is due
+//! (gangd's tables for two jobs starting a moment apart) waits behind it
+//! (`after_due`) and binds to the next plan; it replaced the due one
+//! before, and since nothing is armed in BPF for a due switch, the
+//! follower waited for it until ARM_LOST (the evaluation: both nodes lost
+//! a switch and the next ten at a job's start).
 //!
 //! A switch armed and then replaced in BPF by a switch at once (a table
 //! without its slot, the node going standalone) never fires: the switcher
@@ -106,6 +111,9 @@ pub struct Follow {
     sink: Option<SwitchedSink>,
     /// A column held back for a plan's first boundary, and where it is.
     column: Option<(Column, Held)>,
+    /// A newer column that came while `column`'s switch was due (Staged or
+    /// Bound): it takes `column`'s place once that switch is carried out.
+    after_due: Option<(Column, Held)>,
     /// The id of the plan followed.
     plan_id: Option<u64>,
     /// The knob drain_lead_us (None: the lead adapts).
@@ -130,6 +138,7 @@ impl Follow {
             drain: None,
             sink,
             column: None,
+            after_due: None,
             plan_id: None,
             fixed_lead_us: None,
         }
@@ -138,6 +147,13 @@ impl Follow {
     /// A park is in progress: the loop waits for its drain.
     pub fn parking(&self) -> bool {
         self.follower.parking()
+    }
+
+    /// A held column's switch is due (the loop carries it out at its
+    /// instant; nothing is armed in BPF for it).
+    #[cfg(test)]
+    pub(crate) fn switch_due(&self) -> bool {
+        matches!(self.column, Some((_, Held::Due { .. })))
     }
 
     /// The drain lead in force (None: no plan followed).
@@ -188,7 +204,13 @@ impl Follow {
                         .map(|b| (b.gen.0, b.slot)),
                     effective_ns: *effective_ns,
                 };
-                if let Some((_, held)) = &mut self.column {
+                // A column whose switch is due keeps it; a newer one
+                // behind it binds to this plan.
+                let held = match &mut self.column {
+                    Some((_, Held::Due { .. })) => self.after_due.as_mut(),
+                    other => other.as_mut(),
+                };
+                if let Some((_, held)) = held {
                     match held {
                         Held::Staged { plan_id, .. } if new_plan || *plan_id != Some(plan.id) => {
                             *held = bound
@@ -202,13 +224,20 @@ impl Follow {
                 Some(Ok(()))
             }
             Request::Column { slots } if self.follower.following() => {
-                self.column = Some((
+                let staged = (
                     slots.clone(),
                     Held::Staged {
                         at_ns: now,
                         plan_id: self.plan_id,
                     },
-                ));
+                );
+                // Never in place of a switch that is due: nothing is armed
+                // in BPF for it, the loop carries it out at its instant.
+                if matches!(self.column, Some((_, Held::Due { .. }))) {
+                    self.after_due = Some(staged);
+                } else {
+                    self.column = Some(staged);
+                }
                 Some(Ok(()))
             }
             Request::Unplan => {
@@ -228,9 +257,11 @@ impl Follow {
         }
     }
 
-    /// A held column installed at once, if there is one.
+    /// A held column installed at once, if there is one (the newest).
     fn install_held(&mut self, sw: &mut dyn Switcher, why: &str) {
-        if let Some((slots, _)) = self.column.take() {
+        let newest = self.after_due.take().or(self.column.take());
+        self.column = None;
+        if let Some((slots, _)) = newest {
             log::info!("the schedule held for the next plan is installed now: {why}");
             if let Err(e) = sw.column(slots, false) {
                 warn!("the schedule held for the next plan: {e:#}");
@@ -288,6 +319,8 @@ impl Follow {
         else {
             return;
         };
+        // A newer column waits for its own plan's boundary.
+        self.column = self.after_due.take();
         match sw.column_at_switch(slots.clone(), slot, gen, slot_ms) {
             Ok(()) => {
                 if let Some(done) = self.follower.fired(gen, now) {

@@ -683,14 +683,7 @@ fn a_timed_switch_replaced_before_it_fired_is_given_up_at_once() {
     assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
     // The loop's turns; an armed switch fires at its instant.
     let turn = |follow: &mut Follow, sw: &mut BpfSwitcher<FakeBpf>| {
-        let now = monotonic_ns();
-        follow.turn(sw, now);
-        if let Some((_, gen)) = sw.bpf.armed {
-            if now >= boundary(gen) {
-                sw.bpf.fire_armed();
-                sw.tick(Instant::now());
-            }
-        }
+        turn_firing(follow, sw, &boundary);
         std::thread::sleep(Duration::from_millis(1));
     };
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -994,6 +987,25 @@ fn the_old_plans_switch_in_progress_keeps_the_old_table() {
     let _ = fs::remove_dir_all(&root);
 }
 
+/// One turn of the loop at now (returned); an armed switch whose
+/// boundary (`boundary(gen)`) has come fires, as BPF's timer would.
+#[cfg(test)]
+fn turn_firing(
+    follow: &mut crate::switching::follow::Follow,
+    sw: &mut BpfSwitcher<FakeBpf>,
+    boundary: &dyn Fn(u64) -> u64,
+) -> u64 {
+    let now = monotonic_ns();
+    follow.turn(sw, now);
+    if let Some((_, gen)) = sw.bpf.armed {
+        if now >= boundary(gen) {
+            sw.bpf.fire_armed();
+            sw.tick(Instant::now());
+        }
+    }
+    now
+}
+
 /// The armed switch into `gen` was reported, and no two reports are half
 /// of ARM_LOST apart: a switch lost in BPF shows as such a gap (a boundary
 /// a busy host's loop missed is skipped, not a gap).
@@ -1039,14 +1051,7 @@ fn a_second_job_joining_a_lone_ones_plan_loses_no_boundary() {
     let mut sent = false;
     let deadline = Instant::now() + Duration::from_secs(5);
     while reports.lock().unwrap().iter().all(|d| d.gen < 16) && Instant::now() < deadline {
-        let now = monotonic_ns();
-        follow.turn(&mut sw, now);
-        if let Some((_, gen)) = sw.bpf.armed {
-            if now >= boundary(gen) {
-                sw.bpf.fire_armed();
-                sw.tick(Instant::now());
-            }
-        }
+        let now = turn_firing(&mut follow, &mut sw, &boundary);
         if !sent && sw.bpf.armed == Some((0, 12)) {
             sent = true;
             let two = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
@@ -1086,14 +1091,7 @@ fn two_jobs_joining_a_lone_ones_plan_at_once_lose_no_boundary() {
         let mut sent_at = 0;
         let deadline = Instant::now() + Duration::from_secs(5);
         while reports.lock().unwrap().iter().all(|d| d.gen < 17) && Instant::now() < deadline {
-            let now = monotonic_ns();
-            follow.turn(&mut sw, now);
-            if let Some((_, gen)) = sw.bpf.armed {
-                if now >= boundary(gen) {
-                    sw.bpf.fire_armed();
-                    sw.tick(Instant::now());
-                }
-            }
+            let now = turn_firing(&mut follow, &mut sw, &boundary);
             if step == 0 && sw.bpf.armed == Some((0, 12)) {
                 step = 1;
                 sent_at = now;
@@ -1130,4 +1128,71 @@ fn two_jobs_joining_a_lone_ones_plan_at_once_lose_no_boundary() {
         );
         let _ = fs::remove_dir_all(&root);
     }
+}
+
+/// Two jobs start a moment apart beside a lone one: the second's table
+/// and plan come, the plan's first switch becomes due (carried out by the
+/// loop at its boundary with that table: nothing is armed in BPF for it),
+/// and then the third's table comes. The due switch still happens, with
+/// its own table, and the newer table waits for its own plan. It replaced
+/// the due one before: the follower then waited for a switch nothing had
+/// armed, until ARM_LOST (the evaluation: gen 1527 and the next ten lost
+/// on both nodes at such a start).
+#[test]
+fn a_column_coming_while_a_held_ones_switch_is_due_loses_no_switch() {
+    let root = gang_root("due-column", &["job1", "job2", "job3"]);
+    let (mut sw, knobs) = switcher(&root);
+    let id = |sw: &BpfSwitcher<FakeBpf>, g: &str| sw.registry.get(g).unwrap().id;
+    let one = column(&[&[("job1", "0-3")]]);
+    assert!(ask(&mut sw, &knobs, Request::Column { slots: one }).ok);
+    let (mut follow, reports) = follow_with_reports();
+    let epoch = monotonic_ns() + 30_000_000;
+    let boundary = |gen: u64| epoch + (gen - 10) * 60_000_000;
+    let plan1 = plan_request(1, epoch, 10, &[0]);
+    assert!(follow
+        .take(&mut sw, &plan1, monotonic_ns())
+        .unwrap()
+        .is_ok());
+    let (mut step, mut was_due) = (0, false);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reports.lock().unwrap().iter().all(|d| d.gen < 16) && Instant::now() < deadline {
+        let now = turn_firing(&mut follow, &mut sw, &boundary);
+        if step == 0 && !reports.lock().unwrap().is_empty() {
+            // The second job: two slots from gen 12 (slot 1, then 0).
+            step = 1;
+            let two = column(&[&[("job1", "0-3")], &[("job2", "0-3")]]);
+            assert!(follow
+                .take(&mut sw, &Request::Column { slots: two }, now)
+                .unwrap()
+                .is_ok());
+            let plan2 = plan_request(2, boundary(12), 12, &[1, 0]);
+            assert!(follow.take(&mut sw, &plan2, now).unwrap().is_ok());
+        }
+        if step == 1 && follow.switch_due() {
+            // The third job's table while gen 12's switch is due, and its
+            // plan from gen 14.
+            step = 2;
+            was_due = sw.bpf.armed.is_none();
+            let three = column(&[&[("job1", "0-3")], &[("job2", "0-3")], &[("job3", "0-3")]]);
+            assert!(follow
+                .take(&mut sw, &Request::Column { slots: three }, now)
+                .unwrap()
+                .is_ok());
+            let plan3 = plan_request(3, boundary(14), 14, &[2, 0, 1]);
+            assert!(follow.take(&mut sw, &plan3, now).unwrap().is_ok());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(step, 2, "gen 12's switch never became due");
+    assert!(was_due, "nothing armed in BPF for the due switch");
+    let got = reports.lock().unwrap().clone();
+    no_switch_lost(&got, 12, "");
+    let at12 = got.iter().find(|d| d.gen == 12).unwrap();
+    assert_eq!(at12.slot, 1, "gen 12 into the second job's slot: {got:?}");
+    assert_eq!(
+        sw.table.owner(2, 0),
+        Some(id(&sw, "job3")),
+        "the third table in force by gen 14: {got:?}"
+    );
+    let _ = fs::remove_dir_all(&root);
 }
