@@ -708,3 +708,55 @@ fn when_the_last_job_ends_the_plan_ends_and_the_next_job_plans_on_from_later_gen
     assert_eq!(out[..2], ["0 Schedule 1 slots", "1 Schedule 1 slots"]);
     assert_eq!(out[2], "0 Plan 1 [0] g4 at 2100ms from 2100ms", "{out:?}");
 }
+
+#[test]
+fn a_commanded_node_gets_no_command_into_a_slot_its_new_table_does_not_have() {
+    // Jobs in slots 0, 1 and 2 on both nodes; node 1 switched by command.
+    // The job of slot 2 ends at 290 ms while slot 1 (generation 2) runs and
+    // node 1 holds a Freeze for generation 3 into slot 2. Node 1 applies
+    // its new table of 2 slots at once (node 0 holds it until the new
+    // plan's epoch), so the old plan's boundary into slot 2 at 300 ms is
+    // not commanded to it (the node would refuse it: no such slot); the
+    // new plan's first boundary moves it.
+    let mut c = Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1]), (3, 2, &[0, 1])]);
+    c.links.insert(NodeId(1), clock(0, false));
+    let mut r = Rotation::new();
+    r.matrix_changed();
+    let t = timed();
+    r.tick(0, &t, &c);
+    r.on_agent(NodeId(0), &ack(0), 50 * MS);
+    assert_eq!(show(&r.tick(100 * MS, &t, &c)), ["1 Switch g1 0"]);
+    assert_eq!(show(&r.tick(181 * MS, &t, &c)), ["1 Freeze g2 0->1"]);
+    r.on_agent(NodeId(1), &common::frozen(2, 0), 185 * MS);
+    assert_eq!(show(&r.tick(200 * MS, &t, &c)), ["1 Switch g2 1"]);
+    assert_eq!(show(&r.tick(281 * MS, &t, &c)), ["1 Freeze g3 1->2"]);
+    r.on_agent(NodeId(1), &common::frozen(3, 1), 285 * MS);
+
+    c.jobs.retain(|j| j.1 != 2);
+    r.matrix_changed();
+    let mut sent = vec![];
+    for ms in (290..=500).step_by(5) {
+        let out = r.tick(ms * MS, &t, &c);
+        if show(&out).iter().any(|l| l.contains(" Plan ")) {
+            r.on_agent(NodeId(0), &ack(1), ms * MS);
+        }
+        sent.extend(show(&out).iter().map(|l| format!("{ms}: {l}")));
+        let to_node_1 = out.into_iter().filter(|(n, _)| n.0 == 1).collect();
+        sent.extend(answer_all(&mut r, to_node_1, ms * MS));
+    }
+    assert_eq!(
+        sent,
+        [
+            "290: 0 Schedule 2 slots",
+            "290: 1 Schedule 2 slots",
+            "290: 0 Plan 1 [0, 1] g4 at 400ms from 400ms",
+            // Nothing at 300 ms (generation 3, slot 2) nor a Freeze from
+            // slot 2: node 1's gangs of slot 1 stay parked until 400 ms.
+            "400: 1 Switch g4 0",
+            "480: 1 Freeze g5 0->1",
+            "500: 1 Switch g5 1",
+        ]
+    );
+    let timed = r.timed().expect("timed");
+    assert_eq!(timed.stats().skipped_commands, 1, "generation 3, once");
+}

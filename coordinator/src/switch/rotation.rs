@@ -322,7 +322,14 @@ impl Rotation {
         let timed = self
             .timed
             .get_or_insert_with(|| Timed::new(first_gen, first_id));
-        let out = timed.tick(now_ns, knobs, tables_changed, self.current, view);
+        let out = timed.tick(
+            now_ns,
+            knobs,
+            tables_changed,
+            self.current,
+            view,
+            &self.installed,
+        );
         if let Some(f) = timed.in_force(now_ns) {
             self.current = Some(f.slot);
             self.current_gen = Some(f.gen);

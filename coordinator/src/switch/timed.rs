@@ -45,7 +45,11 @@
 //!    drain_timeout_ms + 2 RTT without an answer (its drain report then
 //!    missing from the record). Its first Switch, into the slot in force
 //!    when it leaves the plan, has no Freeze: it switched itself at the
-//!    last boundary.
+//!    last boundary. A commanded node applies a Schedule on receipt (it
+//!    follows no plan that could hold it), so until the new plan's epoch
+//!    the old plan's slot may be past the end of its table: no Freeze or
+//!    Switch into such a slot is sent (`skipped_commands`); its gangs
+//!    parked for it wait for the new plan's first boundary.
 //! 5. `Switched` reports (after the fact) are gathered per generation into
 //!    a [`TimedRecord`]; a record is finished once every known node
 //!    reported, or [`REPORT_WAIT_NS`] after its first report (the silent
@@ -54,10 +58,10 @@
 //!
 //! Known faults: a commanded node's lead is fixed (2 RTT + 20 ms, at most
 //! a quarter slot), not learnt from its park and drain times as the
-//! nodes' own lead is; a node's Schedule is applied on
-//! receipt while its old plan may still be in force until the new plan's
-//! boundary (the node side must hold the table until then, or run a slot
-//! of the new table early). Reports of a generation already closed, a
+//! nodes' own lead is; a commanded node runs the old plan's slots from
+//! its new table until the new plan's epoch (a slot index that now names
+//! another job runs that job early; one past the table's end is skipped,
+//! step 4). Reports of a generation already closed, a
 //! node's second report of one generation (the first stands), or more
 //! than [`MAX_OPEN_RECORDS`] open generations, are dropped and
 //! counted (`stray_reports`): a node cannot grow gangd's memory with
@@ -68,11 +72,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use super::barrier::Outbox;
 use super::planner::{Change, LinkTiming, Planner};
-use super::rotation::ClusterView;
+use super::rotation::{ClusterView, Table};
 use crate::knobs::ClusterKnobs;
 use gang_wire::plan::{InForce, PlannedSlot};
 use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, ToAgent};
@@ -202,6 +206,9 @@ impl Open {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimedStats {
     pub amends: u64,
+    /// Commands not sent to a commanded node because their slot is past
+    /// the end of the table it was last sent (step 4).
+    pub skipped_commands: u64,
     /// Reports dropped: closed generation, a node's second, too many
     /// open, unknown node.
     pub stray_reports: u64,
@@ -293,7 +300,9 @@ impl Timed {
 
     /// Steps 1 to 4 of the top comment. `tables_changed`: the rotation has
     /// just queued new Schedules; `current`: the slot in force before any
-    /// plan (a commanded switch's).
+    /// plan (a commanded switch's); `installed`: the table each node was
+    /// last sent (a commanded node has it already, the plan's slot may not
+    /// be in it).
     pub fn tick(
         &mut self,
         now_ns: u64,
@@ -301,6 +310,7 @@ impl Timed {
         tables_changed: bool,
         current: Option<u32>,
         view: &impl ClusterView,
+        installed: &BTreeMap<NodeId, Table>,
     ) -> Outbox {
         let slot_ms = knobs.slot_ms;
         // First the plan in force is brought to `now` (a node joining is
@@ -356,7 +366,7 @@ impl Timed {
             })
             .collect();
         out.extend(self.maybe_amend(now_ns, view));
-        out.extend(self.command(now_ns, knobs));
+        out.extend(self.command(now_ns, knobs, installed));
         self.close_overdue(now_ns);
         out
     }
@@ -422,8 +432,15 @@ impl Timed {
     /// Nodes switched by command (step 4): into the slot in force if they
     /// are not there yet; a Freeze for the next generation its lead before
     /// the boundary; the Switch once Frozen came and the boundary did, or
-    /// at the give-up time without it.
-    fn command(&mut self, now_ns: u64, knobs: &ClusterKnobs) -> Outbox {
+    /// at the give-up time without it. A command into a slot the node's
+    /// table does not have (the table shrank before the plan that fits it
+    /// came in force) is not sent: the next boundary moves the node.
+    fn command(
+        &mut self,
+        now_ns: u64,
+        knobs: &ClusterKnobs,
+        installed: &BTreeMap<NodeId, Table>,
+    ) -> Outbox {
         let Some(f) = self.in_force(now_ns) else {
             return Outbox::new();
         };
@@ -431,6 +448,11 @@ impl Timed {
         let mut out = Outbox::new();
         let nodes: Vec<NodeId> = self.commanded.keys().copied().collect();
         for n in nodes {
+            let has = |slot: u32| installed.get(&n).is_none_or(|t| (slot as usize) < t.len());
+            if !has(f.slot) {
+                self.skip_command(n, f);
+                continue;
+            }
             let lead = self.lead_of(n, &f);
             let c = self.commanded[&n];
             let give_up = u64::from(knobs.drain_timeout_ms) * 1_000_000 + 2 * c.rtt_ns;
@@ -455,6 +477,7 @@ impl Timed {
                 out.push(self.switch_commanded(n, f, None, now_ns));
                 continue;
             }
+            let next = next.filter(|x| has(x.slot));
             if let Some(x) = next.filter(|_| c.freezing.is_none() && now_ns + lead >= f.end_ns) {
                 self.commanded.get_mut(&n).unwrap().freezing = Some(Freezing {
                     gen: x.gen,
@@ -475,6 +498,23 @@ impl Timed {
             }
         }
         out
+    }
+
+    /// A commanded node whose table has no slot `f.slot`: nothing is sent
+    /// for `f`'s generation (once, counted), a Freeze it holds for it is
+    /// forgotten (its parked gangs wait for the next Switch).
+    fn skip_command(&mut self, n: NodeId, f: InForce) {
+        let c = self.commanded.entry(n).or_default();
+        if c.last == Some(f.gen) {
+            return;
+        }
+        c.last = Some(f.gen);
+        c.freezing = None;
+        self.stats.skipped_commands += 1;
+        info!(
+            "node {n}: no Switch into slot {} (gen {:?}): its table has no such slot; the next boundary moves it",
+            f.slot, f.gen
+        );
     }
 
     /// A commanded node's Switch into `f`, and its record.
