@@ -24,7 +24,9 @@
 #     "timed-strict-freezer" is timed-strict with the nodes' knob
 #     park = freezer (the cgroup freezer) instead of park = bpf,
 #     "timed-strict-sockdiag" with drain_check = sock_diag (a sock_diag
-#     dump per drain check) instead of the socket watch;
+#     dump per drain check) instead of the socket watch,
+#     "timed-strict-p50" and "timed-strict-p90" with drain_lead_pct = 50
+#     or 90 (the adaptive lead's quantile) instead of 75;
 #
 #   scripts/bench_cluster.sh [--nodes "1 2 3"] [--tqs "50 100 200 500"] [--reps 3]
 #                            [--seconds 6] [--barriers "strict off yield timed-strict timed-off"] [--fill 0]
@@ -76,8 +78,8 @@ for t in $TQS; do [[ $t =~ ^[0-9]+$ && $t -ge 1 ]] || die "--tqs: $t is not a sl
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive integer"
 [[ $DMIN =~ ^[0-9]+$ && $DMIN -ge 2 ]] || die "--seconds must be an integer >= 2"
 for b in $BARRIERS; do
-    [[ $b =~ ^(strict|off|yield|timed-strict|timed-strict-freezer|timed-strict-sockdiag|timed-off)$ ]] ||
-        die "--barriers: strict, off, yield, timed-strict, timed-strict-freezer, timed-strict-sockdiag and/or timed-off"
+    [[ $b =~ ^(strict|off|yield|timed-strict|timed-strict-freezer|timed-strict-sockdiag|timed-strict-p50|timed-strict-p90|timed-off)$ ]] ||
+        die "--barriers: strict, off, yield, timed-strict, timed-strict-freezer, timed-strict-sockdiag, timed-strict-p50, timed-strict-p90 and/or timed-off"
 done
 [[ $FILL == 0 || $FILL == 1 ]] || die "--fill 0 or 1"
 need_cmd awk

@@ -16,6 +16,9 @@ pub const MIN_OTHER_SHARE_RANGE: std::ops::RangeInclusive<u32> = 1..=50;
 pub const YIELD_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
 /// A fixed drain lead of at most 1 s (it is capped at a quarter slot too).
 pub const DRAIN_LEAD_US_RANGE: std::ops::RangeInclusive<u32> = 0..=1_000_000;
+/// The quantile of the recent park + drain times an adaptive lead is taken
+/// at: from the median (least idle) to p99 (least late).
+pub const DRAIN_LEAD_PCT_RANGE: std::ops::RangeInclusive<u32> = 50..=99;
 /// An injected clock fault of at most 10 s either way.
 pub const CLOCK_FAULT_US_RANGE: std::ops::RangeInclusive<i64> = -10_000_000..=10_000_000;
 
@@ -65,6 +68,10 @@ pub struct NodeKnobs {
     /// gangs are parked, in µs (at most a quarter slot). None ("auto"):
     /// adapted to the node's recent park + drain times (switching/lead.rs).
     pub drain_lead_us: Option<u32>,
+    /// The adaptive lead (drain_lead_us = auto): this quantile, in percent,
+    /// of the node's recent park + drain times (switching/lead.rs says why
+    /// 75 by default).
+    pub drain_lead_pct: u32,
     /// Where a strict switch's drain check reads the gangs' sockets.
     pub drain_check: DrainCheck,
 }
@@ -80,6 +87,7 @@ impl NodeKnobs {
             clock_fault_us: 0,
             park: Park::Bpf,
             drain_lead_us: None,
+            drain_lead_pct: 75,
             drain_check: DrainCheck::Watch,
         }
     }
@@ -127,6 +135,9 @@ impl NodeKnobs {
                     ),
                 }
             }
+            "drain_lead_pct" => {
+                self.drain_lead_pct = parse_in_range(name, value, DRAIN_LEAD_PCT_RANGE)?
+            }
             "drain_check" => {
                 self.drain_check = parse_choice(
                     name,
@@ -167,6 +178,7 @@ impl NodeKnobs {
                 Some(us) => us.to_string(),
                 None => "auto".to_string(),
             },
+            "drain_lead_pct" => self.drain_lead_pct.to_string(),
             _ => return None,
         })
     }
@@ -220,6 +232,7 @@ pub const KNOB_NAMES: &[&str] = &[
     "clock_fault_us",
     "park",
     "drain_lead_us",
+    "drain_lead_pct",
     "drain_check",
 ];
 pub const STATUS_NAMES: &[&str] = &[
@@ -405,6 +418,21 @@ mod tests {
         }
         k.set("drain_lead_us", "auto", 2).unwrap();
         assert_eq!(k.drain_lead_us, None);
+    }
+
+    #[test]
+    fn drain_lead_pct_is_a_quantile_from_the_median_to_p99() {
+        let mut k = NodeKnobs::new();
+        assert_eq!(k.get("drain_lead_pct").unwrap(), "75");
+        k.set("drain_lead_pct", "50\n", 2).unwrap();
+        assert_eq!(k.drain_lead_pct, 50);
+        k.set("drain_lead_pct", "99", 2).unwrap();
+        assert_eq!(k.get("drain_lead_pct").unwrap(), "99");
+        for bad in ["49", "100", "0", "-75", "75%", "", "p75", "7.5"] {
+            let err = k.set("drain_lead_pct", bad, 2).unwrap_err();
+            assert!(matches!(err, KnobError::Invalid(_)), "{bad:?}");
+            assert_eq!(k.drain_lead_pct, 99, "a refused value changes nothing");
+        }
     }
 
     #[test]

@@ -100,6 +100,11 @@ struct Opts {
     #[arg(long, default_value = "auto")]
     drain_lead_us: String,
 
+    /// The auto drain lead's quantile of the recent park + drain times, in
+    /// percent (50-99): lower parks less long, higher is late less often.
+    #[arg(long, default_value = "75")]
+    drain_lead_pct: String,
+
     /// Where the drain check reads the gangs' sockets: watch (a BPF map of
     /// them, read through an iterator) or sock_diag (a dump per check).
     #[arg(long, default_value = "watch")]
@@ -446,6 +451,7 @@ fn initial_knobs(opts: &Opts, nr_cpus: u32) -> Result<NodeKnobs> {
         ("yield_lead_us", &opts.yield_lead_us),
         ("park", &opts.park),
         ("drain_lead_us", &opts.drain_lead_us),
+        ("drain_lead_pct", &opts.drain_lead_pct),
         ("drain_check", &opts.drain_check),
     ] {
         k.set(name, value, nr_cpus)

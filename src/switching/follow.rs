@@ -57,6 +57,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use log::warn;
 
+use super::lead::DEFAULT_QUANTILE_PCT;
 use super::timed::{Action, Done, FollowConfig, Follower};
 use super::Switcher;
 use crate::control::{FrozenReport, GangCpus, Inbox, Request};
@@ -118,6 +119,8 @@ pub struct Follow {
     plan_id: Option<u64>,
     /// The knob drain_lead_us (None: the lead adapts).
     fixed_lead_us: Option<u64>,
+    /// The knob drain_lead_pct (the adaptive lead's quantile).
+    lead_pct: u32,
 }
 
 impl Follow {
@@ -131,6 +134,7 @@ impl Follow {
                 drain_timeout_ms: 200,
                 min_lead_ns: MIN_LEAD.as_nanos() as u64,
                 fixed_lead_us: None,
+                lead_pct: DEFAULT_QUANTILE_PCT,
             }),
             drained_tx,
             drained_rx,
@@ -141,6 +145,7 @@ impl Follow {
             after_due: None,
             plan_id: None,
             fixed_lead_us: None,
+            lead_pct: DEFAULT_QUANTILE_PCT,
         }
     }
 
@@ -161,12 +166,14 @@ impl Follow {
         self.follower.lead_in_force()
     }
 
-    /// The knob drain_lead_us changed (or was read at start): in force
-    /// from the next park on.
-    pub fn set_fixed_lead(&mut self, us: Option<u32>) {
-        self.fixed_lead_us = us.map(u64::from);
+    /// The knobs drain_lead_us and drain_lead_pct changed (or were read
+    /// at start): in force from the next park on.
+    pub fn set_lead(&mut self, fixed_us: Option<u32>, pct: u32) {
+        self.fixed_lead_us = fixed_us.map(u64::from);
+        self.lead_pct = pct;
         let mut cfg = self.follower.config();
         cfg.fixed_lead_us = self.fixed_lead_us;
+        cfg.lead_pct = pct;
         self.follower.set_config(cfg);
     }
 
@@ -191,6 +198,7 @@ impl Follow {
                     drain_timeout_ms: *drain_timeout_ms,
                     min_lead_ns: MIN_LEAD.as_nanos() as u64,
                     fixed_lead_us: self.fixed_lead_us,
+                    lead_pct: self.lead_pct,
                 });
                 if let Err(e) = self.follower.set_plan(plan.clone(), *effective_ns) {
                     return Some(Err(anyhow!("plan {} refused: {e}", plan.id)));

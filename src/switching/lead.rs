@@ -56,7 +56,14 @@ pub struct LeadLimits {
     pub slot_ms: u32,
     /// The knob drain_lead_us: a fixed lead in µs.
     pub fixed_us: Option<u64>,
+    /// The knob drain_lead_pct: the quantile of the window an adaptive
+    /// lead is taken at, in percent (1 to 100; the knob allows 50 to 99).
+    pub quantile_pct: u32,
 }
+
+/// The quantile an adaptive lead is taken at unless drain_lead_pct says
+/// otherwise.
+pub const DEFAULT_QUANTILE_PCT: u32 = 75;
 
 /// The recent switches' park + drain times.
 #[derive(Clone, Debug, Default)]
@@ -77,18 +84,15 @@ impl DrainLead {
         self.recent.push_back(park_drain_ns);
     }
 
-    /// The quantile the lead is taken at, in percent.
-    pub const QUANTILE_PCT: usize = 75;
-
-    /// The [`Self::QUANTILE_PCT`] quantile of the window, nearest rank; 0
-    /// with no sample.
-    pub fn quantile_ns(&self) -> u64 {
+    /// The `pct` quantile of the window (clamped to 1..=100), nearest
+    /// rank; 0 with no sample.
+    pub fn quantile_ns(&self, pct: u32) -> u64 {
         let mut v: Vec<u64> = self.recent.iter().copied().collect();
         if v.is_empty() {
             return 0;
         }
         v.sort_unstable();
-        let rank = (v.len() * Self::QUANTILE_PCT).div_ceil(100);
+        let rank = (v.len() * pct.clamp(1, 100) as usize).div_ceil(100);
         v[rank - 1]
     }
 
@@ -97,7 +101,7 @@ impl DrainLead {
         let max = u64::from(limits.slot_ms) * 1_000_000 / 4;
         let lead = match limits.fixed_us {
             Some(us) => us.saturating_mul(1_000),
-            None => self.quantile_ns().max(limits.min_ns),
+            None => self.quantile_ns(limits.quantile_pct).max(limits.min_ns),
         };
         lead.min(max)
     }
@@ -171,6 +175,7 @@ mod tests {
             min_ns: 500 * US,
             slot_ms: 100,
             fixed_us: None,
+            quantile_pct: DEFAULT_QUANTILE_PCT,
         }
     }
 
@@ -199,11 +204,36 @@ mod tests {
         );
         let mut d = DrainLead::new();
         (1..=10).for_each(|i| d.record(i * MS));
-        assert_eq!(d.quantile_ns(), 8 * MS, "p75 of 10 samples is the 8th");
+        assert_eq!(d.quantile_ns(75), 8 * MS, "p75 of 10 samples is the 8th");
         let mut d = DrainLead::new();
         (1..=64).for_each(|i| d.record(i * MS));
         d.record(0);
-        assert_eq!(d.quantile_ns(), 48 * MS, "the 48th of 0, 2..=64 ms");
+        assert_eq!(d.quantile_ns(75), 48 * MS, "the 48th of 0, 2..=64 ms");
+    }
+
+    #[test]
+    fn drain_lead_pct_moves_the_lead_to_its_quantile() {
+        // 64 samples of 1..=64 ms, a slot of 1 s (the cap is 250 ms).
+        let samples: Vec<u64> = (1..=64).map(|i| i * MS).collect();
+        let mut l = limits();
+        l.slot_ms = 1_000;
+        for (pct, want) in [(50, 32), (75, 48), (90, 58), (99, 64)] {
+            l.quantile_pct = pct;
+            assert_eq!(lead_of(&samples, &l), want * MS, "p{pct}");
+        }
+        // Still clamped: the minimum below, a quarter slot above.
+        l.slot_ms = 100;
+        assert_eq!(lead_of(&samples, &l), 25 * MS, "p99 capped at 25 ms");
+        l.quantile_pct = 50;
+        l.min_ns = 40 * MS;
+        assert_eq!(lead_of(&samples, &l), 25 * MS, "the cap wins over the minimum");
+        l.slot_ms = 1_000;
+        assert_eq!(lead_of(&samples, &l), 40 * MS, "the median under the minimum");
+        // Out of its range it is clamped, never a panic.
+        let mut d = DrainLead::new();
+        (1..=10).for_each(|i| d.record(i * MS));
+        assert_eq!(d.quantile_ns(0), MS);
+        assert_eq!(d.quantile_ns(500), 10 * MS);
     }
 
     #[test]
@@ -220,7 +250,7 @@ mod tests {
         let mut d = DrainLead::new();
         d.record(40 * MS);
         (0..WINDOW).for_each(|_| d.record(MS));
-        assert_eq!(d.quantile_ns(), MS);
+        assert_eq!(d.quantile_ns(99), MS);
     }
 
     #[test]
@@ -278,10 +308,13 @@ mod tests {
     }
 
     fn any_limits() -> impl Strategy<Value = LeadLimits> {
-        (0u64..100 * MS, 1u32..=60_000).prop_map(|(min_ns, slot_ms)| LeadLimits {
-            min_ns,
-            slot_ms,
-            fixed_us: None,
+        (0u64..100 * MS, 1u32..=60_000, 50u32..=99).prop_map(|(min_ns, slot_ms, quantile_pct)| {
+            LeadLimits {
+                min_ns,
+                slot_ms,
+                fixed_us: None,
+                quantile_pct,
+            }
         })
     }
 
@@ -308,6 +341,7 @@ mod tests {
             l in any_limits(),
             d_min in 0u64..10 * MS,
             d_slot in 0u32..1_000,
+            d_pct in 0u32..50,
         ) {
             let base = lead_of(&samples, &l);
             let mut bigger = samples.clone();
@@ -317,6 +351,8 @@ mod tests {
             prop_assert!(lead_of(&samples, &more_min) >= base, "a higher minimum");
             let longer = LeadLimits { slot_ms: l.slot_ms + d_slot, ..l };
             prop_assert!(lead_of(&samples, &longer) >= base, "a longer slot");
+            let higher = LeadLimits { quantile_pct: (l.quantile_pct + d_pct).min(99), ..l };
+            prop_assert!(lead_of(&samples, &higher) >= base, "a higher quantile");
         }
 
         #[test]

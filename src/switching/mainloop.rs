@@ -42,8 +42,9 @@ pub fn run(
 ) -> Result<()> {
     let mut last_scan = Instant::now();
     let mut follow = Follow::new(on_switched, Some(wake));
-    follow.set_fixed_lead(knobs.snapshot().drain_lead_us);
-    crate::drain::set_check(knobs.snapshot().drain_check);
+    let start = knobs.snapshot();
+    follow.set_lead(start.drain_lead_us, start.drain_lead_pct);
+    crate::drain::set_check(start.drain_check);
     stuck::loop_started();
     while !shutdown.load(Ordering::Relaxed) && !sw.ended() {
         stuck::enter(Step::Poll);
@@ -72,7 +73,7 @@ pub fn run(
             stuck::enter(Step::Knobs);
             applied = knobs.generation();
             let now_set = knobs.snapshot();
-            follow.set_fixed_lead(now_set.drain_lead_us);
+            follow.set_lead(now_set.drain_lead_us, now_set.drain_lead_pct);
             crate::drain::set_check(now_set.drain_check);
             sw.knobs_changed(&now_set)?;
         }

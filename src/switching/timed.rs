@@ -106,6 +106,8 @@ pub struct FollowConfig {
     /// The lead's bounds and fixed value (its slot_ms is the plan's).
     pub min_lead_ns: u64,
     pub fixed_lead_us: Option<u64>,
+    /// The knob drain_lead_pct: the quantile an adaptive lead is taken at.
+    pub lead_pct: u32,
 }
 
 /// How the park of an armed switch went, on the loop's clock.
@@ -228,6 +230,7 @@ impl Follower {
             min_ns: self.cfg.min_lead_ns,
             slot_ms: plan.slot_ms,
             fixed_us: self.cfg.fixed_lead_us,
+            quantile_pct: self.cfg.lead_pct,
         })
     }
 
@@ -438,6 +441,7 @@ mod tests {
             drain_timeout_ms: 30,
             min_lead_ns: 5 * MS,
             fixed_lead_us: None,
+            lead_pct: crate::switching::lead::DEFAULT_QUANTILE_PCT,
         }
     }
 
@@ -520,6 +524,32 @@ mod tests {
         // The lead covers the 8 ms from the due instant, not the 6 ms of
         // the park + drain alone.
         assert_eq!(f.next_wake(1004 * MS), Some(1092 * MS));
+    }
+
+    /// The knob drain_lead_pct: the adaptive lead is that quantile of the
+    /// measured park + drain times, from the next park on.
+    #[test]
+    fn the_lead_quantile_knob_picks_the_lead_from_the_measured_drains() {
+        let mut f = follower(true);
+        let mut now = 900 * MS;
+        for (k, d) in [6u64, 8, 10, 12].into_iter().enumerate() {
+            let gen = 10 + k as u64;
+            let boundary = (1000 + 100 * k as u64) * MS;
+            let at = f.next_wake(now).unwrap();
+            assert!(matches!(f.tick(at), Some(Action::Park { .. })), "gen {gen}");
+            f.drained(gen, false, at + d * MS).unwrap();
+            now = boundary.max(at + d * MS);
+            assert!(f.fired(gen, now).is_some(), "gen {gen}");
+        }
+        assert_eq!(f.lead_in_force(), Some(10 * MS), "p75 of 6, 8, 10, 12 ms");
+        for (pct, want) in [(50, 8), (99, 12)] {
+            let mut c = f.config();
+            c.lead_pct = pct;
+            f.set_config(c);
+            assert_eq!(f.lead_in_force(), Some(want * MS), "p{pct}");
+        }
+        // The park for gen 14 (boundary 1400 ms) starts at the p99 lead.
+        assert_eq!(f.next_wake(now), Some(1388 * MS));
     }
 
     #[test]

@@ -153,7 +153,7 @@ fn timed_table(g: &Groups, med: &Overheads, fact: &dyn Fn(&str) -> BootFacts) ->
         "\nTimed switching (switching = timed: every node switches on its own clock at the plan's boundaries) next to the commanded barrier.\n\
          idle = CPU time a switch leaves idle on a node (timed strict: the nodes' parked_us, park to switch; commanded strict: Frozen -> Running at gangd); \
          timed-strict parks in BPF (knob park = bpf) and reads the drain's sockets from the socket watch (drain_check = watch); \
-         its variants set one node knob otherwise: timed-strict-freezer park = freezer (the cgroup freezer), timed-strict-sockdiag drain_check = sock_diag (a dump per check); \
+         its variants set one node knob otherwise: timed-strict-freezer park = freezer (the cgroup freezer), timed-strict-sockdiag drain_check = sock_diag (a dump per check), timed-strict-p50 and -p90 drain_lead_pct = 50 and 90 (75 otherwise); \
          skew = spread of the nodes' switch instants (timed) or of the Running answers (commanded); late = the latest node's lateness (timed).\n",
     );
     let empty = Group::default();

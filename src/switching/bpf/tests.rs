@@ -721,22 +721,22 @@ fn the_drain_lead_knob_fixes_the_lead_across_plans_until_set_to_auto() {
     let root = gang_root("lead-knob", &["job1", "job2"]);
     let (mut sw, _) = switcher(&root);
     let mut follow = Follow::new(None, None);
-    follow.set_fixed_lead(Some(7_000));
+    follow.set_lead(Some(7_000), 75);
     assert_eq!(follow.lead_ns(), None, "no plan, no lead");
     let epoch = monotonic_ns() + 1_000_000_000;
     let plan = plan_request_with(1, epoch, 40, &[0, 1], true, 5);
     assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
     assert_eq!(follow.lead_ns(), Some(7_000_000), "set before the plan");
-    follow.set_fixed_lead(Some(40_000));
+    follow.set_lead(Some(40_000), 75);
     assert_eq!(
         follow.lead_ns(),
         Some(15_000_000),
         "a quarter of the 60 ms slot at most"
     );
-    follow.set_fixed_lead(Some(0));
+    follow.set_lead(Some(0), 75);
     assert!(follow.take(&mut sw, &plan, monotonic_ns()).unwrap().is_ok());
     assert_eq!(follow.lead_ns(), Some(0), "kept by the plan sent again");
-    follow.set_fixed_lead(None);
+    follow.set_lead(None, 75);
     assert_eq!(
         follow.lead_ns(),
         Some(2_000_000),

@@ -35,7 +35,8 @@
 #    timed-strict with every compute node's knob park = freezer (the
 #    cgroup freezer) instead of park = bpf; "timed-strict-sockdiag" with
 #    drain_check = sock_diag (a dump per drain check) instead of the socket
-#    watch; node 0 asks for the knobs on the board (key nodeknobs) and
+#    watch; "timed-strict-p50" and "-p90" with drain_lead_pct = 50 or 90
+#    (the adaptive lead's quantile) instead of 75; node 0 asks for the knobs on the board (key nodeknobs) and
 #    waits until every compute node took them (key nodeknobs.node<i>).
 #    slot_ms, barrier and switching are set through
 #    /run/gangd between runs. The switches inside the window come from
@@ -187,7 +188,7 @@ knob() { echo "$2" > "$GANGD_KNOBS/$1" || fail "gangd refused $1=$2"; }
 
 # node_knobs "NAME=VALUE,...": every compute node's knobs are so before
 # the run goes on (board key nodeknobs); asked only when they change.
-NODE_KNOBS="park=bpf,drain_check=watch"
+NODE_KNOBS="park=bpf,drain_check=watch,drain_lead_pct=75"
 node_knobs() {
 	[ "$1" = "$NODE_KNOBS" ] && return
 	board_put nodeknobs "$1"
@@ -221,14 +222,16 @@ gang_try() {
 	# yield: the strict barrier, ranks that yield at every work unit.
 	YF=""
 	case $m in
-	timed-strict-freezer) node_knobs "park=freezer,drain_check=watch" ;;
-	timed-strict-sockdiag) node_knobs "park=bpf,drain_check=sock_diag" ;;
-	*) node_knobs "park=bpf,drain_check=watch" ;;
+	timed-strict-freezer) node_knobs "park=freezer,drain_check=watch,drain_lead_pct=75" ;;
+	timed-strict-sockdiag) node_knobs "park=bpf,drain_check=sock_diag,drain_lead_pct=75" ;;
+	timed-strict-p50) node_knobs "park=bpf,drain_check=watch,drain_lead_pct=50" ;;
+	timed-strict-p90) node_knobs "park=bpf,drain_check=watch,drain_lead_pct=90" ;;
+	*) node_knobs "park=bpf,drain_check=watch,drain_lead_pct=75" ;;
 	esac
 	case $m in
 	scx_alone) knob switching commanded ;;
 	yield) knob switching commanded; knob barrier strict; YF="--yield-every 1" ;;
-	timed-strict | timed-strict-freezer | timed-strict-sockdiag) knob switching timed; knob barrier strict ;;
+	timed-strict | timed-strict-freezer | timed-strict-sockdiag | timed-strict-p50 | timed-strict-p90) knob switching timed; knob barrier strict ;;
 	timed-off) knob switching timed; knob barrier off ;;
 	*) knob switching commanded; knob barrier "$m" ;;
 	esac
@@ -343,7 +346,7 @@ gang_phase() {
 # an nc: CPU that would be taken from the ranks), then lib's wait_done.
 # Meanwhile it sets its knobs as node 0 asks (board key nodeknobs).
 slow_wait_done() {
-	local misses=0 v p kv applied="park=bpf,drain_check=watch"
+	local misses=0 v p kv applied="park=bpf,drain_check=watch,drain_lead_pct=75"
 	while :; do
 		if v=$(board_get done); then
 			misses=0
