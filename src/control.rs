@@ -243,6 +243,12 @@ pub enum Inbox {
     /// A park's drain ended (the freeze waiter): the plan follower's
     /// answer waits on its channel; this only wakes the loop for it.
     DrainEnded,
+    /// A gang appeared, went, gained or lost its tasks, or a process was
+    /// written into one (gang_watch.rs): the loop rescans.
+    GangsChanged,
+    /// A statistics request is waiting (the scheduler's forwarder): the
+    /// loop's poll serves it.
+    Stats,
 }
 
 /// Listens on `path` (replacing a stale socket) and forwards requests into

@@ -8,9 +8,10 @@
 //! the naming lives here, below both the switching modes and the agent
 //! that makes the directories. `procs` reads one cgroup's processes.
 //!
-//! Known fault: a gang is known by a scan every SCAN_PERIOD, so one made a
-//! moment ago has no id (and no CPUs) until the next scan; requests that
-//! name gangs rescan first.
+//! Known fault: a gang is known by a scan (the main loop's, when the gang
+//! watch reports a change, and every SLOW_SCAN_PERIOD), so one made a
+//! moment ago has no id (and no CPUs) until that scan; requests that name
+//! gangs rescan first.
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -21,6 +21,7 @@ pub mod cpulist;
 pub mod drain;
 pub mod events;
 pub mod freezer;
+pub mod gang_watch;
 pub mod gangs;
 pub mod knobs;
 pub mod park_bench;

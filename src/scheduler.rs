@@ -47,7 +47,7 @@ use scx_gang::switching::follow::SwitchedSink;
 use scx_gang::switching::{mainloop, YieldSink};
 
 use crate::bpf_skel::*;
-use crate::stats::{ClockLine, Metrics};
+use crate::stats::{ClockLine, Metrics, StatsForward};
 
 /// What the scheduler needs from the command line and the daemon.
 pub struct Config {
@@ -100,6 +100,7 @@ pub fn run(
             &knobs,
             generation,
             cfg.on_switched.clone(),
+            &cfg.gang_root,
         )?;
         switcher.stop();
         let exit = switcher.scheduler().detach()?;
@@ -121,6 +122,8 @@ pub struct Scheduler<'a> {
     nr_cpus: u32,
     clock: Arc<ClockShare>,
     stats_server: StatsServer<(), Metrics>,
+    /// The server's requests, each of which wakes the main loop.
+    stats_forward: StatsForward,
     cluster_clock: Option<ClockLine>,
     events: RingBuffer<'static>,
     /// What `events` delivered and `take_events` did not take yet.
@@ -174,6 +177,10 @@ impl<'a> Scheduler<'a> {
         init_bss(&mut skel, knob_values);
         let struct_ops = Some(scx_ops_attach!(skel, gang_ops)?);
         let stats_server = StatsServer::new(crate::stats::server_data()).launch()?;
+        let wake = cfg.inbox.clone();
+        let stats_forward = StatsForward::start(stats_server.channels().1, move || {
+            let _ = wake.send(Inbox::Stats);
+        })?;
         info!(
             "scx_gang attached: {nr_cpus} CPUs, gang root {}",
             cfg.gang_root.display()
@@ -202,6 +209,7 @@ impl<'a> Scheduler<'a> {
             nr_cpus,
             clock: cfg.clock.clone(),
             stats_server,
+            stats_forward,
             cluster_clock: cfg.cluster_clock.clone(),
             events,
             incoming,
@@ -543,8 +551,8 @@ impl BpfScheduler for Scheduler<'_> {
     }
 
     fn serve_stats(&mut self, nr_gangs: u64, nr_slots: u64) -> Result<()> {
-        let (reply, requests) = self.stats_server.channels();
-        while requests.try_recv().is_ok() {
+        let reply = self.stats_server.channels().0;
+        while self.stats_forward.requests.try_recv().is_ok() {
             reply.send(self.metrics(nr_gangs, nr_slots))?;
         }
         Ok(())

@@ -226,9 +226,17 @@ mod tests {
         assert_eq!(lead_of(&samples, &l), 25 * MS, "p99 capped at 25 ms");
         l.quantile_pct = 50;
         l.min_ns = 40 * MS;
-        assert_eq!(lead_of(&samples, &l), 25 * MS, "the cap wins over the minimum");
+        assert_eq!(
+            lead_of(&samples, &l),
+            25 * MS,
+            "the cap wins over the minimum"
+        );
         l.slot_ms = 1_000;
-        assert_eq!(lead_of(&samples, &l), 40 * MS, "the median under the minimum");
+        assert_eq!(
+            lead_of(&samples, &l),
+            40 * MS,
+            "the median under the minimum"
+        );
         // Out of its range it is clamped, never a panic.
         let mut d = DrainLead::new();
         (1..=10).for_each(|i| d.record(i * MS));

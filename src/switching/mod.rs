@@ -90,12 +90,17 @@ use sigstop::{CgroupProcesses, ProcessSource};
 /// How long the main loop sleeps at most when nothing happens (every
 /// wake-up preempts a gang task somewhere, so it stays rare: a lone job's
 /// node measured the loop at 50-70 wake-ups and 5-9 % of its one vCPU
-/// under emulation with 50 ms; now it wakes with the rescan). Control
-/// requests and knob writes wake it at once.
-pub const IDLE_PERIOD: Duration = Duration::from_millis(100);
+/// under emulation with 50 ms, 15-35 with 100 ms; the scx schedulers poll
+/// their exit once a second too). Control requests, knob writes,
+/// statistics requests and gang changes wake it at once.
+pub const IDLE_PERIOD: Duration = Duration::from_secs(1);
 /// How often the gang root is scanned for new, emptied or removed gangs
-/// (and held gangs for new processes), and the status files refreshed.
+/// (and held gangs for new processes), and the status files refreshed,
+/// when the gang watch (gang_watch.rs) cannot run.
 pub const SCAN_PERIOD: Duration = Duration::from_millis(100);
+/// The same behind the gang watch: what it cannot see (a process forked
+/// inside a gang, a cgroup below one) and the status files' counters.
+pub const SLOW_SCAN_PERIOD: Duration = Duration::from_secs(1);
 
 /// The node daemon's switching mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -396,6 +401,7 @@ pub fn run_without_bpf(
         &cfg.knobs,
         applied,
         None,
+        &cfg.gang_root,
     )?;
     drop(sw);
     info!("scx_gang stopping: every process it stopped was continued");
