@@ -181,7 +181,7 @@ impl GangWatch {
     /// root's watch cannot be had (the caller then rescans on its period).
     pub fn start(root: &Path, changed: impl Fn() + Send + 'static) -> io::Result<Self> {
         let mut watches = Watches::new(root)?;
-        let (stop_rx, stop_tx) = nix::unistd::pipe()?;
+        let (stop_rx, stop_tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let thread = std::thread::Builder::new()
             .name("gang-watch".into())
             .spawn(move || loop {

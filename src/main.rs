@@ -69,6 +69,12 @@ struct Opts {
     #[arg(long, default_value = "/sys/fs/cgroup/scx_gang")]
     gang_root: PathBuf,
 
+    /// Rescan the gang root every 100 ms (and wake the main loop for it)
+    /// instead of watching it with inotify and rescanning every second: for
+    /// comparison (issue 15), or where inotify is unwanted.
+    #[arg(long)]
+    no_gang_watch: bool,
+
     /// Where the knob files are served.
     #[arg(long, default_value = "/run/scx_gang")]
     knob_dir: PathBuf,
@@ -404,6 +410,7 @@ fn run(opts: Opts) -> Result<()> {
         let cfg = scheduler::Config {
             cgroup_mount: opts.cgroup_mount.clone(),
             gang_root: opts.gang_root.clone(),
+            gang_watch: !opts.no_gang_watch,
             verbose: opts.verbose,
             exit_dump_len: opts.exit_dump_len,
             holds,
@@ -418,6 +425,7 @@ fn run(opts: Opts) -> Result<()> {
         let cfg = switching::LoopConfig {
             mode: opts.switching,
             gang_root: opts.gang_root.clone(),
+            gang_watch: !opts.no_gang_watch,
             nr_cpus,
             knobs: shared.clone(),
             inbox,

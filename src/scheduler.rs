@@ -53,6 +53,8 @@ use crate::stats::{ClockLine, Metrics, StatsForward};
 pub struct Config {
     pub cgroup_mount: PathBuf,
     pub gang_root: PathBuf,
+    /// Watch the gang root (gang_watch.rs) or rescan it every 100 ms.
+    pub gang_watch: bool,
     pub verbose: bool,
     pub exit_dump_len: u32,
     /// Who holds which gang frozen, shared with the node agent.
@@ -100,7 +102,7 @@ pub fn run(
             &knobs,
             generation,
             cfg.on_switched.clone(),
-            &cfg.gang_root,
+            cfg.gang_watch.then_some(cfg.gang_root.as_path()),
         )?;
         switcher.stop();
         let exit = switcher.scheduler().detach()?;
@@ -196,7 +198,8 @@ impl<'a> Scheduler<'a> {
             0
         })?;
         let events = rb_builder.build()?;
-        let (stop_rx, notices_stop) = nix::unistd::pipe().context("the notices' stop pipe")?;
+        let (stop_rx, notices_stop) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("the notices' stop pipe")?;
         let notices = watch_notices(
             MapHandle::try_from(&skel.maps.notices)?,
             cfg.inbox.clone(),

@@ -32,7 +32,7 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, pipe, read, ForkResult, Pid};
+use nix::unistd::{fork, pipe2, read, ForkResult, Pid};
 
 use super::user::RankUser;
 
@@ -158,7 +158,10 @@ fn run_check(
     let slow = cwd == SLOW_STAND_IN;
     #[cfg(not(test))]
     let slow = false;
-    let (rx, tx) = pipe().map_err(|e| format!("checking paths: pipe: {e}"))?;
+    // Close-on-exec: a rank spawned meanwhile by another thread must not
+    // hold the write end (nor any fd of the root daemon's).
+    let (rx, tx) =
+        pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("checking paths: pipe: {e}"))?;
     // SAFETY: the child only makes system calls (become_user, stat,
     // chdir, access, write, _exit) on memory prepared before the fork.
     let child = match unsafe { fork() } {

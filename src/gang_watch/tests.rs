@@ -117,3 +117,25 @@ fn a_missing_root_is_an_error_and_a_dropped_watch_stops() {
     quiet(&rx);
     let _ = fs::remove_dir_all(&base);
 }
+
+#[test]
+fn a_process_spawned_while_it_watches_does_not_keep_it_from_stopping() {
+    // The daemon spawns ranks: one must not inherit the stop pipe's write
+    // end, or dropping the watch would wait for the rank to exit.
+    let base = root("spawn");
+    let (w, _rx) = watch(&base);
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let (done, dropped) = channel();
+    std::thread::spawn(move || {
+        drop(w);
+        let _ = done.send(());
+    });
+    let stopped = dropped.recv_timeout(WAIT).is_ok();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(stopped, "the watch did not stop while a child lived");
+    let _ = fs::remove_dir_all(&base);
+}

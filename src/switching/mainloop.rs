@@ -35,8 +35,9 @@ use gang_wire::time::monotonic_ns;
 /// Runs `sw` until `shutdown` is set or the switcher ended; `applied` is
 /// the generation of the knob values the switcher started with; timed
 /// switches are reported to `on_switched`; `wake` is the inbox's sending
-/// end (the freeze waiter and the watch of `gang_root` wake the loop
-/// through it). An error (knobs the BPF scheduler refused) ends the loop.
+/// end (the freeze waiter and the watch of `watch_root`, if given, wake the
+/// loop through it). An error (knobs the BPF scheduler refused) ends the
+/// loop.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     sw: &mut dyn Switcher,
@@ -46,9 +47,9 @@ pub fn run(
     knobs: &SharedKnobs,
     mut applied: u64,
     on_switched: Option<SwitchedSink>,
-    gang_root: &Path,
+    watch_root: Option<&Path>,
 ) -> Result<()> {
-    let watch = watch_gangs(gang_root, wake.clone());
+    let watch = watch_root.and_then(|root| watch_gangs(root, wake.clone()));
     let mut last_scan = Instant::now();
     let mut gangs_changed = false;
     let mut follow = Follow::new(on_switched, Some(wake));

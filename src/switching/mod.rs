@@ -341,6 +341,8 @@ pub fn handle(
 pub struct LoopConfig {
     pub mode: Switching,
     pub gang_root: PathBuf,
+    /// Watch the gang root (gang_watch.rs) or rescan it every 100 ms.
+    pub gang_watch: bool,
     pub nr_cpus: u32,
     pub knobs: Arc<SharedKnobs>,
     /// The main loop's inbox (its sending end: the freeze waiter wakes it).
@@ -401,7 +403,7 @@ pub fn run_without_bpf(
         &cfg.knobs,
         applied,
         None,
-        &cfg.gang_root,
+        cfg.gang_watch.then_some(cfg.gang_root.as_path()),
     )?;
     drop(sw);
     info!("scx_gang stopping: every process it stopped was continued");

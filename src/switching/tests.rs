@@ -724,6 +724,7 @@ fn the_main_loop_switches_real_processes_and_continues_them_at_shutdown() {
     let cfg = LoopConfig {
         mode: Switching::Signal,
         gang_root: root.clone(),
+        gang_watch: true,
         nr_cpus: 4,
         knobs: knobs.clone(),
         inbox: inbox.clone(),
@@ -773,6 +774,7 @@ fn standalone_without_a_coordinator_rotates_the_gangs_of_the_root() {
     let cfg = LoopConfig {
         mode: Switching::Signal,
         gang_root: root.clone(),
+        gang_watch: true,
         nr_cpus: 4,
         knobs: knobs.clone(),
         inbox: _inbox.clone(),
@@ -814,6 +816,79 @@ fn standalone_without_a_coordinator_rotates_the_gangs_of_the_root() {
         knobs.status.lock().unwrap()
     );
     let _ = fs::remove_dir_all(&root);
+}
+
+/// The main loop of a standalone node (signal mode) on a fake gang root,
+/// watched or not; each gang of `names` is then made in the root, a
+/// moment apart, and the time until the status counts it is returned.
+fn times_to_see_new_gangs(test: &str, gang_watch: bool, names: &[&str]) -> Vec<Duration> {
+    let children = Children::default();
+    let first = [children.spawn()];
+    let root = fake_gang_root(test, &[("job1", &first)]);
+    let staging = root.with_extension("staging");
+    let mut k = NodeKnobs::new();
+    k.slot_ms = 10_000;
+    let knobs = SharedKnobs::new(k, 4);
+    let (inbox, requests) = mpsc::channel();
+    let cfg = LoopConfig {
+        mode: Switching::Signal,
+        gang_root: root.clone(),
+        gang_watch,
+        nr_cpus: 4,
+        knobs: knobs.clone(),
+        inbox,
+    };
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let stop = shutdown.clone();
+    let daemon = std::thread::spawn(move || run_without_bpf(&cfg, &requests, &stop));
+    let nr_gangs = || knobs.status.lock().unwrap().nr_gangs as usize;
+    let wait_for = |n: usize| {
+        let t0 = Instant::now();
+        while nr_gangs() != n {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never {n} gangs");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        t0.elapsed()
+    };
+    wait_for(1);
+    let mut times = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        // Made aside and moved in, files and all, as cgroupfs makes one.
+        let dir = staging.join(name);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.procs"), format!("{}\n", children.spawn())).unwrap();
+        fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        fs::rename(&dir, root.join(name)).unwrap();
+        times.push(wait_for(i + 2));
+    }
+    shutdown.store(true, std::sync::atomic::Ordering::Relaxed);
+    daemon.join().unwrap().unwrap();
+    let _ = fs::remove_dir_all(&root);
+    let _ = fs::remove_dir_all(&staging);
+    times
+}
+
+#[test]
+fn a_watched_gang_root_is_rescanned_when_a_gang_appears_not_a_second_later() {
+    // The slow rescan behind the watch comes every SLOW_SCAN_PERIOD (1 s):
+    // three gangs seen within a quarter of it each were seen by the watch
+    // (by chance, with the slow rescan alone, one time in 64).
+    let times = times_to_see_new_gangs("watched", true, &["job2", "job3", "job4"]);
+    let limit = SLOW_SCAN_PERIOD / 4;
+    assert!(
+        times.iter().all(|t| *t < limit),
+        "{times:?} (limit {limit:?})"
+    );
+}
+
+#[test]
+fn without_the_watch_the_root_is_rescanned_every_scan_period() {
+    let times = times_to_see_new_gangs("unwatched", false, &["job2", "job3"]);
+    let limit = SCAN_PERIOD * 5;
+    assert!(
+        times.iter().all(|t| *t < limit),
+        "{times:?} (limit {limit:?})"
+    );
 }
 
 // ---- real cgroups, where the host has a writable cgroup v2 ------------------------------
