@@ -47,7 +47,7 @@ cd "$REPO_ROOT"
 
 SIZE=full POLICIES= WORKLOADS= MPLS="1 2 3" REPS= ROUNDS= SCALE= WORK_PCT=100 SLOT_MS=100 SHORT=1 OUT= BUILD=1 CAP_S=300
 BOOT=1 QUIET_WAIT=900 COMPUTE=2 PROBE=0 BPF_STATS=0
-ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield gang-timed"
+ALL_POLICIES="dedicated eevdf bpfland signal spinblock gang-off gang-strict gang-yield gang-timed gang-poll"
 ALL_WORKLOADS="rt allreduce alltoall ep mpi_allreduce ompi_allreduce"
 OTHER_WORKLOADS="mpi_ring netpipe"
 while [[ $# -gt 0 ]]; do

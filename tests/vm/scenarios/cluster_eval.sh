@@ -20,6 +20,9 @@
 #   gang-timed   gang-strict with timed switching (gangd --switching timed):
 #                plans sent ahead, every node switches on its own clock,
 #                parking in the slot's tail (docs/timed-switching.md)
+#   gang-poll    gang-strict with the node daemon's --no-gang-watch: its main
+#                loop wakes every 100 ms to rescan the gang root, as before
+#                the gang watch (issue 15: its cost to a lone job)
 #
 # Cells: for every workload and MPL M, M identical jobs submitted at once
 # (same arrival), EVAL_REPS times. EVAL_ROUNDS R > 1 runs the policies' phases
@@ -122,12 +125,14 @@ switching() {
 	case $1 in
 	dedicated | eevdf | bpfland | spinblock) echo none ;;
 	signal) echo signal ;;
-	gang-off | gang-strict | gang-yield | gang-timed) echo bpf ;;
+	gang-off | gang-strict | gang-yield | gang-timed | gang-poll) echo bpf ;;
 	*) fail "unknown policy $1" ;;
 	esac
 }
 # barrier POLICY: gangd's --barrier for it.
-barrier() { case $1 in gang-strict | gang-yield | gang-timed) echo strict ;; *) echo off ;; esac; }
+barrier() { case $1 in gang-strict | gang-yield | gang-timed | gang-poll) echo strict ;; *) echo off ;; esac; }
+# node_flags POLICY: more flags of the node daemon for it.
+node_flags() { case $1 in gang-poll) echo --no-gang-watch ;; esac; }
 # gangd_switching POLICY: gangd's --switching for it.
 gangd_switching() { case $1 in gang-timed) echo timed ;; *) echo commanded ;; esac; }
 
@@ -167,7 +172,7 @@ start_local() {
 	wait_board "gangd.$k" up 120 || fail "gangd of phase $k never came up"
 	scx_gang --coordinator "node0:$GANGD_PORT" --tls-dir "$NODE_TLS" \
 		--node-name "node$NODE_ID" --min-other-share-pct "$OTHER_SHARE_PCT" \
-		--switching "$mode" > "$RESULTS/scx_gang.$k.log" 2>&1 &
+		--switching "$mode" $(node_flags "$p") > "$RESULTS/scx_gang.$k.log" 2>&1 &
 	SCX_PID=$!
 	poll_for 120 sh -c "grep -q 'joined cluster as node' $RESULTS/scx_gang.$k.log || ! kill -0 $SCX_PID"
 	grep -q 'joined cluster as node' "$RESULTS/scx_gang.$k.log" ||
