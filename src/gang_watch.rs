@@ -11,20 +11,27 @@
 //!   the `frozen` line changes at every freezer park and is ignored;
 //! - each gang's `cgroup.procs`: a process written into the gang (the
 //!   agent's ranks write themselves in; an operator's `echo PID`), so
-//!   the rank count that voluntary yield needs is fresh.
+//!   the rank count that voluntary yield needs is fresh;
+//! - each process of a gang's `cgroup.procs` (read at the gang's watch
+//!   and at each write into it), by a pidfd: its exit (kernfs says
+//!   nothing when a process leaves), so a gang's count is not left high
+//!   (its slot would then not end early when its ranks yield: the VM
+//!   yield test saw a second of forced ends after a helper process left).
+//!   At most MAX_EXIT_WATCHES pidfds in all: a gang that forks thousands
+//!   of processes takes no more of the root daemon's fds than that.
 //!
 //! A new gang's watches are added before the change is reported, so a
 //! change the watches missed happened before the rescan that follows and
 //! is in it. The queue overflowing (IN_Q_OVERFLOW) re-adds the watches of
 //! every directory and reports a change.
 //!
-//! Known faults: a process forked inside a gang (no write to cgroup.procs)
-//! and a sub-cgroup below a gang are seen only by the slow periodic
-//! rescan behind this watch (`mainloop`, a second); kernfs reports a
-//! write to `cgroup.procs` only, not the process leaving it (the count may
-//! be high for that second, which only delays an early end).
+//! Known faults: a process forked inside a gang (no write to cgroup.procs),
+//! a process moved out of a gang into a cgroup that is no gang, a
+//! sub-cgroup below a gang and the processes past MAX_EXIT_WATCHES are
+//! seen only by the slow periodic rescan behind this watch (`mainloop`, a
+//! second).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -36,6 +43,11 @@ use log::warn;
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 
+use crate::gangs;
+
+/// The most processes watched for their exit at once (a pidfd each).
+pub const MAX_EXIT_WATCHES: usize = 256;
+
 /// What a watch descriptor stands for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Watched {
@@ -45,7 +57,9 @@ enum Watched {
         gang: String,
         populated: bool,
     },
-    Procs,
+    Procs {
+        gang: String,
+    },
 }
 
 /// The watches and what they stand for; decides which events are a change
@@ -54,6 +68,8 @@ struct Watches {
     inotify: Inotify,
     root: PathBuf,
     by_wd: HashMap<WatchDescriptor, Watched>,
+    /// The processes watched for their exit, by pid.
+    exits: BTreeMap<i32, OwnedFd>,
 }
 
 impl Watches {
@@ -63,6 +79,7 @@ impl Watches {
             inotify,
             root: root.to_path_buf(),
             by_wd: HashMap::new(),
+            exits: BTreeMap::new(),
         };
         let root_flags = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_DELETE
@@ -96,14 +113,48 @@ impl Watches {
         let events = dir.join("cgroup.events");
         if let Ok(wd) = self.inotify.add_watch(&events, AddWatchFlags::IN_MODIFY) {
             let populated = populated(&events);
+            let gang = gang.clone();
             self.by_wd.insert(wd, Watched::Events { gang, populated });
         }
         if let Ok(wd) = self
             .inotify
             .add_watch(&dir.join("cgroup.procs"), AddWatchFlags::IN_MODIFY)
         {
-            self.by_wd.insert(wd, Watched::Procs);
+            self.by_wd.insert(wd, Watched::Procs { gang: gang.clone() });
         }
+        self.watch_exits(&gang);
+    }
+
+    /// Watches the exit of every process of gang `gang` not watched yet,
+    /// up to MAX_EXIT_WATCHES in all. One gone already is no error: its
+    /// count is in the rescan that follows.
+    fn watch_exits(&mut self, gang: &str) {
+        let Ok(pids) = gangs::procs(&self.root.join(gang)) else {
+            return;
+        };
+        for pid in pids {
+            if self.exits.len() >= MAX_EXIT_WATCHES {
+                return;
+            }
+            if let std::collections::btree_map::Entry::Vacant(e) = self.exits.entry(pid.as_raw()) {
+                if let Ok(fd) = gangs::pidfd_open(pid) {
+                    e.insert(fd);
+                }
+            }
+        }
+    }
+
+    /// The pidfds to poll, with their pids, in one order.
+    fn exit_fds(&self) -> Vec<(i32, i32)> {
+        self.exits
+            .iter()
+            .map(|(pid, fd)| (*pid, fd.as_raw_fd()))
+            .collect()
+    }
+
+    /// Process `pid` exited: no longer watched; a change.
+    fn exited(&mut self, pid: i32) -> bool {
+        self.exits.remove(&pid).is_some()
     }
 
     /// Whether `e` changes what the registry or the rank counts see.
@@ -139,7 +190,11 @@ impl Watches {
                 *was = now;
                 changed
             }
-            Some(Watched::Procs) => true,
+            Some(Watched::Procs { gang }) => {
+                let gang = gang.clone();
+                self.watch_exits(&gang);
+                true
+            }
             None => false,
         }
     }
@@ -185,20 +240,20 @@ impl GangWatch {
         let thread = std::thread::Builder::new()
             .name("gang-watch".into())
             .spawn(move || loop {
-                let mut fds = [
-                    libc::pollfd {
-                        fd: watches.inotify.as_fd().as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: stop_rx.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                // SAFETY: two valid pollfd entries, both fds open for the call.
-                let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+                let exits = watches.exit_fds();
+                let mut fds: Vec<libc::pollfd> =
+                    [watches.inotify.as_fd().as_raw_fd(), stop_rx.as_raw_fd()]
+                        .into_iter()
+                        .chain(exits.iter().map(|(_, fd)| *fd))
+                        .map(|fd| libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        })
+                        .collect();
+                // SAFETY: valid pollfd entries, every fd open for the call
+                // (the pidfds are owned by `watches`, untouched meanwhile).
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
                 if n < 0 {
                     let e = io::Error::last_os_error();
                     if e.kind() == io::ErrorKind::Interrupted {
@@ -210,13 +265,23 @@ impl GangWatch {
                 if fds[1].revents != 0 {
                     return; // the write end is closed: stop
                 }
-                match watches.read() {
-                    Ok(true) => changed(),
-                    Ok(false) => {}
-                    Err(e) => {
-                        warn!("gang watch: {e}; gangs are found by the periodic rescan");
-                        return;
+                let mut changed_now = false;
+                for ((pid, _), p) in exits.iter().zip(&fds[2..]) {
+                    if p.revents != 0 {
+                        changed_now |= watches.exited(*pid);
                     }
+                }
+                if fds[0].revents != 0 {
+                    match watches.read() {
+                        Ok(c) => changed_now |= c,
+                        Err(e) => {
+                            warn!("gang watch: {e}; gangs are found by the periodic rescan");
+                            return;
+                        }
+                    }
+                }
+                if changed_now {
+                    changed();
                 }
             })?;
         Ok(Self {

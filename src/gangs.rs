@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -218,6 +219,18 @@ pub fn job_of_gang(name: &str) -> Option<JobId> {
 /// The cgroup directory of a job's gang.
 pub fn job_dir(gang_root: &Path, job: JobId) -> PathBuf {
     gang_path(gang_root, &gang_name(job))
+}
+
+/// A pidfd of process `pid` (close-on-exec, as pidfd_open makes it):
+/// readable once the process has exited, after it left its cgroup.
+pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags, returns an fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// The processes of the cgroup (and not of its children: a job makes none).

@@ -20,6 +20,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
@@ -179,23 +180,19 @@ pub fn scan(gang_root: &Path) -> Vec<Found> {
 
 /// Waits until process `pid` (still in `dir`'s cgroup when called) ends.
 pub fn wait_exit(pid: u32) {
-    // SAFETY: pidfd_open(2) takes a pid and flags, returns an fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd >= 0 {
+    if let Ok(fd) = crate::gangs::pidfd_open(nix::unistd::Pid::from_raw(pid as i32)) {
         let mut pfd = libc::pollfd {
-            fd: fd as i32,
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
         loop {
-            // SAFETY: one pollfd on our stack.
+            // SAFETY: one pollfd on our stack, its fd open for the call.
             let r = unsafe { libc::poll(&mut pfd, 1, -1) };
             if r > 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 break;
             }
         }
-        // SAFETY: our fd.
-        unsafe { libc::close(fd as i32) };
         return;
     }
     while Path::new(&format!("/proc/{pid}")).exists() {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
-use super::GangWatch;
+use super::{GangWatch, Watches, MAX_EXIT_WATCHES};
 
 const WAIT: Duration = Duration::from_secs(5);
 /// How long a change that must not be reported is given to show up.
@@ -33,6 +33,18 @@ fn make_gang(base: &Path, name: &str, populated: bool) {
 
 fn events(populated: bool, frozen: bool) -> String {
     format!("populated {}\nfrozen {}\n", populated as u8, frozen as u8)
+}
+
+/// Rewrites a gang's cgroup.events in one write, as the kernel changes it:
+/// fs::write's truncation would show the watch an empty file (no longer
+/// populated) between two events. Every content has the same length.
+fn set_events(gang: &Path, populated: bool, frozen: bool) {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(gang.join("cgroup.events"))
+        .unwrap();
+    f.write_all(events(populated, frozen).as_bytes()).unwrap();
 }
 
 fn watch(base: &Path) -> (GangWatch, Receiver<()>) {
@@ -63,9 +75,9 @@ fn a_gang_appearing_gaining_tasks_and_going_is_reported() {
     make_gang(&base, "job1", false);
     changed(&rx);
     let gang = base.join("root/job1");
-    fs::write(gang.join("cgroup.events"), events(true, false)).unwrap();
+    set_events(&gang, true, false);
     changed(&rx);
-    fs::write(gang.join("cgroup.events"), events(false, false)).unwrap();
+    set_events(&gang, false, false);
     changed(&rx);
     fs::remove_dir_all(&gang).unwrap();
     changed(&rx);
@@ -92,14 +104,14 @@ fn a_freeze_a_plain_file_and_a_read_are_not_changes() {
     let (_w, rx) = watch(&base);
     let gang = base.join("root/job3");
     // The freezer flips `frozen`, not `populated`.
-    fs::write(gang.join("cgroup.events"), events(true, true)).unwrap();
+    set_events(&gang, true, true);
     quiet(&rx);
     fs::write(base.join("root/not-a-gang"), "x").unwrap();
     quiet(&rx);
     let _ = fs::read_to_string(gang.join("cgroup.procs")).unwrap();
     quiet(&rx);
     // ...and the watch still reports a real change after them.
-    fs::write(gang.join("cgroup.events"), events(false, true)).unwrap();
+    set_events(&gang, false, true);
     changed(&rx);
     let _ = fs::remove_dir_all(&base);
 }
@@ -137,5 +149,53 @@ fn a_process_spawned_while_it_watches_does_not_keep_it_from_stopping() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(stopped, "the watch did not stop while a child lived");
+    let _ = fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_process_of_a_gang_exiting_is_reported() {
+    // kernfs says nothing when a process leaves cgroup.procs: without this
+    // the gang's rank count stayed high until the slow rescan, and its slot
+    // did not end early when its ranks yielded (the VM yield test).
+    let base = root("exit");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    make_gang(&base, "job5", true);
+    fs::write(
+        base.join("root/job5/cgroup.procs"),
+        format!("{}\n", child.id()),
+    )
+    .unwrap();
+    let (_w, rx) = watch(&base);
+    quiet(&rx);
+    child.kill().unwrap();
+    changed(&rx);
+    let _ = child.wait();
+    let _ = fs::remove_dir_all(&base);
+}
+
+#[test]
+fn a_gang_of_many_processes_takes_at_most_max_exit_watches_pidfds() {
+    let base = root("many");
+    let mut children: Vec<_> = (0..MAX_EXIT_WATCHES + 8)
+        .map(|_| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let procs: String = children.iter().map(|c| format!("{}\n", c.id())).collect();
+    make_gang(&base, "job6", true);
+    fs::write(base.join("root/job6/cgroup.procs"), procs).unwrap();
+    let w = Watches::new(&base.join("root")).unwrap();
+    let watched = w.exits.len();
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(watched, MAX_EXIT_WATCHES);
     let _ = fs::remove_dir_all(&base);
 }
