@@ -112,7 +112,7 @@ impl Watches {
         let gang = name.to_string_lossy().into_owned();
         let events = dir.join("cgroup.events");
         if let Ok(wd) = self.inotify.add_watch(&events, AddWatchFlags::IN_MODIFY) {
-            let populated = populated(&events);
+            let populated = gangs::is_populated(&dir);
             let gang = gang.clone();
             self.by_wd.insert(wd, Watched::Events { gang, populated });
         }
@@ -185,7 +185,7 @@ impl Watches {
                 gang,
                 populated: was,
             }) => {
-                let now = populated(&self.root.join(gang.as_str()).join("cgroup.events"));
+                let now = gangs::is_populated(&self.root.join(gang.as_str()));
                 let changed = now != *was;
                 *was = now;
                 changed
@@ -216,12 +216,6 @@ impl Watches {
             }
         }
     }
-}
-
-fn populated(events: &Path) -> bool {
-    fs::read_to_string(events)
-        .map(|s| s.lines().any(|l| l.trim() == "populated 1"))
-        .unwrap_or(false)
 }
 
 /// The watch's thread; dropping it stops the thread and waits for it.

@@ -168,7 +168,8 @@ pub fn scan(root: &Path) -> io::Result<Vec<GangDir>> {
     Ok(dirs)
 }
 
-fn is_populated(dir: &Path) -> bool {
+/// Whether cgroup `dir` or one below it has tasks (cgroup.events).
+pub fn is_populated(dir: &Path) -> bool {
     fs::read_to_string(dir.join("cgroup.events"))
         .map(|s| s.lines().any(|l| l.trim() == "populated 1"))
         .unwrap_or(false)
