@@ -98,6 +98,9 @@ else
 	# never see the phase (it can be over before their next look).
 	if [ "$NODE_ID" = 1 ]; then
 		wait_board phase kill9 300 || fail "no kill9 phase"
+		# gangd calls K running once its agents start it, which can
+		# be a moment before this node's rank has exec'd burn.
+		poll_for 30 pidof burn > /dev/null
 		pid=$(pidof burn | cut -d' ' -f1)
 		[ -n "$pid" ] || fail "no rank of K on node 1"
 		echo "$pid" > "$RESULTS/kill9.pid"
