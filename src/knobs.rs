@@ -278,8 +278,9 @@ pub struct SharedKnobs {
     pub status: Mutex<NodeStatus>,
     generation: AtomicU64,
     nr_cpus: u32,
-    /// Called after every accepted write (wakes the main loop).
-    on_change: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Called after every accepted write (wake the main loop and the
+    /// agent's clock prober).
+    on_change: Mutex<Vec<Box<dyn Fn() + Send>>>,
 }
 
 impl SharedKnobs {
@@ -289,13 +290,14 @@ impl SharedKnobs {
             status: Mutex::new(NodeStatus::default()),
             generation: AtomicU64::new(0),
             nr_cpus,
-            on_change: Mutex::new(None),
+            on_change: Mutex::new(Vec::new()),
         })
     }
 
-    /// `notify` runs after every accepted write.
+    /// `notify` runs after every accepted write, besides those given
+    /// before.
     pub fn on_change(&self, notify: impl Fn() + Send + 'static) {
-        *self.on_change.lock().unwrap() = Some(Box::new(notify));
+        self.on_change.lock().unwrap().push(Box::new(notify));
     }
 
     pub fn generation(&self) -> u64 {
@@ -343,7 +345,7 @@ impl KnobSet for SharedKnobs {
     fn write(&self, name: &str, value: &str) -> Result<(), KnobError> {
         self.knobs.lock().unwrap().set(name, value, self.nr_cpus)?;
         self.generation.fetch_add(1, Ordering::AcqRel);
-        if let Some(notify) = self.on_change.lock().unwrap().as_ref() {
+        for notify in self.on_change.lock().unwrap().iter() {
             notify();
         }
         Ok(())
@@ -514,10 +516,13 @@ mod tests {
         ));
         assert_eq!(shared.generation(), 0);
         let (tx, rx) = std::sync::mpsc::channel();
+        let (tx2, rx2) = std::sync::mpsc::channel();
         shared.on_change(move || tx.send(()).unwrap());
+        shared.on_change(move || tx2.send(()).unwrap());
         shared.write("slot_ms", "30").unwrap();
         assert_eq!(shared.generation(), 1);
         assert!(rx.try_recv().is_ok(), "an accepted write notifies");
+        assert!(rx2.try_recv().is_ok(), "every listener");
         assert!(shared.write("slot_ms", "0").is_err());
         assert!(rx.try_recv().is_err(), "a refused write does not");
         assert_eq!(shared.read("slot_ms").unwrap(), "30");

@@ -48,13 +48,11 @@ use log::{info, warn};
 
 use crate::knobs::SharedKnobs;
 
+use super::bell::{Bell, PARK_MAX};
 use super::link::Link;
 
 /// Probes remembered for their echo.
 pub const IN_FLIGHT: usize = 16;
-/// How often the prober looks at the schedule, the link and the fault
-/// knob: the schedule's fast period.
-pub const TICK: Duration = Duration::from_millis(250);
 /// How often the clock's line goes to the node's log.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
 
@@ -109,6 +107,8 @@ struct State {
 /// The shared handle. See the top of this file.
 pub struct SharedClusterClock {
     state: Mutex<State>,
+    /// Wakes the prober: a new link, a new source, a fault to inject.
+    bell: Bell,
 }
 
 impl Default for SharedClusterClock {
@@ -131,7 +131,14 @@ impl SharedClusterClock {
                 stepped: false,
                 dropped: 0,
             }),
+            bell: Bell::default(),
         }
+    }
+
+    /// Something for the prober to look at now: the link is up, the
+    /// `clock_fault_us` knob was written.
+    pub fn wake(&self) {
+        self.bell.ring();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -140,12 +147,15 @@ impl SharedClusterClock {
 
     /// A new connection: gangd's clock is a new one, start over.
     pub fn reset(&self) {
-        let mut s = self.lock();
-        s.clock = ClusterClock::new(*s.clock.config());
-        s.schedule = ProbeSchedule::new(*s.schedule.config());
-        s.in_flight.clear();
-        s.steps = 0;
-        s.stepped = false;
+        {
+            let mut s = self.lock();
+            s.clock = ClusterClock::new(*s.clock.config());
+            s.schedule = ProbeSchedule::new(*s.schedule.config());
+            s.in_flight.clear();
+            s.steps = 0;
+            s.stepped = false;
+        }
+        self.wake();
     }
 
     /// gangd's `clock` and `clock_error_us` knobs. A change of source
@@ -161,6 +171,17 @@ impl SharedClusterClock {
         if changed {
             self.reset();
         }
+    }
+
+    /// How long the prober may sleep at local `now`: until the next probe
+    /// is due (at once if it is), PARK_MAX without probes (`clock =
+    /// realtime`) or without a link; a ring wakes it sooner.
+    pub fn sleep_for(&self, now: u64, connected: bool) -> Duration {
+        let s = self.lock();
+        if !connected || s.source != ClockSource::Gangd {
+            return PARK_MAX;
+        }
+        Duration::from_nanos(s.schedule.next_ns().saturating_sub(now)).min(PARK_MAX)
     }
 
     pub fn source(&self) -> ClockSource {
@@ -341,24 +362,30 @@ pub fn describe(r: &ClockReport) -> String {
     .to_lowercase()
 }
 
-/// The prober thread: every TICK, a probe if the schedule says so, with
-/// a report if `report_with_probe` says so (and a report at once when the
-/// clock's state changes) while gangd is connected; the
-/// clock's line in the log every LOG_EVERY and when its state changes.
-/// Runs until `shutdown`.
+/// The prober thread: a probe when the schedule says so, with a report if
+/// `report_with_probe` says so (and a report at once when the clock's
+/// state changes) while gangd is connected; the clock's line in the log
+/// every LOG_EVERY and when its state changes. Between probes it sleeps
+/// (`sleep_for`: 8 s once the estimate is good, bell.rs), woken by a new
+/// link or source and by every knob write (`clock_fault_us`). Runs until
+/// `shutdown`.
 pub fn spawn_prober(
     clock: Arc<SharedClusterClock>,
     link: Arc<Link>,
     knobs: Arc<SharedKnobs>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
+    let rung = clock.clone();
+    knobs.on_change(move || rung.wake());
     thread::Builder::new()
         .name("agent-clock".into())
         .spawn(move || {
             let (mut reported, mut logged) = (Instant::now(), Instant::now());
             let mut last_state = None;
             while !shutdown.load(Ordering::Relaxed) {
-                thread::sleep(TICK);
+                clock
+                    .bell
+                    .wait(clock.sleep_for(monotonic_ns(), link.is_connected()));
                 if !link.is_connected() {
                     continue;
                 }
@@ -539,6 +566,30 @@ mod tests {
         exchange(&clock, t + 250_000_000).unwrap();
         clock.reset();
         assert!(clock.probe_due(t + 250_000_001) && clock.probing_fast());
+    }
+
+    /// The prober sleeps until its next probe, not on a tick: at once
+    /// while the estimate is new, seconds once it is good, parked without a
+    /// link or with `clock = realtime`.
+    #[test]
+    fn the_prober_sleeps_until_the_next_probe_and_parks_without_one() {
+        let clock = SharedClusterClock::new();
+        assert_eq!(clock.sleep_for(0, true), Duration::ZERO, "a new estimate: probe now");
+        assert_eq!(clock.sleep_for(0, false), PARK_MAX, "no link: nothing to probe");
+        let mut t = 1_000_000_000;
+        for _ in 0..12 {
+            t = t.max(clock.state.lock().unwrap().schedule.next_ns());
+            exchange(&clock, t).unwrap();
+            t += 210_000;
+        }
+        let next = clock.state.lock().unwrap().schedule.next_ns();
+        let sleep = clock.sleep_for(t, true);
+        assert_eq!(sleep, Duration::from_nanos(next - t).min(PARK_MAX));
+        assert!(sleep >= Duration::from_secs(2), "backed off: {sleep:?}");
+        clock.inject_offset(5_000_000, t);
+        assert!(clock.sleep_for(t, true) <= Duration::from_millis(250), "a fault: fast again");
+        clock.set_source(ClockSource::Realtime, 50);
+        assert_eq!(clock.sleep_for(t, true), PARK_MAX, "realtime: no probes");
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! - cluster_clock.rs: the node's estimate of gangd's clock, fed by
 //!   probes of its own thread and echoes the reader takes (with t4 read on
 //!   receipt, before the handler sees anything).
+//! - plans.rs: gangd's plans for timed switching, kept fresh, and the
+//!   node's switch reports batched for gangd.
+//! - bell.rs: how the agent's timer threads sleep (until work is due or
+//!   someone rings, never on a fixed tick).
 //! - ranks.rs, cgroup.rs: the ranks and their job's cgroup.
 //! - pmi.rs: MPI bootstrap, each rank's PMI_FD served here and relayed to
 //!   gangd.
@@ -25,6 +29,7 @@
 //! the next gangd which jobs still live here.
 
 pub mod adopt;
+pub mod bell;
 pub mod cgroup;
 pub mod cluster_clock;
 mod ends;
@@ -324,6 +329,8 @@ impl Agent {
         if let Err(e) = self.link.attach(session) {
             return End::Lost(format!("sending what was kept: {e}"));
         }
+        // The prober sleeps while there is no link: it probes now.
+        self.cfg.cluster_clock.wake();
         loop {
             match reader.next(SILENCE_TIMEOUT, shutdown) {
                 Ok(msg) => self.handler.handle(msg),

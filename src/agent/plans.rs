@@ -7,8 +7,9 @@
 //! (`Plan::restated_from`) with that epoch and the effective instant
 //! converted by the cluster clock (`to_local`). The conversion's rate
 //! error grows with the time since it was made, so a refresher thread
-//! converts again every `REFRESH`: the boundaries move by microseconds
-//! (the follower re-reads them). An Amend (voluntary yield) is applied to
+//! converts again every `REFRESH` while a plan is kept (parked otherwise,
+//! bell.rs): the boundaries move by microseconds (the follower re-reads
+//! them). An Amend (voluntary yield) is applied to
 //! the kept plan and converted the same way. A Freeze or a Switch means
 //! gangd went back to commands: the plan is forgotten (the main loop ends
 //! its follower on its own). Without a synchronised clock a plan is
@@ -37,9 +38,8 @@
 //! a refresh by up to one hand-over to the main loop (they are serialised,
 //! see `handing`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
 use gang_wire::cluster_clock::Quality;
@@ -48,6 +48,7 @@ use gang_wire::proto::{FromAgent, Gen, SwitchReport};
 use gang_wire::time::monotonic_ns;
 use log::{info, warn};
 
+use super::bell::{every_while, Bell};
 use super::cluster_clock::SharedClusterClock;
 use super::link::Link;
 use super::mainloop::MainLoop;
@@ -80,6 +81,8 @@ pub struct Plans {
     handing: Mutex<()>,
     clock: Arc<SharedClusterClock>,
     main: MainLoop,
+    /// Rung when a plan is kept where none was: wakes the refresher.
+    kept: Arc<Bell>,
 }
 
 impl Plans {
@@ -93,6 +96,7 @@ impl Plans {
             handing: Mutex::new(()),
             clock,
             main,
+            kept: Arc::default(),
         })
     }
 
@@ -228,14 +232,25 @@ impl Plans {
             drain_timeout_ms,
         };
         self.main.call(request, ACCEPT_TIMEOUT)?;
-        self.lock().held = Some(held);
+        if self.lock().held.replace(held).is_none() {
+            self.kept.ring();
+        }
         Ok(())
     }
 
-    /// Refreshes the kept plan every REFRESH until `shutdown`.
+    /// Refreshes the kept plan every REFRESH while there is one, until
+    /// `shutdown`; parked without a plan (bell.rs).
     pub fn spawn_refresher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
-        let plans = self.clone();
-        every("plan-refresh", REFRESH, shutdown, move || plans.refresh())
+        let (plans, refresh) = (self.clone(), self.clone());
+        every_while(
+            "plan-refresh",
+            REFRESH,
+            self.kept.clone(),
+            shutdown,
+            move || plans.following(),
+            move || refresh.refresh(),
+        )?;
+        Ok(())
     }
 }
 
@@ -249,6 +264,8 @@ impl Plans {
 pub struct Reports {
     pending: Mutex<Vec<SwitchReport>>,
     link: Arc<Link>,
+    /// Rung by the first report waiting: wakes the flusher.
+    waiting: Arc<Bell>,
 }
 
 /// Reports sent at once when this many wait (a second of 100 ms slots).
@@ -261,17 +278,20 @@ impl Reports {
         Arc::new(Reports {
             pending: Mutex::new(Vec::new()),
             link,
+            waiting: Arc::default(),
         })
     }
 
     fn push(&self, report: SwitchReport) {
-        let full = {
+        let (first, full) = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             p.push(report);
-            p.len() >= REPORT_BATCH
+            (p.len() == 1, p.len() >= REPORT_BATCH)
         };
         if full {
             self.flush();
+        } else if first {
+            self.waiting.ring();
         }
     }
 
@@ -284,29 +304,24 @@ impl Reports {
         }
     }
 
-    /// Flushes every REPORT_FLUSH until `shutdown`.
-    pub fn spawn_flusher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
-        let reports = self.clone();
-        every("report-flush", REPORT_FLUSH, shutdown, move || {
-            reports.flush()
-        })
+    fn any_waiting(&self) -> bool {
+        !self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
-}
 
-/// A thread `name` that calls `f` every `period` until `shutdown`.
-fn every(
-    name: &str,
-    period: Duration,
-    shutdown: Arc<AtomicBool>,
-    f: impl Fn() + Send + 'static,
-) -> std::io::Result<()> {
-    thread::Builder::new().name(name.into()).spawn(move || {
-        while !shutdown.load(Ordering::Relaxed) {
-            thread::sleep(period);
-            f();
-        }
-    })?;
-    Ok(())
+    /// Flushes what waits at most REPORT_FLUSH after the first report
+    /// came, until `shutdown`; parked while none waits (bell.rs).
+    pub fn spawn_flusher(self: &Arc<Self>, shutdown: Arc<AtomicBool>) -> std::io::Result<()> {
+        let (reports, flush) = (self.clone(), self.clone());
+        every_while(
+            "report-flush",
+            REPORT_FLUSH,
+            self.waiting.clone(),
+            shutdown,
+            move || reports.any_waiting(),
+            move || flush.flush(),
+        )?;
+        Ok(())
+    }
 }
 
 /// What the main loop tells of each timed switch, for gangd (batched by
@@ -341,6 +356,7 @@ mod tests {
     use gang_wire::plan::PlannedSlot;
     use gang_wire::proto::ClockSource;
     use std::sync::mpsc::{channel, Receiver};
+    use std::thread;
 
     fn plan(id: u64, slots: &[u32]) -> Plan {
         // The cluster clock is CLOCK_REALTIME here.

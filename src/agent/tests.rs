@@ -758,10 +758,16 @@ fn with_the_realtime_clock_knob_no_probes_go_out() {
         clock_error_us: 40,
     });
     wait_for_log(&["cluster clock is Realtime"]);
-    // A probe sent before the knob arrived may still come; then none.
+    // A probe and a report (Unsynchronised: the prober probes as soon as
+    // the link is up) sent before the knob arrived may still come; then
+    // the report of the new source, and no probe.
     let report = loop {
-        if let FromAgent::ClockStatus { report } = conn.recv_any() {
-            break report;
+        match conn.recv_any() {
+            FromAgent::ClockStatus { report } if report.source == ClockSource::Gangd => {
+                assert_eq!(report.state, ClockState::Unsynchronised, "{report:?}");
+            }
+            FromAgent::ClockStatus { report } => break report,
+            _ => {}
         }
     };
     assert_eq!(
