@@ -95,7 +95,10 @@ mod tests {
         bell.ring();
         assert!(bell.wait(Duration::from_secs(5)));
         let t = Instant::now();
-        assert!(!bell.wait(Duration::from_millis(50)), "the second ring was one with the first");
+        assert!(
+            !bell.wait(Duration::from_millis(50)),
+            "the second ring was one with the first"
+        );
         assert!(t.elapsed() >= Duration::from_millis(50));
     }
 
@@ -136,8 +139,10 @@ mod tests {
         );
         active.store(true, Ordering::SeqCst);
         bell.ring();
-        rx.recv_timeout(Duration::from_secs(5)).expect("work after the ring");
-        rx.recv_timeout(Duration::from_secs(5)).expect("and again a period later");
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("work after the ring");
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("and again a period later");
         active.store(false, Ordering::SeqCst);
         shutdown.store(true, Ordering::SeqCst);
         bell.ring();

@@ -574,8 +574,16 @@ mod tests {
     #[test]
     fn the_prober_sleeps_until_the_next_probe_and_parks_without_one() {
         let clock = SharedClusterClock::new();
-        assert_eq!(clock.sleep_for(0, true), Duration::ZERO, "a new estimate: probe now");
-        assert_eq!(clock.sleep_for(0, false), PARK_MAX, "no link: nothing to probe");
+        assert_eq!(
+            clock.sleep_for(0, true),
+            Duration::ZERO,
+            "a new estimate: probe now"
+        );
+        assert_eq!(
+            clock.sleep_for(0, false),
+            PARK_MAX,
+            "no link: nothing to probe"
+        );
         let mut t = 1_000_000_000;
         for _ in 0..12 {
             t = t.max(clock.state.lock().unwrap().schedule.next_ns());
@@ -587,7 +595,10 @@ mod tests {
         assert_eq!(sleep, Duration::from_nanos(next - t).min(PARK_MAX));
         assert!(sleep >= Duration::from_secs(2), "backed off: {sleep:?}");
         clock.inject_offset(5_000_000, t);
-        assert!(clock.sleep_for(t, true) <= Duration::from_millis(250), "a fault: fast again");
+        assert!(
+            clock.sleep_for(t, true) <= Duration::from_millis(250),
+            "a fault: fast again"
+        );
         clock.set_source(ClockSource::Realtime, 50);
         assert_eq!(clock.sleep_for(t, true), PARK_MAX, "realtime: no probes");
     }

@@ -305,7 +305,11 @@ impl Reports {
     }
 
     fn any_waiting(&self) -> bool {
-        !self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Flushes what waits at most REPORT_FLUSH after the first report
