@@ -9,10 +9,15 @@
 #
 #   scripts/bench_scale.sh [--quick] [--nodes "64 256 1024 4096"] [--steady 5]
 #                          [--arrivals 5] [--idle 2] [--barrier strict]
+#                          [--switching commanded|timed]
 #                          [--bg-per-node K] [--out DIR] [--certs DIR] [--no-build]
 #                          [--table-only] [--compare LABEL=CSV]...
 #
-# --bg-per-node K: the three background jobs have K ranks on each node
+# --switching timed: plans sent ahead instead of a barrier per switch (the
+# agents ack them and report their switches in batches; gangd writes its
+# switch log), and the table's "plan" column: how long a plan took to
+# reach every node (from gangd's making it to the last ack, p50/p99 over
+# the run's plans). --bg-per-node K: the three background jobs have K ranks on each node
 # instead of one per CPU (cheaper to place and to switch: K = 1 lets the
 # switch be measured at 4096 nodes on 2 cores). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
 # scale.csv, table.txt and scale.svg (the figures against N, drawn by gang-eval; --compare adds
@@ -27,7 +32,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4
+NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict SWITCHING=commanded OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4
 COMPARE=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -37,6 +42,7 @@ while [[ $# -gt 0 ]]; do
         --arrivals) ARRIVALS=$2; shift 2 ;;
         --idle) IDLE=$2; shift 2 ;;
         --barrier) BARRIER=$2; shift 2 ;;
+        --switching) SWITCHING=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --certs) CERTS=$2; shift 2 ;;
         --bg-per-node) BG=$2; shift 2 ;;
@@ -50,19 +56,22 @@ done
 for n in $NODES; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "--nodes: $n is not a node count"; done
 for s in "$STEADY" "$ARRIVALS" "$IDLE"; do [[ $s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "phase lengths are seconds: $s"; done
 [[ $BARRIER =~ ^(strict|off)$ ]] || die "--barrier: strict or off"
+[[ $SWITCHING =~ ^(commanded|timed)$ ]] || die "--switching: commanded or timed"
+TIMED=()
+[[ $SWITCHING == timed ]] && TIMED=(--switching timed --switch-log)
 [[ $BG =~ ^[1-4]$ ]] || die "--bg-per-node: 1 to 4 (the nodes have 4 CPUs)"
 
 # The table of $OUT/scale.csv: the columns a reader compares with the targets.
 print_table() {
     awk -F, '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    function v(k) { return $c[k] == "" ? "-" : $c[k] }
+    function v(k) { return (!(k in c) || $c[k] == "") ? "-" : $c[k] }
     FNR == 2 {
-        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", "nodes", "join", "threads", "RSS", "CPU%", "CPU%", "CPU%", "switch/s", "msgs/s", "switch p50/p99", "place all", "place p50/p99", "alloc p50/p99", "lost", "relinks"
-        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", "", "s", "", "MB", "idle", "steady", "arriv", "(10 max)", "", "ms", "ms", "ms", "us", "ms", ""
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %15s %17s %8s %7s\n", "nodes", "join", "threads", "RSS", "CPU%", "CPU%", "CPU%", "switch/s", "msgs/s", "switch p50/p99", "place all", "place p50/p99", "plan p50/p99", "alloc p50/p99", "lost", "relinks"
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %15s %17s %8s %7s\n", "", "s", "", "MB", "idle", "steady", "arriv", "(10 max)", "", "ms", "ms", "ms", "ms", "us", "ms", ""
     }
     {
-        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %17s %8s %7s\n", v("nodes"), v("join_s"), v("threads"), v("rss_mb"), v("cpu_idle_pct"), v("cpu_steady_pct"), v("cpu_arrivals_pct"), v("switches_per_s"), v("switch_msgs_per_s"), v("switch_p50_ms") "/" v("switch_p99_ms"), v("place_all_ms"), v("place_p50_ms") "/" v("place_p99_ms"), v("alloc_p50_us") "/" v("alloc_p99_us"), v("lost_detect_ms"), v("relinks")
+        printf "%6s %7s %7s %7s %6s %6s %6s %9s %9s %15s %9s %15s %15s %17s %8s %7s\n", v("nodes"), v("join_s"), v("threads"), v("rss_mb"), v("cpu_idle_pct"), v("cpu_steady_pct"), v("cpu_arrivals_pct"), v("switches_per_s"), v("switch_msgs_per_s"), v("switch_p50_ms") "/" v("switch_p99_ms"), v("place_all_ms"), v("place_p50_ms") "/" v("place_p99_ms"), v("plan_p50_ms") "/" v("plan_p99_ms"), v("alloc_p50_us") "/" v("alloc_p99_us"), v("lost_detect_ms"), v("relinks")
     }' "$OUT/scale.csv" | tee "$OUT/table.txt"
 }
 
@@ -127,7 +136,7 @@ for n in $NODES; do
     header=()
     [[ -f $CSV ]] || header=(--header)
     "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$CERTS" --nodes "$n" --cpus 4 --slot-ms 100 \
-        --barrier "$BARRIER" --bg-per-node "$BG" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
+        --barrier "$BARRIER" "${TIMED[@]}" --bg-per-node "$BG" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
         "${header[@]}" >>"$CSV" &
     LOAD_PID=$!
     if ! wait "$LOAD_PID"; then

@@ -40,7 +40,7 @@ fn running() -> Planner {
     }
     p.change(change(&[0, 1], 100), 0).unwrap();
     for n in 1..=3 {
-        p.on_ack(NodeId(n), 0);
+        p.on_ack(NodeId(n), 0, 0);
     }
     assert_eq!(p.on_tick(100 * MS), vec![]);
     p
@@ -91,7 +91,7 @@ fn the_plan_takes_effect_at_its_boundary_when_everyone_acked() {
     let mut p = running();
     p.change(change(&[1], 50), 150 * MS).unwrap();
     for n in 1..=3 {
-        p.on_ack(NodeId(n), 1);
+        p.on_ack(NodeId(n), 1, 0);
     }
     assert!(p.owing().is_empty());
     assert_eq!(p.on_tick(299 * MS), vec![]);
@@ -105,8 +105,8 @@ fn the_plan_takes_effect_at_its_boundary_when_everyone_acked() {
 fn a_node_that_did_not_ack_in_time_is_counted_and_gets_the_plan_at_the_next_boundary() {
     let mut p = running();
     p.change(change(&[1], 50), 150 * MS).unwrap();
-    p.on_ack(NodeId(1), 1);
-    p.on_ack(NodeId(3), 1);
+    p.on_ack(NodeId(1), 1, 0);
+    p.on_ack(NodeId(3), 1, 0);
     let out = p.on_tick(300 * MS);
     assert_eq!(nodes_of(&out), [2]);
     assert_eq!(out[0].1.plan.id, 1);
@@ -121,7 +121,7 @@ fn a_node_that_did_not_ack_in_time_is_counted_and_gets_the_plan_at_the_next_boun
     assert_eq!(out[0].1.effective_ns, 400 * MS);
     assert_eq!(p.stats().late_nodes, 2);
     // It acks: nothing more.
-    p.on_ack(NodeId(2), 1);
+    p.on_ack(NodeId(2), 1, 0);
     assert_eq!(p.on_tick(400 * MS), vec![]);
     assert!(p.owing().is_empty());
 }
@@ -133,7 +133,7 @@ fn a_change_while_a_plan_is_pending_replaces_it() {
     let out = p.change(change(&[0, 1], 100), 160 * MS).unwrap();
     assert_eq!(out[0].1.plan.id, 2);
     for n in 1..=3 {
-        p.on_ack(NodeId(n), 1); // the replaced plan's acks count for nothing
+        p.on_ack(NodeId(n), 1, 0); // the replaced plan's acks count for nothing
     }
     assert_eq!(p.stats().stray_acks, 3);
     assert_eq!(p.owing().len(), 3);
@@ -156,11 +156,72 @@ fn a_joining_node_gets_the_plan_in_force_at_once_and_owes_the_pending_one() {
 fn a_lost_node_owes_nothing() {
     let mut p = running();
     p.change(change(&[1], 100), 150 * MS).unwrap();
-    p.on_ack(NodeId(1), 1);
-    p.on_ack(NodeId(2), 1);
+    p.on_ack(NodeId(1), 1, 0);
+    p.on_ack(NodeId(2), 1, 0);
     p.node_lost(NodeId(3));
     assert_eq!(p.on_tick(300 * MS), vec![]);
     assert_eq!(p.stats().late_nodes, 0);
+}
+
+#[test]
+fn a_plan_reaches_the_cluster_when_the_last_node_it_went_to_acks() {
+    let mut p = running();
+    p.change(change(&[1], 100), 150 * MS).unwrap();
+    assert_eq!(p.on_ack(NodeId(1), 1, 160 * MS), None);
+    assert_eq!(
+        p.on_ack(NodeId(1), 1, 165 * MS),
+        None,
+        "a second ack is stray"
+    );
+    assert_eq!(p.on_ack(NodeId(3), 1, 170 * MS), None);
+    let r = p.on_ack(NodeId(2), 1, 182 * MS).expect("the last ack");
+    assert_eq!((r.plan_id, r.nodes, r.after_ns), (1, 3, 32 * MS));
+    assert_eq!(p.stats().reached, 2, "the first plan and this one");
+    assert_eq!(p.on_ack(NodeId(2), 1, 190 * MS), None, "reached once");
+}
+
+#[test]
+fn a_node_late_with_its_ack_makes_the_plans_reach_longer_not_left_out() {
+    let mut p = running();
+    p.change(change(&[1], 50), 150 * MS).unwrap();
+    p.on_ack(NodeId(1), 1, 151 * MS);
+    p.on_ack(NodeId(3), 1, 152 * MS);
+    p.on_tick(300 * MS); // in force; node 2 late
+    let r = p
+        .on_ack(NodeId(2), 1, 320 * MS)
+        .expect("node 2 was the last");
+    assert_eq!((r.nodes, r.after_ns), (3, 170 * MS));
+    assert_eq!(p.stats().late_nodes, 1);
+}
+
+#[test]
+fn a_joining_node_is_waited_for_and_a_replaced_plan_never_reaches() {
+    let mut p = running();
+    p.change(change(&[1], 100), 150 * MS).unwrap();
+    p.node_joined(NodeId(9), timing(1, 0), 155 * MS);
+    for n in 1..=3 {
+        assert_eq!(p.on_ack(NodeId(n), 1, 160 * MS), None);
+    }
+    let r = p
+        .on_ack(NodeId(9), 1, 161 * MS)
+        .expect("the joiner was the last");
+    assert_eq!((r.nodes, r.after_ns), (4, 11 * MS));
+
+    p.change(change(&[0], 100), 400 * MS).unwrap();
+    p.change(change(&[0, 1], 100), 410 * MS).unwrap();
+    for n in [1, 2, 3, 9] {
+        assert_eq!(
+            p.on_ack(NodeId(n), 2, 420 * MS),
+            None,
+            "plan 2 was replaced"
+        );
+    }
+    let last: Vec<_> = [1, 2, 3, 9]
+        .into_iter()
+        .filter_map(|n| p.on_ack(NodeId(n), 3, 430 * MS))
+        .collect();
+    assert_eq!(last.len(), 1);
+    assert_eq!((last[0].plan_id, last[0].after_ns), (3, 20 * MS));
 }
 
 #[test]
@@ -196,7 +257,7 @@ proptest! {
         p.change(change(&[0, 1], slot_ms), 0).unwrap();
         let first = p.pending().unwrap().clone();
         for i in 0..links.len() {
-            p.on_ack(NodeId(i as u32), first.id);
+            p.on_ack(NodeId(i as u32), first.id, 0);
         }
         p.on_tick(first.epoch_ns);
         let now = first.epoch_ns + now_ms * MS;
@@ -211,7 +272,7 @@ proptest! {
         let late: Vec<u32> = (0..links.len() as u32).filter(|&i| !acks[i as usize]).collect();
         for i in 0..links.len() as u32 {
             if acks[i as usize] {
-                p.on_ack(NodeId(i), plan.id);
+                p.on_ack(NodeId(i), plan.id, 0);
             }
         }
         // Ticks at every boundary from the activation on: the late nodes are
@@ -253,8 +314,8 @@ fn an_amend_ends_the_slot_early_for_every_node() {
 fn an_amend_moves_a_late_nodes_reoffer_with_its_boundary() {
     let mut p = running();
     p.change(change(&[1], 100), 150 * MS).unwrap();
-    p.on_ack(NodeId(1), 1);
-    p.on_ack(NodeId(3), 1);
+    p.on_ack(NodeId(1), 1, 0);
+    p.on_ack(NodeId(3), 1, 0);
     let out = p.on_tick(300 * MS);
     assert_eq!(out[0].1.effective_ns, 400 * MS);
     // Generation 7 (300..400 ms) ends at 340: node 2's turn comes at 340.

@@ -109,6 +109,30 @@ struct Pending {
     owed: BTreeSet<NodeId>,
 }
 
+/// The newest plan, until every node it was offered to acknowledged it
+/// (before or after it took effect): when it was made, to how many nodes.
+#[derive(Clone, Copy, Debug)]
+struct Reaching {
+    plan_id: u64,
+    made_ns: u64,
+    offered: usize,
+}
+
+/// Every node a plan was offered to acknowledged it, `after_ns` from when
+/// it was made: the time for a plan to reach the whole cluster (issue 14's
+/// target at 4096 nodes is 100 ms), the ack's way back included; a node
+/// late with its ack (counted in `late_nodes`) makes it longer, it is not
+/// left out. A plan replaced or cleared before that, or whose last owing
+/// node was lost, is not one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanReached {
+    pub plan_id: u64,
+    pub nodes: usize,
+    /// When it was made (the `now` of `change`).
+    pub made_ns: u64,
+    pub after_ns: u64,
+}
+
 /// Counts since gangd started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlanStats {
@@ -118,6 +142,8 @@ pub struct PlanStats {
     pub late_nodes: u64,
     /// Acks of no plan waiting for one (stale, duplicate, unknown node).
     pub stray_acks: u64,
+    /// Plans acknowledged by every node they were offered to.
+    pub reached: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -129,6 +155,7 @@ pub struct Planner {
     pending: Option<Pending>,
     /// Late nodes: the re-offer's effective time.
     late: BTreeMap<NodeId, u64>,
+    reaching: Option<Reaching>,
     next_id: u64,
     stats: PlanStats,
 }
@@ -142,6 +169,7 @@ impl Planner {
             in_force: None,
             pending: None,
             late: BTreeMap::new(),
+            reaching: None,
             next_id: 0,
             stats: PlanStats::default(),
         }
@@ -224,6 +252,11 @@ impl Planner {
         self.stats.plans += 1;
         let owed: BTreeSet<NodeId> = self.links.keys().copied().collect();
         let out = offer_all(&owed, &plan, epoch_ns);
+        self.reaching = Some(Reaching {
+            plan_id: plan.id,
+            made_ns: now,
+            offered: owed.len(),
+        });
         self.pending = Some(Pending { plan, owed });
         Ok(out)
     }
@@ -246,10 +279,13 @@ impl Planner {
         self.in_force = None;
         self.pending = None;
         self.late.clear();
+        self.reaching = None;
     }
 
-    /// `node` acknowledged plan `plan_id`.
-    pub fn on_ack(&mut self, node: NodeId, plan_id: u64) {
+    /// `node` acknowledged plan `plan_id` at `now`; if it was the last
+    /// node the pending plan waited for, how long the plan took to reach
+    /// them all.
+    pub fn on_ack(&mut self, node: NodeId, plan_id: u64, now: u64) -> Option<PlanReached> {
         let mut known = false;
         if let Some(p) = self.pending.as_mut().filter(|p| p.plan.id == plan_id) {
             known |= p.owed.remove(&node);
@@ -259,7 +295,31 @@ impl Planner {
         }
         if !known {
             self.stats.stray_acks += 1;
+            return None;
         }
+        self.reached(plan_id, now)
+    }
+
+    /// The newest plan, if no node owes its ack any more (a node lost
+    /// owes nothing).
+    fn reached(&mut self, plan_id: u64, now: u64) -> Option<PlanReached> {
+        let r = self.reaching.filter(|r| r.plan_id == plan_id)?;
+        let owing = match (&self.pending, &self.in_force) {
+            (Some(p), _) if p.plan.id == plan_id => p.owed.len(),
+            (_, Some(p)) if p.id == plan_id => self.late.len(),
+            _ => return None,
+        };
+        if owing > 0 {
+            return None;
+        }
+        self.reaching = None;
+        self.stats.reached += 1;
+        Some(PlanReached {
+            plan_id,
+            nodes: r.offered,
+            made_ns: r.made_ns,
+            after_ns: now.saturating_sub(r.made_ns),
+        })
     }
 
     /// Time passed: the pending plan takes effect at its epoch; late nodes
@@ -343,7 +403,11 @@ impl Planner {
             ));
         }
         if let Some(p) = self.pending.as_mut() {
-            p.owed.insert(node);
+            if p.owed.insert(node) {
+                if let Some(r) = self.reaching.as_mut().filter(|r| r.plan_id == p.plan.id) {
+                    r.offered += 1;
+                }
+            }
             let effective_ns = p.plan.epoch_ns;
             out.push((
                 node,

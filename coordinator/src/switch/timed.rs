@@ -585,7 +585,17 @@ impl Timed {
             FromAgent::Frozen { gen, report, .. } => {
                 return self.on_frozen(node, gen, report, now_ns);
             }
-            FromAgent::PlanAck { plan_id } => self.planner.on_ack(node, plan_id),
+            FromAgent::PlanAck { plan_id } => {
+                if let Some(r) = self.planner.on_ack(node, plan_id, now_ns) {
+                    info!(
+                        "plan {} reached every node ({}) in {:.1} ms, made at {} ns",
+                        r.plan_id,
+                        r.nodes,
+                        r.after_ns as f64 / 1e6,
+                        r.made_ns
+                    );
+                }
+            }
             FromAgent::Yielded { gen, job } => {
                 self.follow_gen(now_ns);
                 if self.yield_gen == Some(gen) {

@@ -84,6 +84,10 @@ pub struct Seen {
     pub spawned: HashMap<JobId, (u32, Instant)>,
     /// Nodes whose link ended (gangd closed it or it broke).
     pub closed: Vec<(usize, Instant)>,
+    /// Per plan id: when each agent read it, in order (CLOCK_MONOTONIC
+    /// ns, gangd's clock on this host; a node offered it again reads it
+    /// again).
+    pub plans: HashMap<u64, Vec<u64>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -641,6 +645,13 @@ impl Worker {
             }
             ToAgent::Plan { plan, effective_ns } => {
                 let plan_id = plan.id;
+                let read_ns = gang_wire::time::monotonic_ns();
+                self.events
+                    .seen()
+                    .plans
+                    .entry(plan_id)
+                    .or_default()
+                    .push(read_ns);
                 if let Some(r) = self.agents[i].reporter.as_mut() {
                     r.plan(plan, effective_ns);
                 }

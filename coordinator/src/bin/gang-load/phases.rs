@@ -48,6 +48,11 @@ pub const COLUMNS: &[&str] = &[
     "lost_detect_ms",
     "rejoin_ms",
     "relinks",
+    "plans_reached",
+    "plan_read_p50_ms",
+    "plan_read_p99_ms",
+    "plan_p50_ms",
+    "plan_p99_ms",
 ];
 
 /// The CSV line being filled.
@@ -106,6 +111,35 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
             opts.nodes,
             &format!("{relinks} link(s) ended by gangd and joined again (see its log)"),
         );
+    }
+    // Timed switching: how long each plan took to reach every node
+    // (gangd's log, one line per plan; over the whole run).
+    if let Ok(log) = std::fs::read_to_string(opts.dir.join("gangd.log")) {
+        let reached = plans_reached(&log, opts.nodes);
+        if !reached.is_empty() {
+            let reach: Vec<f64> = reached.iter().map(|r| r.after_ms).collect();
+            // From gangd's making it to the last agent reading it (the
+            // rest of the reach is the acks' way back).
+            let read: Vec<f64> = {
+                let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
+                reached
+                    .iter()
+                    .filter_map(|r| {
+                        // The read that completed the plan's first offers
+                        // (two worker threads: in order only once sorted).
+                        let mut reads = seen.plans.get(&r.plan_id)?.clone();
+                        reads.sort_unstable();
+                        let all = reads.get(r.nodes.checked_sub(1)?)?;
+                        Some(all.saturating_sub(r.made_ns) as f64 / 1e6)
+                    })
+                    .collect()
+            };
+            row.set("plans_reached", reach.len());
+            row.num("plan_read_p50_ms", quantile(&read, 0.5));
+            row.num("plan_read_p99_ms", quantile(&read, 0.99));
+            row.num("plan_p50_ms", quantile(&reach, 0.5));
+            row.num("plan_p99_ms", quantile(&reach, 0.99));
+        }
     }
     match outcome {
         Ok(()) => progress(opts.nodes, "done"),
@@ -269,6 +303,41 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     Ok(())
 }
 
+/// A plan that reached every node, as gangd's log says it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reached {
+    pub plan_id: u64,
+    /// The nodes it was offered to.
+    pub nodes: usize,
+    /// When gangd made it, CLOCK_MONOTONIC ns.
+    pub made_ns: u64,
+    /// From then to the last node's ack.
+    pub after_ms: f64,
+}
+
+/// From gangd's log, the plans offered to at least `nodes` nodes that
+/// reached them all: its lines "plan ID reached every node (N) in X ms,
+/// made at T ns" (switch/timed.rs). Plans made while nodes were still
+/// joining (fewer than `nodes`) are left out.
+pub fn plans_reached(log: &str, nodes: usize) -> Vec<Reached> {
+    log.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("plan ")? + "plan ".len()..];
+            let (id, rest) = rest.split_once(" reached every node (")?;
+            let (n, rest) = rest.split_once(") in ")?;
+            let (ms, rest) = rest.split_once(" ms, made at ")?;
+            let made = rest.strip_suffix(" ns")?;
+            let n = n.parse::<usize>().ok().filter(|&n| n >= nodes)?;
+            Some(Reached {
+                plan_id: id.parse().ok()?,
+                nodes: n,
+                made_ns: made.parse().ok()?,
+                after_ms: ms.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 /// How many ranks of `job` the agents' StartJobs started.
 fn reached(pool: &Pool, job: JobId) -> u32 {
     let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -288,4 +357,29 @@ fn counts(pool: &Pool) -> (u64, u64) {
         pool.events.freezes.load(Ordering::Relaxed),
         pool.events.switches.load(Ordering::Relaxed),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plans_reached, Reached};
+
+    #[test]
+    fn plan_reach_is_read_from_gangds_lines_of_plans_to_every_node() {
+        let log = "16:01:02 [INFO] plan 3 reached every node (4096) in 85.2 ms, made at 70 ns\n\
+                   16:01:02 [INFO] plan 2 reached every node (17) in 3.0 ms, made at 9 ns\n\
+                   16:01:03 [WARN] something else\n\
+                   16:01:04 [INFO] plan 4 reached every node (4097) in 120.0 ms, made at 80 ns\n\
+                   16:01:05 [INFO] plan 5 reached every node (x) in 1.0 ms, made at 1 ns\n\
+                   16:01:05 [INFO] plan 6 reached every node (4096) in 1.0 ms\n";
+        let got = plans_reached(log, 4096);
+        let want = [(3, 4096, 70, 85.2), (4, 4097, 80, 120.0)].map(
+            |(plan_id, nodes, made_ns, after_ms)| Reached {
+                plan_id,
+                nodes,
+                made_ns,
+                after_ms,
+            },
+        );
+        assert_eq!(got, want);
+    }
 }
