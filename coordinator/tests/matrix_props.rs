@@ -241,6 +241,23 @@ fn check_state(a: &Allocator) -> Result<(), TestCaseError> {
 
     // Node tables: per slot, each running job's ranked CPUs on that node.
     let tables = a.node_schedules();
+    // The rotation's lighter tables say the same, for any subset of jobs.
+    let light = a.node_tables(|job| job.0 % 2 == 0);
+    prop_assert_eq!(light.len(), tables.len());
+    for ((node, slots), t) in light.iter().zip(&tables) {
+        prop_assert_eq!(*node, t.node);
+        let want: Vec<Vec<(JobId, String)>> = t
+            .slots
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .filter(|p| p.job.0 % 2 == 0)
+                    .map(|p| (p.job, p.cpulist()))
+                    .collect()
+            })
+            .collect();
+        prop_assert_eq!(slots, &want, "node {}", t.name);
+    }
     prop_assert_eq!(tables.len(), a.cluster().nodes().len());
     for t in &tables {
         prop_assert_eq!(t.slots.len(), a.nr_slots());

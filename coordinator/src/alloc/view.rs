@@ -190,6 +190,69 @@ impl Allocator {
             .collect()
     }
 
+    /// Every node's slots alone, as the rotation sends them: per node (by
+    /// id, in cluster order) one entry per slot of the matrix, each the
+    /// jobs `keep` says (by id) with their ranked CPUs there, in the
+    /// kernel's list form. The same slots as [`Self::node_schedules`]
+    /// without its names and ranks: that view, built at every matrix
+    /// change, took 14-57 ms at 4096 nodes and was most of a plan's way to
+    /// the nodes (docs/scale.md, "A plan to every node").
+    pub fn node_tables(&self, keep: impl Fn(JobId) -> bool) -> Vec<(NodeId, NodeTable)> {
+        // (column, job) for every rank of a running job, sorted.
+        let mut ranked: Vec<(usize, JobId)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && keep(j.id))
+            .flat_map(|j| self.rank_columns(j).into_iter().map(move |c| (c, j.id)))
+            .collect();
+        ranked.sort_unstable();
+        ranked.dedup();
+        let cluster = self.cluster();
+        cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let slots = self.node_rows(n, |col, job| ranked.binary_search(&(col, job)).is_ok());
+                let slots = slots
+                    .into_iter()
+                    .map(|row| {
+                        row.chunk_by(|a, b| a.0 == b.0)
+                            .map(|run| {
+                                let cpus: Vec<u32> = run.iter().map(|&(_, c)| c).collect();
+                                (run[0].0, format_cpus(&cpus))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (node.id, slots)
+            })
+            .collect()
+    }
+
+    /// Node `n`'s slots: per row of the matrix, the (job, CPU) of each
+    /// column of the node whose job has a rank there (`ranked`), sorted.
+    fn node_rows(&self, n: usize, ranked: impl Fn(usize, JobId) -> bool) -> Vec<Vec<(JobId, u32)>> {
+        let cluster = self.cluster();
+        let range = cluster.node_columns(n);
+        self.matrix
+            .rows()
+            .iter()
+            .map(|row| {
+                let mut here: Vec<(JobId, u32)> = range
+                    .clone()
+                    .filter_map(|col| {
+                        row[col]
+                            .filter(|e| ranked(col, e.job))
+                            .map(|e| (e.job, cluster.cell(col).cpu))
+                    })
+                    .collect();
+                here.sort_unstable();
+                here
+            })
+            .collect()
+    }
+
     pub fn node_schedule(&self, node: NodeId) -> Option<NodeSchedule> {
         let n = self.cluster().nodes().iter().position(|x| x.id == node)?;
         let here: RanksHere = self
@@ -271,29 +334,20 @@ impl Allocator {
 
     /// Node `n`'s table from `here`, the running jobs' ranks on it.
     fn node_schedule_at(&self, n: usize, here: &RanksHere) -> NodeSchedule {
-        let cluster = self.cluster();
-        let node = &cluster.nodes()[n];
-        let range = cluster.node_columns(n);
+        let node = &self.cluster().nodes()[n];
+        let ranked = |col, job| {
+            here.get(&job)
+                .is_some_and(|rc| rc.iter().any(|&(_, c)| c == col))
+        };
         let slots = self
-            .matrix
-            .rows()
-            .iter()
+            .node_rows(n, ranked)
+            .into_iter()
             .map(|row| {
-                let mut by_job: BTreeMap<JobId, Vec<u32>> = BTreeMap::new();
-                for col in range.clone() {
-                    if let Some(e) = row[col] {
-                        let ranked = here.get(&e.job);
-                        if ranked.is_some_and(|rc| rc.iter().any(|&(_, c)| c == col)) {
-                            by_job.entry(e.job).or_default().push(cluster.cell(col).cpu);
-                        }
-                    }
-                }
-                by_job
-                    .into_iter()
-                    .map(|(id, cpus)| SlotPlacement {
-                        job: id,
-                        gang: self.jobs[&id].spec.name.clone(),
-                        cpus,
+                row.chunk_by(|a, b| a.0 == b.0)
+                    .map(|run| SlotPlacement {
+                        job: run[0].0,
+                        gang: self.jobs[&run[0].0].spec.name.clone(),
+                        cpus: run.iter().map(|&(_, c)| c).collect(),
                     })
                     .collect()
             })
@@ -307,7 +361,7 @@ impl Allocator {
                     .iter()
                     .map(|&(rank, c)| RankCpu {
                         rank,
-                        cpu: cluster.cell(c).cpu,
+                        cpu: self.cluster().cell(c).cpu,
                     })
                     .collect(),
             })
@@ -323,6 +377,10 @@ impl Allocator {
 
 /// The running jobs' ranks on one node: (rank, column), in rank order.
 type RanksHere = BTreeMap<JobId, Vec<(u32, usize)>>;
+
+/// A node's slots for the rotation: per slot, each job with its CPUs there
+/// in the kernel's list form ([`Allocator::node_tables`]).
+pub type NodeTable = Vec<Vec<(JobId, String)>>;
 
 /// A placed job holds its home slot and its fill slots.
 fn holding(job: &Job) -> Holding {

@@ -622,10 +622,22 @@ impl Coordinator {
     }
 
     /// Sends each message to its node, if still connected.
+    /// Sends each node its messages. A message equal to the one before is
+    /// not encoded again (a plan, a Freeze or a table the same for many
+    /// nodes is encoded once), and the agent loop is woken once for the
+    /// whole outbox, so each link's messages of it go out in one write.
     pub(super) fn send_to_nodes(&self, out: Outbox) {
+        let _cork = self.nodes.values().next().and_then(|n| n.link.cork());
+        let mut last: Option<(ToAgent, Frame)> = None;
         for (n, msg) in out {
-            if let Some(node) = self.nodes.get(&n) {
-                node.link.send(&msg);
+            let Some(node) = self.nodes.get(&n) else {
+                continue;
+            };
+            if last.as_ref().is_none_or(|(m, _)| *m != msg) {
+                last = Frame::new(&msg).map(|f| (msg, f));
+            }
+            if let Some((_, frame)) = &last {
+                node.link.send_frame(frame);
             }
         }
     }

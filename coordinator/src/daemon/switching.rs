@@ -73,24 +73,19 @@ impl ClusterView for Boundary<'_> {
     /// id.
     fn tables(&self) -> Vec<(NodeId, Table)> {
         self.alloc
-            .node_schedules()
+            .node_tables(|job| self.started.contains(&job))
             .into_iter()
-            .filter(|sched| self.nodes.contains_key(&NodeId(sched.node)))
-            .map(|sched| {
-                let slots = sched
-                    .slots
-                    .iter()
+            .filter(|(node, _)| self.nodes.contains_key(&NodeId(*node)))
+            .map(|(node, slots)| {
+                let slots = slots
+                    .into_iter()
                     .map(|row| {
-                        row.iter()
-                            .filter(|p| self.started.contains(&p.job))
-                            .map(|p| Placement {
-                                job: p.job,
-                                cpus: p.cpulist(),
-                            })
+                        row.into_iter()
+                            .map(|(job, cpus)| Placement { job, cpus })
                             .collect()
                     })
                     .collect();
-                (NodeId(sched.node), slots)
+                (NodeId(node), slots)
             })
             .collect()
     }

@@ -48,6 +48,7 @@ pub const COLUMNS: &[&str] = &[
     "lost_detect_ms",
     "rejoin_ms",
     "relinks",
+    "plans_made",
     "plans_reached",
     "plan_read_p50_ms",
     "plan_read_p99_ms",
@@ -134,6 +135,15 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
                     })
                     .collect()
             };
+            // Plans the agents saw, reached or replaced before that.
+            let made = pool
+                .events
+                .inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .plans
+                .len();
+            row.set("plans_made", made);
             row.set("plans_reached", reach.len());
             row.num("plan_read_p50_ms", quantile(&read, 0.5));
             row.num("plan_read_p99_ms", quantile(&read, 0.99));

@@ -165,13 +165,15 @@ impl AgentConn {
     /// everything that arrived, then writes what that produced.
     pub fn on_readable(&mut self, cx: &mut Ctx) -> Result<(), End> {
         loop {
-            let eof = match self.tls.read_tls(&mut self.sock) {
+            let mut sock = ShortRead::new(&mut self.sock);
+            let eof = match self.tls.read_tls(&mut sock) {
                 Ok(0) => true,
                 Ok(_) => false,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(self.end(format!("{e}"))),
             };
+            let drained = sock.short;
             if let Err(e) = self.tls.process_new_packets() {
                 // rustls prepared an alert: the peer learns why.
                 let _ = self.flush_tls();
@@ -198,6 +200,9 @@ impl AgentConn {
                     _ => "connection closed".to_string(),
                 };
                 return Err(self.end(why));
+            }
+            if drained {
+                break;
             }
         }
         self.flush()
@@ -430,6 +435,31 @@ fn kind(msg: &FromAgent) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// A socket read that notes whether it returned less than was asked: the
+/// socket's receive queue was empty at that instant, so (edge-triggered)
+/// the loop stops reading there instead of reading again for a
+/// WouldBlock. Data that arrives later raises a new readiness edge. At
+/// 4096 nodes, the read that would block was every other recvfrom of
+/// the agent loop (docs/scale.md).
+struct ShortRead<'a> {
+    sock: &'a mut TcpStream,
+    short: bool,
+}
+
+impl<'a> ShortRead<'a> {
+    fn new(sock: &'a mut TcpStream) -> Self {
+        ShortRead { sock, short: false }
+    }
+}
+
+impl io::Read for ShortRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n > 0 && n < buf.len();
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,5 +491,25 @@ mod tests {
         let order: Vec<u8> = std::iter::from_fn(|| frame(q.pop())).collect();
         assert_eq!(order, vec![10, 11, 12, 1, 2, 3]);
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_read_that_returns_less_than_asked_says_the_socket_was_drained() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        let mut rx = TcpStream::from_std(rx);
+        tx.write_all(&[7u8; 10]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut buf = [0u8; 6];
+        let mut r = ShortRead::new(&mut rx);
+        assert_eq!(r.read(&mut buf).unwrap(), 6);
+        assert!(!r.short, "a full buffer: more may wait");
+        assert_eq!(r.read(&mut buf).unwrap(), 4);
+        assert!(r.short, "4 of 6: the queue was empty");
+        drop(tx);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(r.read(&mut buf).unwrap(), 0);
+        assert!(!r.short, "the end is not a short read");
     }
 }

@@ -98,11 +98,33 @@ enum Route {
 }
 
 /// What the coordinator asks of the agent loop: a frame to send, or a
-/// link to close. The loop is woken when the queue turns non-empty, so a
-/// switch's Freeze to every node is one wake-up, not N.
+/// link to close. The loop is woken when the queue turns non-empty, unless
+/// corked ([`Cork`]): then once, when the last cork goes.
 pub(super) struct ToLoop {
     cmds: Mutex<Vec<(ConnId, Cmd)>>,
     waker: mio::Waker,
+    corked: AtomicUsize,
+}
+
+/// While held, frames queued for the agent loop do not wake it; dropped,
+/// it wakes the loop once for all of them. The coordinator corks while it
+/// queues a whole outbox: woken at its first frame, the loop took the
+/// queue a few frames at a time and wrote a link once per frame, so a
+/// plan change's Schedule and Plan to each of 4096 nodes were two writes
+/// per node, 4096 frames apart (docs/scale.md, "A plan to every node").
+/// Another thread's frame queued meanwhile waits for the cork too (the
+/// time to queue an outbox: milliseconds at 4096 nodes).
+pub struct Cork(Arc<ToLoop>);
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        if self.0.corked.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let waiting = !self.0.cmds.lock().unwrap().is_empty();
+            if waiting {
+                self.0.wake();
+            }
+        }
+    }
 }
 
 pub(super) enum Cmd {
@@ -147,18 +169,23 @@ impl ToLoop {
         Self {
             cmds: Mutex::new(Vec::new()),
             waker,
+            corked: AtomicUsize::new(0),
         }
     }
 
     fn push(&self, conn: ConnId, cmd: Cmd) {
         let mut q = self.cmds.lock().unwrap();
-        let wake = q.is_empty();
+        let wake = q.is_empty() && self.corked.load(Ordering::Acquire) == 0;
         q.push((conn, cmd));
         drop(q);
         if wake {
-            if let Err(e) = self.waker.wake() {
-                warn!("cannot wake the agent loop: {e}");
-            }
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        if let Err(e) = self.waker.wake() {
+            warn!("cannot wake the agent loop: {e}");
         }
     }
 
@@ -208,6 +235,18 @@ impl Link {
             queued: Arc::new(AtomicUsize::new(0)),
             closed: Arc::new(AtomicBool::new(false)),
             heard: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Holds the agent loop's wake-up until the cork is dropped (see
+    /// [`Cork`]); None for a link with a writer thread of its own.
+    pub fn cork(&self) -> Option<Cork> {
+        match &self.route {
+            Route::Loop { to, .. } => {
+                to.corked.fetch_add(1, Ordering::AcqRel);
+                Some(Cork(to.clone()))
+            }
+            Route::Thread { .. } => None,
         }
     }
 
