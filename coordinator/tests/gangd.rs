@@ -303,6 +303,17 @@ impl FakeAgent {
     fn kill(&self) {
         self.tx.lock().unwrap().0.close();
     }
+
+    /// Its TCP connection ends without a TLS close, as when its host dies.
+    fn crash(&self) {
+        let _ = self
+            .tx
+            .lock()
+            .unwrap()
+            .0
+            .socket()
+            .shutdown(std::net::Shutdown::Both);
+    }
 }
 
 struct FrontEnd {
@@ -698,6 +709,37 @@ fn losing_a_node_fails_its_job_and_spares_the_others() {
         ag.exit_all(wide, ExitStatus::Exited(0));
     }
     assert_eq!(fe.ended().0, 0);
+}
+
+#[test]
+fn a_node_whose_last_frame_and_close_arrive_together_is_lost_at_once() {
+    // The agent loop stops reading a socket at a short read (agent_conn.rs,
+    // ShortRead), except when the peer closed: its end is then queued
+    // behind the data and no later readiness would announce it. gangd is
+    // stopped while a node sends a frame and its TCP end (a crash: no TLS
+    // close), so both wait for it in one readiness. With a minute's node
+    // timeout, only the link's end can make the node lost; a heartbeat
+    // period of a second would find it within that second.
+    let g = Gangd::start("lastframe", 3, &["--node-timeout-ms", "60000"]);
+    let ag = FakeAgent::join(&g, "m0", 1);
+    let pid = g.child.id() as i32;
+    // SAFETY: signals to our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    ag.send(FromAgent::Heartbeat { seq: 0, mono_ns: 0 });
+    ag.crash();
+    thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_until("the node lost on its link's end", || {
+        g.log().contains("node m0 lost")
+    });
+    // Not at gangd's next heartbeat to it, a second on (its next write:
+    // what an unread end waited for).
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "lost {:?} after gangd went on",
+        t.elapsed()
+    );
 }
 
 #[test]

@@ -162,8 +162,11 @@ impl AgentConn {
     }
 
     /// The socket is readable (or closed): reads, decrypts and handles
-    /// everything that arrived, then writes what that produced.
-    pub fn on_readable(&mut self, cx: &mut Ctx) -> Result<(), End> {
+    /// everything that arrived, then writes what that produced. A read
+    /// that returned less than it asked for ends the reading, unless the
+    /// event said the peer closed (`closed`): then its end may already be
+    /// queued behind the data, and no later edge would announce it.
+    pub fn on_readable(&mut self, cx: &mut Ctx, closed: bool) -> Result<(), End> {
         loop {
             let mut sock = ShortRead::new(&mut self.sock);
             let eof = match self.tls.read_tls(&mut sock) {
@@ -201,7 +204,7 @@ impl AgentConn {
                 };
                 return Err(self.end(why));
             }
-            if drained {
+            if drained && !closed {
                 break;
             }
         }

@@ -122,7 +122,10 @@ impl AgentLoop {
                 match ev.token() {
                     WAKER => self.commands(post),
                     LISTENER => self.accept(),
-                    Token(t) => self.ready(t as ConnId, post),
+                    Token(t) => {
+                        let closed = ev.is_read_closed() || ev.is_error();
+                        self.ready(t as ConnId, closed, post)
+                    }
                 }
             }
             let now = Instant::now();
@@ -197,8 +200,9 @@ impl AgentLoop {
     }
 
     /// A connection's socket is ready: read what came (the loop is
-    /// edge-triggered, so everything), write what waits.
-    fn ready(&mut self, conn: ConnId, post: &Post) {
+    /// edge-triggered: until a read returns less than it asked for, or to
+    /// the end if the peer `closed`), write what waits.
+    fn ready(&mut self, conn: ConnId, closed: bool, post: &Post) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -207,7 +211,7 @@ impl AgentLoop {
             to_loop: &self.to_loop,
             buf: &mut self.buf,
         };
-        let step = c.on_readable(&mut cx);
+        let step = c.on_readable(&mut cx, closed);
         self.settle(conn, step, post);
     }
 
