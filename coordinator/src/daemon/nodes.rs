@@ -621,8 +621,7 @@ impl Coordinator {
             .map(|(k, _)| k.clone())
     }
 
-    /// Sends each message to its node, if still connected.
-    /// Sends each node its messages. A message equal to the one before is
+    /// Sends each node its messages (if still connected). A message equal to the one before is
     /// not encoded again (a plan, a Freeze or a table the same for many
     /// nodes is encoded once), and the agent loop is woken once for the
     /// whole outbox, so each link's messages of it go out in one write.
