@@ -49,6 +49,12 @@ const PANELS: &[Panel] = &[
         target: Some((100.0, "target: 100 ms")),
     },
     Panel {
+        column: "plan_p50_ms",
+        title: "a plan to every node (timed), p50",
+        ylabel: "ms",
+        target: Some((100.0, "target at 4096: 100 ms")),
+    },
+    Panel {
         column: "switch_p99_ms",
         title: "switch, start to last Running, p99",
         ylabel: "ms",
@@ -206,6 +212,11 @@ mod tests {
             .find(|p| p.contains("data-column=\"cpu_idle_pct\""))
             .unwrap();
         assert_eq!(count(idle, "class=\"point\""), 0, "no run measured it");
+        let plan = ps
+            .iter()
+            .find(|p| p.contains("data-column=\"plan_p50_ms\""))
+            .unwrap();
+        assert_eq!(count(plan, "class=\"reference\""), 1, "the 100 ms target");
     }
 
     #[test]
