@@ -75,6 +75,33 @@ fn a_changed_table_goes_to_its_node_only_and_switches_at_once_to_the_slot_in_for
 }
 
 #[test]
+fn a_job_placed_in_a_new_row_changes_no_table_until_it_starts() {
+    let c = Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1])]);
+    let mut r = started(&c);
+    // Placed, not started: the matrix has a third row, empty in every
+    // node's table. No node is sent anything for it.
+    let placed = Cluster {
+        unstarted_rows: 1,
+        ..Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1])])
+    };
+    r.matrix_changed();
+    assert!(r.tick(1_000, &knobs(), &placed).is_empty());
+    // Started on node 0: the rotation has three slots, every node's table
+    // says so (node 1's with its third slot empty).
+    let c = Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1]), (3, 2, &[0])]);
+    r.matrix_changed();
+    assert_eq!(
+        show(&r.tick(2_000, &knobs(), &c)),
+        [
+            "0 Schedule 3 slots",
+            "1 Schedule 3 slots",
+            "0 Freeze g2 0->0",
+            "1 Freeze g2 0->0"
+        ]
+    );
+}
+
+#[test]
 fn the_slot_ends_at_its_deadline_and_the_next_slot_of_the_rotation_comes() {
     let c = Cluster::new(2, &[(1, 0, &[0, 1]), (2, 1, &[0, 1])]);
     let mut r = started(&c);

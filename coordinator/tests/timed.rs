@@ -121,6 +121,22 @@ fn a_matrix_change_sends_the_tables_then_a_plan_and_no_switch_per_slot() {
 }
 
 #[test]
+fn a_job_placed_but_not_started_makes_no_plan_and_sends_no_table() {
+    let c = two_jobs();
+    let mut r = planned(&c);
+    let placed = Cluster {
+        unstarted_rows: 1,
+        ..two_jobs()
+    };
+    r.matrix_changed();
+    for t in (60..400).step_by(10) {
+        let out = r.tick(t * MS, &timed(), &placed);
+        assert!(out.is_empty(), "at {t} ms: {:?}", show(&out));
+    }
+    assert_eq!(r.timed().unwrap().planner().stats().plans, 1);
+}
+
+#[test]
 fn acks_clear_what_nodes_owe_and_stray_acks_are_counted() {
     let c = two_jobs();
     let mut r = Rotation::new();

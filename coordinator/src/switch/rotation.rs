@@ -54,6 +54,20 @@ pub const PHASE_TIMEOUT_US: u64 = 2_000_000;
 /// One node's table: per slot, the placements of its started jobs.
 pub type Table = Vec<Vec<Placement>>;
 
+/// Drops the empty slots of `table` past the rotation's last slot (`rows`
+/// slots in all): the matrix's rows after it hold no started job (a job
+/// placed there waits for its ranks to start), and every node's table would
+/// change with them. At 4096 nodes a job's placement in a new row then sent
+/// 4096 Schedules and a plan, the same again at its start: a third of the
+/// fan-outs under arrivals (docs/scale.md). No node can be switched into
+/// such a slot: both switchings rotate over [`ClusterView::slots`] only.
+/// A slot with a placement is never dropped.
+fn end_at_rotation(table: &mut Table, rows: usize) {
+    while table.len() > rows && table.last().is_some_and(Vec::is_empty) {
+        table.pop();
+    }
+}
+
 /// What the rotation reads of the allocator and the nodes, at a boundary.
 pub trait ClusterView {
     /// Every live node (they all hear new knobs).
@@ -284,7 +298,9 @@ impl Rotation {
         }
         let mut tables_changed = false;
         if std::mem::take(&mut self.tables_dirty) {
-            for (node, slots) in view.tables() {
+            let rows = view.slots().iter().max().map_or(0, |&s| s as usize + 1);
+            for (node, mut slots) in view.tables() {
+                end_at_rotation(&mut slots, rows);
                 if self.installed.get(&node) != Some(&slots) {
                     out.push((
                         node,

@@ -27,6 +27,9 @@ pub struct Cluster {
     /// Nodes whose link timing is not the default (no RTT, a good clock
     /// within 1 ms).
     pub links: BTreeMap<NodeId, LinkTiming>,
+    /// Empty slots after the last job's in every table: the matrix's rows
+    /// of jobs placed but not started, which gangd's tables hold too.
+    pub unstarted_rows: u32,
 }
 
 impl Cluster {
@@ -38,6 +41,7 @@ impl Cluster {
                 .map(|&(j, s, ns)| (JobId(j), s, ns.iter().map(|&n| NodeId(n)).collect()))
                 .collect(),
             links: BTreeMap::new(),
+            unstarted_rows: 0,
         }
     }
 }
@@ -60,7 +64,7 @@ impl ClusterView for Cluster {
     }
 
     fn tables(&self) -> Vec<(NodeId, Table)> {
-        let rows = self.jobs.iter().map(|j| j.1 + 1).max().unwrap_or(0);
+        let rows = self.jobs.iter().map(|j| j.1 + 1).max().unwrap_or(0) + self.unstarted_rows;
         self.nodes
             .iter()
             .map(|&n| {
