@@ -147,6 +147,8 @@ pub struct Config {
     pub node_timeout: Duration,
     /// One JSON line per cluster switch.
     pub switch_log: Option<PathBuf>,
+    /// Event loop threads for the nodes' links (net/agents.rs).
+    pub agent_loops: usize,
 }
 
 enum Event {
@@ -255,7 +257,7 @@ pub fn run(cfg: Config, shutdown: Arc<AtomicBool>) -> Result<()> {
             }
         }
     };
-    net::serve_agents(listener, cfg.tls.clone(), post.clone())?;
+    net::serve_agents(listener, cfg.tls.clone(), post.clone(), cfg.agent_loops)?;
     net::serve_clients(&cfg.socket, post)?;
     let mut co = Coordinator::new(cfg)?;
     co.queue_full_ns = queue_full_ns;

@@ -59,7 +59,7 @@ use gang_wire::proto::{
 };
 
 use super::jobs::Ending;
-use super::net::{self, ConnId, Frame, Link};
+use super::net::{self, ConnId, Corks, Frame, Link};
 use super::{Coordinator, JobId};
 
 /// Heartbeats kept for the clock estimate.
@@ -624,14 +624,16 @@ impl Coordinator {
     /// Sends each node its messages (if still connected). A message equal to the one before is
     /// not encoded again (a plan, a Freeze or a table the same for many
     /// nodes is encoded once), and the agent loop is woken once for the
-    /// whole outbox, so each link's messages of it go out in one write.
+    /// whole outbox (each loop it goes to: `Corks`), so each link's
+    /// messages of it go out in one write.
     pub(super) fn send_to_nodes(&self, out: Outbox) {
-        let _cork = self.nodes.values().next().and_then(|n| n.link.cork());
+        let mut corks = Corks::default();
         let mut last: Option<(ToAgent, Frame)> = None;
         for (n, msg) in out {
             let Some(node) = self.nodes.get(&n) else {
                 continue;
             };
+            corks.hold(&node.link);
             if last.as_ref().is_none_or(|(m, _)| *m != msg) {
                 last = Frame::new(&msg).map(|f| (msg, f));
             }

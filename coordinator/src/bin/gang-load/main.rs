@@ -23,6 +23,9 @@
 //!    other for `arrivals` seconds; each is ended (its ranks exit) once
 //!    every rank of it reached its node: Submit → Accepted, and Submit →
 //!    the last StartJob at a node (the placement reaching every node).
+//!    `--arrival-gap-ms` holds each job placed, and waits after its end,
+//!    that long: with a gap each plan is timed alone, without one gangd
+//!    is saturated and plans queue behind each other.
 //! 4. loss: node 0 goes silent; the time until gangd fails the jobs on it
 //!    (the front end's JobEnded), then it joins again (time to Welcome).
 //!
@@ -121,6 +124,15 @@ pub struct Opts {
     pub steady: f64,
     #[arg(long, default_value = "5")]
     pub arrivals: f64,
+    /// Milliseconds an arrival is held placed before its ranks exit, and
+    /// waited after its end before the next: 0 is back to back (gangd
+    /// saturated, each plan queued behind the last); a gap of a few
+    /// hundred ms times each plan alone.
+    #[arg(long, default_value = "0")]
+    pub arrival_gap_ms: u64,
+    /// gangd's --agent-loops (default: gangd's own).
+    #[arg(long)]
+    pub agent_loops: Option<u16>,
     /// gangd's --node-timeout-ms (a silent node is lost after it).
     #[arg(long, default_value = "3000")]
     pub node_timeout_ms: u64,
@@ -207,6 +219,9 @@ fn start_gangd(opts: &Opts, ca_dir: &Path, port: u16) -> Result<Gangd> {
         .args(["--node-timeout-ms", &opts.node_timeout_ms.to_string()]);
     if opts.switch_log {
         cmd.arg("--switch-log").arg(opts.dir.join("switches.log"));
+    }
+    if let Some(n) = opts.agent_loops {
+        cmd.args(["--agent-loops", &n.to_string()]);
     }
     let child = cmd
         .stderr(Stdio::from(log))

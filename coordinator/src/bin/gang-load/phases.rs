@@ -97,7 +97,8 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
     let (alloc, _) = measure::allocation_us(opts.nodes, opts.cpus, 200, opts.nodes as u64);
     row.num("alloc_p50_us", quantile(&alloc, 0.5));
     row.num("alloc_p99_us", quantile(&alloc, 0.99));
-    let outcome = phases(opts, pid, pool, tls, &mut row);
+    let mut arrivals = None;
+    let outcome = phases(opts, pid, pool, tls, &mut row, &mut arrivals);
     // Threads and RSS of steady switching, or of the end if it never came.
     if let (false, Some(s)) = (row.is_set("threads"), sample(pid)) {
         row.set("threads", s.threads);
@@ -113,36 +114,37 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
             &format!("{relinks} link(s) ended by gangd and joined again (see its log)"),
         );
     }
-    // Timed switching: how long each plan took to reach every node
-    // (gangd's log, one line per plan; over the whole run).
-    if let Ok(log) = std::fs::read_to_string(opts.dir.join("gangd.log")) {
-        let reached = plans_reached(&log, opts.nodes);
+    // Timed switching: how long each plan made during the arrivals took
+    // to reach every node it was offered to (gangd's log, one line per
+    // plan).
+    let log = std::fs::read_to_string(opts.dir.join("gangd.log"));
+    if let (Ok(log), Some(window)) = (log, arrivals) {
+        let reached = plans_reached(&log, window);
         if !reached.is_empty() {
             let reach: Vec<f64> = reached.iter().map(|r| r.after_ms).collect();
+            let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
             // From gangd's making it to the last agent reading it (the
             // rest of the reach is the acks' way back).
-            let read: Vec<f64> = {
-                let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
-                reached
-                    .iter()
-                    .filter_map(|r| {
-                        // The read that completed the plan's first offers
-                        // (two worker threads: in order only once sorted).
-                        let mut reads = seen.plans.get(&r.plan_id)?.clone();
-                        reads.sort_unstable();
-                        let all = reads.get(r.nodes.checked_sub(1)?)?;
-                        Some(all.saturating_sub(r.made_ns) as f64 / 1e6)
-                    })
-                    .collect()
-            };
-            // Plans the agents saw, reached or replaced before that.
-            let made = pool
-                .events
-                .inner
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            let read: Vec<f64> = reached
+                .iter()
+                .filter_map(|r| {
+                    // The read that completed the plan's first offers
+                    // (two worker threads: in order only once sorted).
+                    let mut reads = seen.plans.get(&r.plan_id)?.clone();
+                    reads.sort_unstable();
+                    let all = reads.get(r.nodes.checked_sub(1)?)?;
+                    Some(all.saturating_sub(r.made_ns) as f64 / 1e6)
+                })
+                .collect();
+            // Plans the agents first saw in the window, reached or
+            // replaced before that.
+            let made = seen
                 .plans
-                .len();
+                .values()
+                .filter_map(|reads| reads.iter().min())
+                .filter(|t| (window.0..window.1).contains(t))
+                .count();
+            drop(seen);
             row.set("plans_made", made);
             row.set("plans_reached", reach.len());
             row.num("plan_read_p50_ms", quantile(&read, 0.5));
@@ -162,7 +164,16 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
     Ok(row.0.join(","))
 }
 
-fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut Row) -> Result<()> {
+/// Fills `row`; `arrivals` gets the arrival phase's start and end,
+/// CLOCK_MONOTONIC ns (gangd's clock on loopback), once it ran.
+fn phases(
+    opts: &Opts,
+    pid: u32,
+    pool: &Pool,
+    tls: &[Arc<ClientTls>],
+    row: &mut Row,
+    arrivals: &mut Option<(u64, u64)>,
+) -> Result<()> {
     let n = opts.nodes;
     let sock = opts.dir.join("sock");
     let gangd = || sample(pid).context("gangd exited");
@@ -263,6 +274,7 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
     let mut rng = Rng::new(n as u64);
     let (mut place, mut accept) = (vec![], vec![]);
     let a = gangd()?;
+    let from_ns = gang_wire::time::monotonic_ns();
     let end = Instant::now() + Duration::from_secs_f64(opts.arrivals);
     let mut j = 0;
     while Instant::now() < end {
@@ -275,11 +287,15 @@ fn phases(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>], row: &mut 
             reached(pool, sub.job) >= ranks
         })?;
         place.push(ms(last_spawn(pool, sub.job).duration_since(sub.sent)));
+        let gap = Duration::from_millis(opts.arrival_gap_ms);
+        thread::sleep(gap);
         pool.exit_job(sub.job);
         wait_for("an arrival to end", Duration::from_secs(30), || {
             sub.ended().is_some()
         })?;
+        thread::sleep(gap);
     }
+    *arrivals = Some((from_ns, gang_wire::time::monotonic_ns()));
     let b = gangd()?;
     row.num("cpu_arrivals_pct", cpu_pct(&a, &b));
     row.set("arrived_jobs", j);
@@ -325,11 +341,13 @@ pub struct Reached {
     pub after_ms: f64,
 }
 
-/// From gangd's log, the plans offered to at least `nodes` nodes that
-/// reached them all: its lines "plan ID reached every node (N) in X ms,
-/// made at T ns" (switch/timed.rs). Plans made while nodes were still
-/// joining (fewer than `nodes`) are left out.
-pub fn plans_reached(log: &str, nodes: usize) -> Vec<Reached> {
+/// From gangd's log, the plans made within `window` (CLOCK_MONOTONIC ns,
+/// start included) that reached every node they were offered to: its lines
+/// "plan ID reached every node (N) in X ms, made at T ns"
+/// (switch/timed.rs). N is not checked against the cluster's size: a
+/// node whose clock gangd found too rough at the time is switched by
+/// command, not offered the plan.
+pub fn plans_reached(log: &str, window: (u64, u64)) -> Vec<Reached> {
     log.lines()
         .filter_map(|l| {
             let rest = &l[l.find("plan ")? + "plan ".len()..];
@@ -337,11 +355,14 @@ pub fn plans_reached(log: &str, nodes: usize) -> Vec<Reached> {
             let (n, rest) = rest.split_once(") in ")?;
             let (ms, rest) = rest.split_once(" ms, made at ")?;
             let made = rest.strip_suffix(" ns")?;
-            let n = n.parse::<usize>().ok().filter(|&n| n >= nodes)?;
+            let made_ns = made
+                .parse()
+                .ok()
+                .filter(|t| (window.0..window.1).contains(t))?;
             Some(Reached {
                 plan_id: id.parse().ok()?,
-                nodes: n,
-                made_ns: made.parse().ok()?,
+                nodes: n.parse().ok()?,
+                made_ns,
                 after_ms: ms.parse().ok()?,
             })
         })
@@ -374,15 +395,16 @@ mod tests {
     use super::{plans_reached, Reached};
 
     #[test]
-    fn plan_reach_is_read_from_gangds_lines_of_plans_to_every_node() {
+    fn plan_reach_is_read_from_gangds_lines_of_the_plans_made_in_the_window() {
         let log = "16:01:02 [INFO] plan 3 reached every node (4096) in 85.2 ms, made at 70 ns\n\
                    16:01:02 [INFO] plan 2 reached every node (17) in 3.0 ms, made at 9 ns\n\
                    16:01:03 [WARN] something else\n\
-                   16:01:04 [INFO] plan 4 reached every node (4097) in 120.0 ms, made at 80 ns\n\
-                   16:01:05 [INFO] plan 5 reached every node (x) in 1.0 ms, made at 1 ns\n\
+                   16:01:04 [INFO] plan 4 reached every node (4090) in 120.0 ms, made at 80 ns\n\
+                   16:01:04 [INFO] plan 7 reached every node (4096) in 2.0 ms, made at 100 ns\n\
+                   16:01:05 [INFO] plan 5 reached every node (x) in 1.0 ms, made at 71 ns\n\
                    16:01:05 [INFO] plan 6 reached every node (4096) in 1.0 ms\n";
-        let got = plans_reached(log, 4096);
-        let want = [(3, 4096, 70, 85.2), (4, 4097, 80, 120.0)].map(
+        let got = plans_reached(log, (10, 100));
+        let want = [(3, 4096, 70, 85.2), (4, 4090, 80, 120.0)].map(
             |(plan_id, nodes, made_ns, after_ms)| Reached {
                 plan_id,
                 nodes,

@@ -1,6 +1,7 @@
-//! The agent port: one event loop thread (mio, edge-triggered) for every
-//! node's link, from the TLS handshake to the end of the connection
-//! (agent_conn.rs holds one connection's state machine).
+//! The agent port: a few event loop threads (mio, edge-triggered; gangd's
+//! `--agent-loops`), each for the links it accepted, from the TLS
+//! handshake to the end of the connection (agent_conn.rs holds one
+//! connection's state machine).
 //!
 //! The loop waits on the listener, every agent socket and a waker. An
 //! accept takes a place among the handshakes in flight (capped per
@@ -58,42 +59,68 @@ const WAKER: Token = Token(usize::MAX);
 const AGENTS_BATCH: usize = 256;
 const LISTENER: Token = Token(usize::MAX - 1);
 
-/// Accepts agents on `listener`; every event goes through `post`.
+/// Accepts agents on `listener` and serves them in `loops` event loop
+/// threads (at least one); every event goes through `post`.
+///
+/// The first loop accepts, takes the connection's place among the
+/// handshakes (the caps are the port's, not a loop's) and hands it to the
+/// loops in turn; a loop owns its connections from the handshake to the
+/// end, so a connection's frames and events keep their order. At 4096
+/// nodes one loop's writes of a plan took 35-60 ms; loops on other cores
+/// share them (docs/scale.md, "A plan to every node").
 pub fn serve_agents(
     listener: std::net::TcpListener,
     tls: Arc<ServerTls>,
     post: impl Fn(NetEvent) + Send + Sync + Clone + 'static,
+    loops: usize,
 ) -> Result<()> {
     listener.set_nonblocking(true)?;
-    let mut listener = TcpListener::from_std(listener);
-    let poll = Poll::new().context("creating the agent loop's poll")?;
-    poll.registry()
-        .register(&mut listener, LISTENER, Interest::READABLE)?;
-    let to_loop = Arc::new(ToLoop::new(Waker::new(poll.registry(), WAKER)?));
-    let mut lp = AgentLoop {
-        poll,
-        listener,
-        tls,
-        to_loop,
-        conns: HashMap::new(),
-        handshaking: HashSet::new(),
-        caps: Caps::new(limits::HANDSHAKES_PER_ADDR, limits::HANDSHAKES_TOTAL),
-        backoff: AcceptBackoff::new("agent"),
-        accept_paused_until: None,
-        over_log: Throttle::new(Duration::from_secs(5)),
-        buf: vec![0u8; 64 << 10],
-    };
-    thread::Builder::new()
-        .name("agents".into())
-        .spawn(move || lp.run(&post))?;
+    let mut listener = Some(TcpListener::from_std(listener));
+    let mut polls = vec![];
+    for _ in 0..loops.max(1) {
+        let poll = Poll::new().context("creating an agent loop's poll")?;
+        let to_loop = Arc::new(ToLoop::new(Waker::new(poll.registry(), WAKER)?));
+        polls.push((poll, to_loop));
+    }
+    let shards: Arc<[Arc<ToLoop>]> = polls.iter().map(|(_, q)| q.clone()).collect();
+    // The port's places, held by a connection until its Hello in whichever
+    // loop it went to.
+    let caps = Caps::new(limits::HANDSHAKES_PER_ADDR, limits::HANDSHAKES_TOTAL);
+    for (i, (poll, to_loop)) in polls.into_iter().enumerate() {
+        let mut listener = listener.take();
+        if let Some(l) = listener.as_mut() {
+            poll.registry().register(l, LISTENER, Interest::READABLE)?;
+        }
+        let mut lp = AgentLoop {
+            poll,
+            listener,
+            tls: tls.clone(),
+            to_loop,
+            shards: shards.clone(),
+            conns: HashMap::new(),
+            handshaking: HashSet::new(),
+            caps: caps.clone(),
+            backoff: AcceptBackoff::new("agent"),
+            accept_paused_until: None,
+            over_log: Throttle::new(Duration::from_secs(5)),
+            buf: vec![0u8; 64 << 10],
+        };
+        let post = post.clone();
+        thread::Builder::new()
+            .name(format!("agents-{i}"))
+            .spawn(move || lp.run(&post))?;
+    }
     Ok(())
 }
 
 struct AgentLoop {
     poll: Poll,
-    listener: TcpListener,
+    /// The first loop's: it accepts for all.
+    listener: Option<TcpListener>,
     tls: Arc<ServerTls>,
     to_loop: Arc<ToLoop>,
+    /// Every loop's queue (this one's too), to hand connections to.
+    shards: Arc<[Arc<ToLoop>]>,
     conns: HashMap<ConnId, AgentConn>,
     /// Connections not yet linked: the only ones with a deadline.
     handshaking: HashSet<ConnId>,
@@ -151,8 +178,15 @@ impl AgentLoop {
         if self.accept_paused_until.is_some() {
             return;
         }
+        if let Some(listener) = self.listener.take() {
+            self.accept_from(&listener);
+            self.listener = Some(listener);
+        }
+    }
+
+    fn accept_from(&mut self, listener: &TcpListener) {
         loop {
-            let (mut sock, peer) = match self.listener.accept() {
+            let (sock, peer) = match listener.accept() {
                 Ok(s) => {
                     self.backoff.succeeded();
                     s
@@ -185,18 +219,33 @@ impl AgentLoop {
             // Switch messages are small and latency-bound.
             let _ = sock.set_nodelay(true);
             let conn = next_conn();
-            if let Err(e) = self.poll.registry().register(
-                &mut sock,
-                Token(conn as usize),
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
-                warn!("agent connection from {peer} dropped: cannot poll it: {e}");
-                continue;
-            }
             let c = AgentConn::new(conn, sock, peer, tls, held, Instant::now());
-            self.conns.insert(conn, c);
-            self.handshaking.insert(conn);
+            let shard = &self.shards[conn as usize % self.shards.len()];
+            if Arc::ptr_eq(shard, &self.to_loop) {
+                self.adopt(conn, c);
+            } else {
+                shard.push(conn, Cmd::Adopt(Box::new(c)));
+            }
         }
+    }
+
+    /// A connection accepted for this loop: polled from now on (a socket
+    /// with data waiting is ready at once: the poll is edge-triggered, but
+    /// registering reports what is there).
+    fn adopt(&mut self, conn: ConnId, mut c: AgentConn) {
+        if let Err(e) = self.poll.registry().register(
+            &mut c.sock,
+            Token(conn as usize),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            warn!(
+                "agent connection from {} dropped: cannot poll it: {e}",
+                c.peer
+            );
+            return;
+        }
+        self.conns.insert(conn, c);
+        self.handshaking.insert(conn);
     }
 
     /// A connection's socket is ready: read what came (the loop is
@@ -220,6 +269,13 @@ impl AgentLoop {
     fn commands(&mut self, post: &Post) {
         let mut touched = HashSet::new();
         for (conn, cmd) in self.to_loop.take() {
+            let cmd = match cmd {
+                Cmd::Adopt(c) => {
+                    self.adopt(conn, *c);
+                    continue;
+                }
+                cmd => cmd,
+            };
             let Some(c) = self.conns.get_mut(&conn) else {
                 continue;
             };
@@ -233,6 +289,7 @@ impl AgentLoop {
                     c.close();
                     self.settle(conn, Err(End::Gone("closed by gangd".into())), post);
                 }
+                Cmd::Adopt(_) => unreachable!("adopted above"),
             }
         }
         for conn in touched {
@@ -348,7 +405,7 @@ mod tests {
         let post = move |ev| {
             let _ = tx.send(ev);
         };
-        serve_agents(listener, ca.server(), post).unwrap();
+        serve_agents(listener, ca.server(), post, 2).unwrap();
         (addr, rx)
     }
 
@@ -458,6 +515,34 @@ mod tests {
         assert_eq!(seqs, [1, 2, 3, 4, 5], "in the order sent");
         drop(s);
         assert!(matches!(next(&rx), NetEvent::AgentGone { conn: c, .. } if c == conn));
+    }
+
+    #[test]
+    fn the_handshake_cap_of_an_address_holds_across_the_loops() {
+        use std::io::Read;
+        let ca = TestCa::new("agent-loop-caps");
+        let (addr, _rx) = start(&ca);
+        // Connections that never start their handshake: each of the two
+        // loops accepts some, but the address gets HANDSHAKES_PER_ADDR
+        // places in all; the others are closed at once.
+        // One at a time; the loops get them in turn.
+        let socks: Vec<std::net::TcpStream> = (0..limits::HANDSHAKES_PER_ADDR * 2)
+            .map(|_| {
+                thread::sleep(Duration::from_millis(20));
+                std::net::TcpStream::connect(addr).unwrap()
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(500));
+        let open = socks
+            .iter()
+            .filter(|s| {
+                let mut s = *s;
+                s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+                matches!(s.read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock
+                    || e.kind() == io::ErrorKind::TimedOut)
+            })
+            .count();
+        assert_eq!(open, limits::HANDSHAKES_PER_ADDR);
     }
 
     #[test]

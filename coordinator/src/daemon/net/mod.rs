@@ -127,9 +127,28 @@ impl Drop for Cork {
     }
 }
 
+/// Corks on every agent loop an outbox goes to ([`Cork`]): each is taken
+/// before the outbox's first frame to its loop, and all go when this is
+/// dropped.
+#[derive(Default)]
+pub struct Corks(Vec<Cork>);
+
+impl Corks {
+    /// Corks `link`'s loop unless it is corked already.
+    pub fn hold(&mut self, link: &Link) {
+        if let Route::Loop { to, .. } = &link.route {
+            if !self.0.iter().any(|c| Arc::ptr_eq(&c.0, to)) {
+                self.0.extend(link.cork());
+            }
+        }
+    }
+}
+
 pub(super) enum Cmd {
     Frame(Frame),
     Close,
+    /// A connection the accepting loop hands to this one (agents.rs).
+    Adopt(Box<agent_conn::AgentConn>),
 }
 
 /// An encoded message, shareable by many links, and whether it may jump
@@ -173,7 +192,7 @@ impl ToLoop {
         }
     }
 
-    fn push(&self, conn: ConnId, cmd: Cmd) {
+    pub(super) fn push(&self, conn: ConnId, cmd: Cmd) {
         let mut q = self.cmds.lock().unwrap();
         let wake = q.is_empty() && self.corked.load(Ordering::Acquire) == 0;
         q.push((conn, cmd));
@@ -386,4 +405,49 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 pub(super) fn next_conn() -> ConnId {
     NEXT_CONN.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gang_wire::proto::ToAgent;
+    use mio::{Events, Poll, Token, Waker};
+    use std::time::Duration;
+
+    /// An agent loop's queue, with the poll its waker wakes.
+    fn a_loop() -> (Poll, Arc<ToLoop>) {
+        let poll = Poll::new().unwrap();
+        let waker = Waker::new(poll.registry(), Token(1)).unwrap();
+        (poll, Arc::new(ToLoop::new(waker)))
+    }
+
+    fn woken(poll: &mut Poll) -> usize {
+        let mut events = Events::with_capacity(8);
+        poll.poll(&mut events, Some(Duration::ZERO)).unwrap();
+        events.iter().count()
+    }
+
+    #[test]
+    fn an_outbox_over_two_loops_corks_each_once_and_wakes_each_once_at_the_end() {
+        let ((mut pa, a), (mut pb, b)) = (a_loop(), a_loop());
+        let links = [
+            Link::on_loop(1, a.clone()),
+            Link::on_loop(2, b.clone()),
+            Link::on_loop(3, a.clone()),
+        ];
+        let mut corks = Corks::default();
+        for (i, link) in links.iter().enumerate() {
+            corks.hold(link);
+            assert!(link.send(&ToAgent::Heartbeat { seq: i as u64 }));
+        }
+        assert_eq!(corks.0.len(), 2, "one cork per loop");
+        assert_eq!((woken(&mut pa), woken(&mut pb)), (0, 0), "corked");
+        drop(corks);
+        assert_eq!((woken(&mut pa), woken(&mut pb)), (1, 1));
+        assert_eq!(a.take().len(), 2);
+        assert_eq!(b.take().len(), 1);
+        // Uncorked, a frame wakes its loop at once.
+        assert!(links[1].send(&ToAgent::Heartbeat { seq: 9 }));
+        assert_eq!((woken(&mut pa), woken(&mut pb)), (0, 1));
+    }
 }
