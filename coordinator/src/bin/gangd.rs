@@ -98,10 +98,12 @@ struct Opts {
     #[arg(long)]
     switch_log: Option<PathBuf>,
 
-    /// Event loop threads for the nodes' links (1-64; default: one per
-    /// CPU, at most 4). Each writes and reads its share of the links.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
-    agent_loops: Option<u16>,
+    /// Event loop threads for the nodes' links (1-64, default 1). Each
+    /// writes and reads its share of the links: for a head with cores to
+    /// spare. On 2 cores shared with 4096 fake agents, 2 loops were no
+    /// faster than 1 and cost more CPU (docs/scale.md).
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u16).range(1..=64))]
+    agent_loops: u16,
 
     #[arg(short, long)]
     verbose: bool,
@@ -248,15 +250,7 @@ fn run(opts: Opts) -> Result<()> {
         heartbeat: Duration::from_millis(opts.heartbeat_ms.max(10)),
         node_timeout: Duration::from_millis(opts.node_timeout_ms.max(100)),
         switch_log: opts.switch_log,
-        agent_loops: opts
-            .agent_loops
-            .map_or_else(default_agent_loops, usize::from),
+        agent_loops: usize::from(opts.agent_loops),
     };
     daemon::run(cfg, shutdown)
-}
-
-/// One agent loop per CPU gangd may run on, at most 4: past that the
-/// coordinator's own thread, not the writes, is what a plan waits for.
-fn default_agent_loops() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }

@@ -1,5 +1,5 @@
 //! The agent port: a few event loop threads (mio, edge-triggered; gangd's
-//! `--agent-loops`), each for the links it accepted, from the TLS
+//! `--agent-loops`, 1 by default), each for the links handed to it, from the TLS
 //! handshake to the end of the connection (agent_conn.rs holds one
 //! connection's state machine).
 //!
