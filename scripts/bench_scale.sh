@@ -9,7 +9,7 @@
 #
 #   scripts/bench_scale.sh [--quick] [--nodes "64 256 1024 4096"] [--steady 5]
 #                          [--arrivals 5] [--idle 2] [--barrier strict]
-#                          [--switching commanded|timed]
+#                          [--switching commanded|timed] [--arrival-gap-ms MS]
 #                          [--bg-per-node K] [--out DIR] [--certs DIR] [--no-build]
 #                          [--table-only] [--compare LABEL=CSV]...
 #
@@ -17,7 +17,10 @@
 # agents ack them and report their switches in batches; gangd writes its
 # switch log), and the table's "plan" column: how long a plan took to
 # reach every node (from gangd's making it to the last ack, p50/p99 over
-# the run's plans). --bg-per-node K: the three background jobs have K ranks on each node
+# the arrivals' plans). --arrival-gap-ms MS: each arriving job is held
+# placed MS ms and MS ms pass after its end (0, the default: back to back,
+# gangd saturated and each plan queued behind the last; 400: each plan
+# timed alone). --bg-per-node K: the three background jobs have K ranks on each node
 # instead of one per CPU (cheaper to place and to switch: K = 1 lets the
 # switch be measured at 4096 nodes on 2 cores). --quick: N = 64 and 256 only. --table-only: the table again from DIR's CSV. Writes DIR (default target/bench/scale)/
 # scale.csv, table.txt and scale.svg (the figures against N, drawn by gang-eval; --compare adds
@@ -32,7 +35,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict SWITCHING=commanded OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4
+NODES="64 256 1024 4096" STEADY=5 ARRIVALS=5 IDLE=2 BARRIER=strict SWITCHING=commanded OUT=target/bench/scale BUILD=1 CERTS= TABLE_ONLY=0 BG=4 GAP=0
 COMPARE=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -46,6 +49,7 @@ while [[ $# -gt 0 ]]; do
         --out) OUT=$2; shift 2 ;;
         --certs) CERTS=$2; shift 2 ;;
         --bg-per-node) BG=$2; shift 2 ;;
+        --arrival-gap-ms) GAP=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --table-only) TABLE_ONLY=1; shift ;;
         --compare) COMPARE+=("$2"); shift 2 ;;
@@ -60,6 +64,7 @@ for s in "$STEADY" "$ARRIVALS" "$IDLE"; do [[ $s =~ ^[0-9]+(\.[0-9]+)?$ ]] || di
 TIMED=()
 [[ $SWITCHING == timed ]] && TIMED=(--switching timed --switch-log)
 [[ $BG =~ ^[1-4]$ ]] || die "--bg-per-node: 1 to 4 (the nodes have 4 CPUs)"
+[[ $GAP =~ ^[0-9]+$ ]] || die "--arrival-gap-ms: a whole number of ms"
 
 # The table of $OUT/scale.csv: the columns a reader compares with the targets.
 print_table() {
@@ -136,7 +141,7 @@ for n in $NODES; do
     header=()
     [[ -f $CSV ]] || header=(--header)
     "$BIN/gang-load" --gangd "$BIN/gangd" --dir "$WORK/n$n" --certs "$CERTS" --nodes "$n" --cpus 4 --slot-ms 100 \
-        --barrier "$BARRIER" "${TIMED[@]}" --bg-per-node "$BG" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" \
+        --barrier "$BARRIER" "${TIMED[@]}" --bg-per-node "$BG" --idle "$IDLE" --steady "$STEADY" --arrivals "$ARRIVALS" --arrival-gap-ms "$GAP" \
         "${header[@]}" >>"$CSV" &
     LOAD_PID=$!
     if ! wait "$LOAD_PID"; then

@@ -336,7 +336,15 @@ impl Coordinator {
     }
 
     pub(super) fn rank_exited(&mut self, id: JobId, rank: u32, node: NodeId, status: ExitStatus) {
-        let node_name = self.node_name(node).unwrap_or_default();
+        let Some(j) = self.jobs.get(&id) else {
+            return;
+        };
+        // Named only for a failure: the name is a walk over every known
+        // node, and a job's end at 4096 nodes is 16384 exits.
+        let node_name = match is_failure(status) && j.ending.is_none() {
+            true => self.node_name(node).unwrap_or_default(),
+            false => String::new(),
+        };
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
