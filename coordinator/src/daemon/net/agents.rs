@@ -3,8 +3,8 @@
 //! handshake to the end of the connection (agent_conn.rs holds one
 //! connection's state machine).
 //!
-//! The loop waits on the listener, every agent socket and a waker. An
-//! accept takes a place among the handshakes in flight (capped per
+//! A loop waits on its agent sockets and a waker, the first also on the
+//! listener. An accept takes a place among the handshakes in flight (capped per
 //! address and in all, limits.rs) or is closed at once; each connection
 //! must finish its TLS handshake and send its Hello before
 //! limits::HANDSHAKE_DEADLINE (the loop's timeout is the nearest one,
@@ -67,7 +67,8 @@ const LISTENER: Token = Token(usize::MAX - 1);
 /// loops in turn; a loop owns its connections from the handshake to the
 /// end, so a connection's frames and events keep their order. At 4096
 /// nodes one loop's writes of a plan took 35-60 ms; loops on other cores
-/// share them (docs/scale.md, "A plan to every node").
+/// share them (docs/scale.md, "A plan's own way": on 2 cores shared with
+/// the fake agents, no faster).
 pub fn serve_agents(
     listener: std::net::TcpListener,
     tls: Arc<ServerTls>,
