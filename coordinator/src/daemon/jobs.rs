@@ -336,15 +336,6 @@ impl Coordinator {
     }
 
     pub(super) fn rank_exited(&mut self, id: JobId, rank: u32, node: NodeId, status: ExitStatus) {
-        let Some(j) = self.jobs.get(&id) else {
-            return;
-        };
-        // Named only for a failure: the name is a walk over every known
-        // node, and a job's end at 4096 nodes is 16384 exits.
-        let node_name = match is_failure(status) && j.ending.is_none() {
-            true => self.node_name(node).unwrap_or_default(),
-            false => String::new(),
-        };
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -353,6 +344,12 @@ impl Coordinator {
         }
         j.exits.insert(rank, status);
         if is_failure(status) && j.ending.is_none() {
+            // `node_names`, not `node_name`: a borrow of that field alone.
+            let node_name = self
+                .node_names
+                .get(node.0 as usize)
+                .cloned()
+                .unwrap_or_default();
             info!("job {id}: rank {rank} on {node_name} {status}");
             j.failure = Some(RankFailure {
                 rank,

@@ -195,6 +195,10 @@ pub struct Coordinator {
     conn_node: HashMap<ConnId, NodeId>,
     /// Node ids by name: a node that comes back keeps its id.
     node_ids: BTreeMap<String, NodeId>,
+    /// Node names by id, the other way (`node_ids` gives a new name the
+    /// next id, so ids are dense): a name is found in O(1), also for a node
+    /// that is gone (a rank's exit at a job's end, a trace's late node).
+    node_names: Vec<String>,
     clients: HashMap<ConnId, (Link, Cred)>,
     jobs: BTreeMap<JobId, Job>,
     /// Submissions so far; makes the allocator's job names unique (users
@@ -323,6 +327,7 @@ impl Coordinator {
             nodes: BTreeMap::new(),
             conn_node: HashMap::new(),
             node_ids: BTreeMap::new(),
+            node_names: Vec::new(),
             clients: HashMap::new(),
             jobs: BTreeMap::new(),
             submissions: 0,

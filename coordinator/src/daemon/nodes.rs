@@ -304,7 +304,10 @@ impl Coordinator {
             }
         };
         let next = NodeId(self.node_ids.len() as u32);
-        let id = *self.node_ids.entry(name.clone()).or_insert(next);
+        let id = *self.node_ids.entry(name.clone()).or_insert_with(|| {
+            self.node_names.push(name.clone());
+            next
+        });
         let mut node = Node::new(id, name.clone(), link, addr, hello.nr_cpus, housekeeping);
         node.gangd_addr = local;
         // The node alone: names and ids are unique by the checks above, so
@@ -614,11 +617,9 @@ impl Coordinator {
         self.nodes.get(&node).map_or("?", |n| n.name.as_str())
     }
 
+    /// A node's name, live or gone (None only for an id never given).
     pub(super) fn node_name(&self, id: NodeId) -> Option<String> {
-        self.node_ids
-            .iter()
-            .find(|(_, &v)| v == id)
-            .map(|(k, _)| k.clone())
+        self.node_names.get(id.0 as usize).cloned()
     }
 
     /// Sends each node its messages (if still connected). A message equal to the one before is
