@@ -34,7 +34,10 @@
 #   --probe: every rank under rankprobe (on with --size lone).
 #   --bpf-stats: the kernel counts the BPF schedulers' callbacks (runs and
 #          time; kernel.bpf_stats_enabled, a few ns per callback): scx_gang
-#          logs what each cost when it stops (boot/node*/scx_gang.*.log).
+#          logs what each cost when it stops (boot/node*/scx_gang.*.log),
+#          and each compute node lists what its scheduler's callbacks cost
+#          (scx_gang's or scx_bpfland's) at each phase's end: DIR/bpf_cost.txt,
+#          side by side in the lone-job table (lone.txt, bpf_cost.csv).
 #
 # The cluster: a head node (gangd, the front ends) and 2 compute nodes of one
 # vCPU each, every node's qemu pinned to host core i % nproc (node 0 and
@@ -138,6 +141,11 @@ if ((BOOT)); then
     TAIL_PID=
     [[ -f $BOOTDIR/node0/eval.log ]] || die "the boot left no eval.log (rc $rc): see $BOOTDIR/node0.console.log"
     cp "$BOOTDIR/node0/eval.log" "$OUT/eval.log"
+    # --bpf-stats: the compute nodes' schedulers' own cost, per phase.
+    rm -f "$OUT/bpf_cost.txt"
+    for f in "$BOOTDIR"/node*/bpf_cost.txt; do
+        [[ -f $f ]] && cat "$f" >>"$OUT/bpf_cost.txt"
+    done
     echo "meta host_cores=$(nproc) pinned=node_i->core_i%$(nproc) host=$(uname -r)" >>"$OUT/eval.log"
     ((rc == 0)) || warn "the boot failed (rc $rc): the report shows what completed; see $BOOTDIR"
 fi
@@ -149,7 +157,9 @@ step "report"
 "$EVAL" report "$OUT/eval.log" --out "$OUT" --policies "$POLICIES" --target-metric makespan-ratio
 if [[ " $MPLS " == *" 1 "* ]] && ((PROBE)); then
     step "the lone-job table (MPL 1, against eevdf and bpfland)"
-    "$EVAL" lone "$OUT/eval.log" --out "$OUT"
+    cost=()
+    [[ -s $OUT/bpf_cost.txt ]] && cost=(--bpf-cost "$OUT/bpf_cost.txt")
+    "$EVAL" lone "$OUT/eval.log" --out "$OUT" "${cost[@]}"
 fi
 step "figures and tables in $OUT: results.csv short.csv summary.txt $(cd "$OUT" && ls ./*.svg 2>/dev/null | tr '\n' ' ')"
 check=(--policies "$POLICIES" --workloads "$WORKLOADS" --mpls "$MPLS" --reps "$((REPS * ROUNDS))")

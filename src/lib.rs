@@ -14,6 +14,7 @@
 //! drain check.
 
 pub mod agent;
+pub mod bpf_cost;
 pub mod bpf_intf;
 pub mod clock;
 pub mod control;

@@ -210,8 +210,6 @@ enum Command {
         #[arg(long, default_value = "/run/scx_gang.sock")]
         socket: PathBuf,
     },
-    /// Time the steps of a park (freezer, cgroup ids, sock_diag) on one
-    /// gang, freezing and thawing it ROUNDS times: a test gang only.
     /// A gang's TCP sockets as the drain check sees them, from the socket
     /// watch and from a sock_diag dump side by side (fails if they
     /// disagree), and ROUNDS checks of each timed. Read-only.
@@ -221,6 +219,12 @@ enum Command {
         #[arg(long, default_value = "20")]
         rounds: u32,
     },
+    /// What the BPF callbacks of the sched_ext scheduler loaded now cost,
+    /// whichever it is (scx_gang, scx_bpfland): per struct_ops program,
+    /// `name runs ns`, counted while kernel.bpf_stats_enabled is 1. Root.
+    BpfCost,
+    /// Time the steps of a park (freezer, cgroup ids, sock_diag) on one
+    /// gang, freezing and thawing it ROUNDS times: a test gang only.
     ParkBench {
         /// The gang's cgroup directory.
         dir: PathBuf,
@@ -252,6 +256,7 @@ fn run(opts: Opts) -> Result<()> {
         Some(Command::Sockets { ref dir, rounds }) => {
             return scx_gang::sockets_cmd::run(&opts.cgroup_mount, &opts.gang_root, dir, rounds)
         }
+        Some(Command::BpfCost) => return scx_gang::bpf_cost::run(),
         Some(Command::ParkBench {
             ref dir,
             rounds,

@@ -26,6 +26,8 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
         .args(["--size", "reduced", "--out"])
         .arg(&out)
         .args(["--quiet-wait", "600"])
+        // The schedulers' own cost per phase (bpf_cost.txt), checked below.
+        .arg("--bpf-stats")
         .status()
         .expect("running scripts/eval.sh");
     assert!(
@@ -96,6 +98,39 @@ fn reduced_evaluation_fills_every_cell_with_verified_jobs_and_draws_the_figures(
         assert!(svg.contains(p), "slowdown.svg does not show {p}");
     }
     lone_round_trip_stays_near_eevdf(&out);
+    schedulers_cost_is_listed_per_phase(&out);
+}
+
+/// `--bpf-stats`: each compute node listed its scheduler's callbacks at the
+/// end of every phase under a BPF scheduler (`scx_gang bpf-cost`, any
+/// scheduler's struct_ops programs), scx_bpfland's as well as scx_gang's,
+/// and none under the kernel's own scheduler.
+fn schedulers_cost_is_listed_per_phase(out: &std::path::Path) {
+    let text = fs::read_to_string(out.join("bpf_cost.txt")).expect("bpf_cost.txt");
+    let ran = |policy: &str, prog: &str| {
+        text.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 7
+                && f[3] == format!("policy={policy}")
+                && f[4] == prog
+                && f[5].parse::<u64>().is_ok_and(|runs| runs > 0)
+                && f[6].parse::<u64>().is_ok_and(|ns| ns > 0)
+        })
+    };
+    for (policy, prog) in [
+        ("bpfland", "bpfland_running"),
+        ("gang-strict", "gang_running"),
+        ("gang-strict", "gang_enqueue"),
+    ] {
+        assert!(
+            ran(policy, prog),
+            "bpf_cost.txt: no {prog} run under {policy}:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("policy=eevdf"),
+        "a BPF cost listed under the kernel's scheduler:\n{text}"
+    );
 }
 
 /// Issue 15's regression bound: rt alone (MPL 1) under scx_gang (strict

@@ -32,6 +32,7 @@
 //! `src/main.rs` is only the command line (`gang-eval report|check|bench|lone|scale`).
 
 pub mod bench;
+pub mod bpf_cost;
 pub mod check;
 pub mod figures;
 pub mod lone;

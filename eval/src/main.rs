@@ -73,6 +73,11 @@ struct LoneArgs {
     /// The policy whose target is checked.
     #[arg(long, default_value = "gang-strict")]
     policy: String,
+    /// The compute nodes' `bpf_cost` lines (scripts/eval.sh --bpf-stats:
+    /// DIR/bpf_cost.txt): the schedulers' own BPF cost is added to the
+    /// table and written to bpf_cost.csv.
+    #[arg(long)]
+    bpf_cost: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -300,16 +305,43 @@ fn lone(a: LoneArgs) -> ExitCode {
         eprintln!("gang-eval: no MPL 1 job records in the input");
         return ExitCode::from(2);
     }
-    let (table, csv) = gang_eval::lone::render(&cells, &a.policy);
+    let (mut table, csv) = gang_eval::lone::render(&cells, &a.policy);
+    let mut cost_csv = None;
+    if let Some(path) = &a.bpf_cost {
+        let costs = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+            .and_then(|text| {
+                gang_eval::bpf_cost::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+            });
+        match costs {
+            Ok(c) if c.policies.is_empty() => {
+                eprintln!("gang-eval: {}: no bpf_cost line", path.display());
+                return ExitCode::from(2);
+            }
+            Ok(c) => {
+                let (t, csv) = gang_eval::bpf_cost::render(&c);
+                table.push_str(&t);
+                cost_csv = Some(csv);
+            }
+            Err(e) => {
+                eprintln!("gang-eval: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let written = std::fs::create_dir_all(&a.out)
         .and_then(|_| std::fs::write(a.out.join("lone.txt"), &table))
-        .and_then(|_| std::fs::write(a.out.join("lone.csv"), &csv));
+        .and_then(|_| std::fs::write(a.out.join("lone.csv"), &csv))
+        .and_then(|_| match &cost_csv {
+            Some(c) => std::fs::write(a.out.join("bpf_cost.csv"), c),
+            None => Ok(()),
+        });
     print!("{table}");
     match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
-                "gang-eval: cannot write lone.txt/lone.csv into {}: {e}",
+                "gang-eval: cannot write lone.txt/lone.csv/bpf_cost.csv into {}: {e}",
                 a.out.display()
             );
             ExitCode::from(1)

@@ -136,9 +136,21 @@ node_flags() { case $1 in gang-poll) echo --no-gang-watch ;; esac; }
 # gangd_switching POLICY: gangd's --switching for it.
 gangd_switching() { case $1 in gang-timed) echo timed ;; *) echo commanded ;; esac; }
 
-BPFLAND_PID= SCX_PID=
+BPFLAND_PID= SCX_PID= PHASE_NOW=
+# bpf_cost: with EVAL_BPF_STATS=1, what the BPF callbacks of the scheduler
+# attached in this phase (scx_gang's or scx_bpfland's) cost over it, one
+# line per callback into bpf_cost.txt (gang-eval lone puts the schedulers
+# side by side, issue 15). Nothing under a kernel scheduler.
+bpf_cost() {
+	[ "${EVAL_BPF_STATS:-0}" = 1 ] && [ -n "$PHASE_NOW" ] && state_is enabled || return 0
+	local out
+	out=$(scx_gang bpf-cost 2>&1) || { log "scx_gang bpf-cost failed in $PHASE_NOW: $out"; return 0; }
+	echo "$out" | sed "s/^/bpf_cost node=$NODE_ID $PHASE_NOW /" >> "$RESULTS/bpf_cost.txt"
+}
 # stop_local: this compute node's daemons of the last phase, by PID.
 stop_local() {
+	bpf_cost
+	PHASE_NOW=
 	if [ -n "$SCX_PID" ]; then
 		kill -INT "$SCX_PID" 2>/dev/null
 		wait_for 30 sh -c "! kill -0 $SCX_PID" || kill -KILL "$SCX_PID" 2>/dev/null
@@ -161,6 +173,7 @@ attached_or_gone() { state_is enabled || ! kill -0 "$1"; }
 start_local() {
 	local k=$1 p=$2 mode
 	mode=$(switching "$p")
+	PHASE_NOW="phase=$k policy=$p"
 	if [ "$p" = bpfland ]; then
 		scx_bpfland > "$RESULTS/bpfland.$k.log" 2>&1 &
 		BPFLAND_PID=$!
