@@ -165,6 +165,17 @@ volatile u64 park_mask;
 volatile u64 park_gen;
 volatile u64 park_until_ns;
 
+/*
+ * Gangs whose yield queue (park_dsq) may hold a task: set after every
+ * insert there, cleared by dispatch_parked() when it finds the queue empty
+ * (and set again if a task came meanwhile), so a dispatch of a gang that
+ * never yields asks no queue length (a DSQ look-up) of its park queue. A
+ * bit set over an empty queue costs one look-up; a bit clear over a task
+ * never happens: the insert comes before the set, the clear before the
+ * look-up.
+ */
+u64 parked_gangs;
+
 /* Ranks (processes) of each gang on this node, counted by the daemon. */
 volatile u32 gang_ranks[GANG_MAX_GANGS];
 /* Voluntary and forced ends of slot per gang, read by the daemon. */
@@ -480,10 +491,16 @@ static struct task_ctx *lookup_task_ctx(struct task_struct *p)
  * (gang_set_cpumask) or the daemon changed the gangs (gangs_epoch). The
  * epoch is read before the look-up, so a change during it is seen next
  * time.
+ *
+ * The task's cgroup id, read at every call, is plain loads: @p is trusted
+ * and struct_ops callbacks run inside an RCU read-side section, so the
+ * verifier lets p->cgroups (RCU) and what it points to be read directly,
+ * as fault-tolerant loads. BPF_CORE_READ made each of the four a
+ * bpf_probe_read_kernel() call.
  */
 static s32 refresh_gang(struct task_struct *p, struct task_ctx *tctx)
 {
-	u64 epoch = gangs_epoch + 1, cgid = BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+	u64 epoch = gangs_epoch + 1, cgid = p->cgroups->dfl_cgrp->kn->id;
 	s32 gang;
 
 	if (tctx && tctx->gang_epoch == epoch && tctx->gang_cgid == cgid)
@@ -849,8 +866,12 @@ static bool dispatch_parked(s32 cpu, s32 gang)
 	struct task_struct *p;
 	bool moved = false;
 
+	if (!(parked_gangs & gang_bit(gang)))
+		return false;
+	__sync_fetch_and_and(&parked_gangs, ~gang_bit(gang));
 	if (!scx_bpf_dsq_nr_queued(park_dsq(gang)))
 		return false;
+	__sync_fetch_and_or(&parked_gangs, gang_bit(gang));
 	bpf_for_each(scx_dsq, p, park_dsq(gang), 0) {
 		struct task_ctx *tctx = lookup_task_ctx(p);
 
@@ -942,6 +963,7 @@ void BPF_STRUCT_OPS(gang_enqueue, struct task_struct *p, u64 enq_flags)
 	/* Yielded its slot: it waits for its gang's next one. */
 	if (gang >= 0 && ctx_parked(tctx)) {
 		scx_bpf_dsq_insert(p, park_dsq(gang), GANG_SLICE_NS, enq_flags);
+		__sync_fetch_and_or(&parked_gangs, gang_bit(gang));
 		return;
 	}
 

@@ -43,9 +43,56 @@ pub struct Costs {
     pub callbacks: BTreeMap<(String, String), Sum>,
 }
 
-/// A callback's name without its scheduler's prefix.
+/// sched_ext's callbacks (struct sched_ext_ops), to name a program whose
+/// name the kernel cut at 15 bytes (`bpfland_dispatc`).
+const OPS: &[&str] = &[
+    "select_cpu",
+    "enqueue",
+    "dequeue",
+    "dispatch",
+    "tick",
+    "runnable",
+    "running",
+    "stopping",
+    "quiescent",
+    "yield",
+    "core_sched_before",
+    "set_weight",
+    "set_cpumask",
+    "update_idle",
+    "cpu_acquire",
+    "cpu_release",
+    "init_task",
+    "exit_task",
+    "enable",
+    "disable",
+    "dump",
+    "dump_cpu",
+    "dump_task",
+    "cgroup_init",
+    "cgroup_exit",
+    "cgroup_prep_move",
+    "cgroup_move",
+    "cgroup_cancel_move",
+    "cgroup_set_weight",
+    "cpu_online",
+    "cpu_offline",
+    "init",
+    "exit",
+];
+
+/// A callback's name without its scheduler's prefix, whole again if the
+/// kernel cut it and one callback alone starts so.
 fn callback(prog: &str) -> &str {
-    prog.split_once('_').map_or(prog, |(_, c)| c)
+    let cut = prog.split_once('_').map_or(prog, |(_, c)| c);
+    if prog.len() < 15 || OPS.contains(&cut) {
+        return cut;
+    }
+    let mut whole = OPS.iter().filter(|op| op.starts_with(cut));
+    match (whole.next(), whole.next()) {
+        (Some(op), None) => op,
+        _ => cut,
+    }
 }
 
 /// Parses `bpf_cost` lines; other lines are skipped. A `bpf_cost` line
@@ -246,6 +293,17 @@ bpf_cost node=1 phase=5 policy=bpfland bpfland_exit 0 0
             csv.contains("gang-strict,enqueue,100,1000000,10.000,0.250,2.500\n"),
             "{csv}"
         );
+    }
+
+    #[test]
+    fn a_name_the_kernel_cut_at_15_bytes_is_made_whole_when_only_one_callback_fits() {
+        assert_eq!(callback("bpfland_dispatc"), "dispatch");
+        assert_eq!(callback("gang_update_idl"), "update_idle");
+        assert_eq!(callback("gang_set_cpumas"), "set_cpumask");
+        // Two callbacks start so: left as it is.
+        assert_eq!(callback("abcdefghi_cgrou"), "cgrou");
+        assert_eq!(callback("gang_enqueue"), "enqueue");
+        assert_eq!(callback("bpfland_init"), "init");
     }
 
     #[test]
