@@ -212,6 +212,51 @@ pub fn monitor(interval: Duration, shutdown: Arc<AtomicBool>) -> Result<()> {
     )
 }
 
+/// Statistics requests handed to the main loop. A thread takes each
+/// request the server makes, queues it on `requests` and wakes the loop
+/// (`wake`), which answers it in its poll: the loop would otherwise see it
+/// only at its idle period, a second. Dropping it stops the thread.
+pub struct StatsForward {
+    pub requests: Receiver<()>,
+    stop: Option<Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StatsForward {
+    pub fn start(server: Receiver<()>, wake: impl Fn() + Send + 'static) -> Result<Self> {
+        let (queued, requests) = crossbeam_channel::unbounded();
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name("stats-forward".into())
+            .spawn(move || loop {
+                crossbeam_channel::select! {
+                    recv(server) -> r => {
+                        if r.is_err() || queued.send(()).is_err() {
+                            return;
+                        }
+                        wake();
+                    }
+                    // Only a drop of the sender ends this wait.
+                    recv(stopped) -> _ => return,
+                }
+            })?;
+        Ok(Self {
+            requests,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for StatsForward {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,50 +313,5 @@ mod tests {
         assert!(!from_old.contains("preempt_"), "{from_old}");
         let old: Metrics = serde_json::from_str(&from_old).unwrap();
         assert_eq!((old.preempt_daemon, old.preempt_kthread), (0, 0));
-    }
-}
-
-/// Statistics requests handed to the main loop. A thread takes each
-/// request the server makes, queues it on `requests` and wakes the loop
-/// (`wake`), which answers it in its poll: the loop would otherwise see it
-/// only at its idle period, a second. Dropping it stops the thread.
-pub struct StatsForward {
-    pub requests: Receiver<()>,
-    stop: Option<Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl StatsForward {
-    pub fn start(server: Receiver<()>, wake: impl Fn() + Send + 'static) -> Result<Self> {
-        let (queued, requests) = crossbeam_channel::unbounded();
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let thread = std::thread::Builder::new()
-            .name("stats-forward".into())
-            .spawn(move || loop {
-                crossbeam_channel::select! {
-                    recv(server) -> r => {
-                        if r.is_err() || queued.send(()).is_err() {
-                            return;
-                        }
-                        wake();
-                    }
-                    // Only a drop of the sender ends this wait.
-                    recv(stopped) -> _ => return,
-                }
-            })?;
-        Ok(Self {
-            requests,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for StatsForward {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
