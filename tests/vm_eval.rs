@@ -131,7 +131,42 @@ fn schedulers_cost_is_listed_per_phase(out: &std::path::Path) {
         !text.contains("policy=eevdf"),
         "a BPF cost listed under the kernel's scheduler:\n{text}"
     );
+    // The schedulers' own cost per context switch (all their callbacks'
+    // time over the runs of ops.running), summed over the policy's phases:
+    // the same jobs ran under both. The lone-job benchmark measured
+    // scx_gang at 0.58-0.65 of scx_bpfland's (0.87 before its wake-up path
+    // was thinned); a generous bound, for a regression (a cgroup walk per
+    // wake-up again), not a figure.
+    let per_switch = |policy: &str| -> f64 {
+        let (mut ns, mut switches) = (0u64, 0u64);
+        for l in text.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() == 7 && f[3] == format!("policy={policy}") {
+                ns += f[6].parse::<u64>().unwrap_or(0);
+                if f[4].ends_with("_running") {
+                    switches += f[5].parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        assert!(
+            switches > 0,
+            "bpf_cost.txt: no context switch under {policy}"
+        );
+        ns as f64 / switches as f64 / 1000.0
+    };
+    let (gang, bpfland) = (per_switch("gang-strict"), per_switch("bpfland"));
+    println!(
+        "BPF per context switch: gang-strict {gang:.2} us, bpfland {bpfland:.2} us: {:.3}x (bound {BPF_COST_BOUND})",
+        gang / bpfland
+    );
+    assert!(
+        gang <= BPF_COST_BOUND * bpfland,
+        "scx_gang's BPF callbacks cost {gang:.2} us per context switch, past {BPF_COST_BOUND}x scx_bpfland's {bpfland:.2} us"
+    );
 }
+
+/// scx_gang's BPF time per context switch against scx_bpfland's, at most.
+const BPF_COST_BOUND: f64 = 1.5;
 
 /// Issue 15's regression bound: rt alone (MPL 1) under scx_gang (strict
 /// barrier, 100 ms slots) against EEVDF in the same boot, compared by rank
