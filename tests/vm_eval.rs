@@ -134,25 +134,14 @@ fn schedulers_cost_is_listed_per_phase(out: &std::path::Path) {
     // The schedulers' own cost per context switch (all their callbacks'
     // time over the runs of ops.running), summed over the policy's phases:
     // the same jobs ran under both. The lone-job benchmark measured
-    // scx_gang at 0.58-0.65 of scx_bpfland's (0.87 before its wake-up path
+    // scx_gang at 0.58-0.73 of scx_bpfland's (0.87 before its wake-up path
     // was thinned); a generous bound, for a regression (a cgroup walk per
-    // wake-up again), not a figure.
+    // wake-up again), not a figure. Read as gang-eval lone reads it.
+    let costs = gang_eval::bpf_cost::parse(&text).expect("bpf_cost.txt parses");
     let per_switch = |policy: &str| -> f64 {
-        let (mut ns, mut switches) = (0u64, 0u64);
-        for l in text.lines() {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() == 7 && f[3] == format!("policy={policy}") {
-                ns += f[6].parse::<u64>().unwrap_or(0);
-                if f[4].ends_with("_running") {
-                    switches += f[5].parse::<u64>().unwrap_or(0);
-                }
-            }
-        }
-        assert!(
-            switches > 0,
-            "bpf_cost.txt: no context switch under {policy}"
-        );
-        ns as f64 / switches as f64 / 1000.0
+        costs
+            .per_switch_us(policy)
+            .unwrap_or_else(|| panic!("bpf_cost.txt: no context switch under {policy}"))
     };
     let (gang, bpfland) = (per_switch("gang-strict"), per_switch("bpfland"));
     println!(
