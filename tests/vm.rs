@@ -15,7 +15,8 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use common::{
-    assert_overlap_below, assert_scheduler_never_failed, json, need_binaries, read, repo,
+    assert_overlap_below, assert_scheduler_never_failed, console_tail, hang_diagnosis, json,
+    need_binaries, read, repo, tail,
 };
 use serde_json::Value;
 
@@ -76,14 +77,39 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
             assert_scheduler_never_failed(&node);
             return node;
         }
-        let console = fs::read_to_string(out.join("node0.console.log")).unwrap_or_default();
+        // Each failed boot is kept beside the results for whoever looks.
+        let kept = out.with_extension(format!("failed-{attempt}"));
+        let _ = fs::remove_dir_all(&kept);
+        let _ = fs::rename(&out, &kept);
+        let console = fs::read_to_string(kept.join("node0.console.log")).unwrap_or_default();
         if console.contains(EMULATOR_FAULT) && attempt < EMULATOR_RETRIES {
-            eprintln!("scenario {scenario}: emulator fault ({EMULATOR_FAULT}), booting again");
+            eprintln!(
+                "scenario {scenario}: emulator fault ({EMULATOR_FAULT}), booting again (that boot in {})",
+                kept.display()
+            );
             continue;
         }
-        let failure = fs::read_to_string(node.join("failure")).unwrap_or_default();
-        let log = fs::read_to_string(node.join("scx_gang.log")).unwrap_or_default();
-        panic!("scenario {scenario} failed: {failure}\n--- scx_gang.log ---\n{log}");
+        let node = kept.join("node0");
+        let mut msg = format!(
+            "scenario {scenario} failed on boot {} (results in {}; host at boot: {})\n\
+             failure: {}\n--- scenario.log ---\n{}\n--- scx_gang.log ---\n{}\n--- console ---\n{}",
+            attempt + 1,
+            kept.display(),
+            fs::read_to_string(kept.join("host_load"))
+                .unwrap_or_default()
+                .replace('\n', ", "),
+            fs::read_to_string(node.join("failure"))
+                .unwrap_or_else(|_| "(none written)".into())
+                .trim(),
+            tail(&node.join("scenario.log"), 15),
+            tail(&node.join("scx_gang.log"), 25),
+            console_tail(&kept.join("node0.console.log"), 40),
+        );
+        let hang = hang_diagnosis(&node);
+        if !hang.is_empty() {
+            msg += &format!("\n--- hang ---\n{hang}");
+        }
+        panic!("{msg}");
     }
     unreachable!()
 }

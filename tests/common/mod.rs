@@ -98,7 +98,6 @@ pub fn json(dir: &Path, name: &str) -> Value {
         .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
 }
 
-/// The last `lines` lines of a file, for failure messages.
 /// What a failed node's logs say of a hang, which the tails leave out:
 /// the daemon's report of a main loop that did not answer (its first one,
 /// with its thread listing: src/switching/stuck.rs) and the kernel's
@@ -132,9 +131,42 @@ pub fn hang_diagnosis(node: &Path) -> String {
     out
 }
 
+/// The last `lines` lines of a file, for failure messages.
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_else(|_| "(missing)".into());
     let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The last `lines` lines of a VM's console log, without the firmware's
+/// terminal control sequences (screen clear, colours) and carriage returns.
+pub fn console_tail(path: &Path, lines: usize) -> String {
+    let raw = fs::read(path).unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
+    let mut clean = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => {
+                // CSI: ESC [ params letter; otherwise ESC letter.
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    while let Some(&n) = chars.peek() {
+                        chars.next();
+                        if n.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                    clean.push('\n');
+                }
+            }
+            '\r' => {}
+            c => clean.push(c),
+        }
+    }
+    let all: Vec<&str> = clean.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
