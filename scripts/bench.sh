@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# The node benchmark, two boots:
+# The node benchmark, three boots:
 #  1. overhead: one node with ONE vCPU pinned to its own host core, guest
 #     time counted in instructions (qemu -icount: timings do not depend on
 #     host load, so differences of a fraction of a percent are real),
 #     measuring side by side scx_gang's per-switch overhead against
 #     SIGSTOP/SIGCONT and cgroup-freezer gang switching (seed 000, Table 4);
 #  2. latency: one node with two vCPUs, scx_gang's switch latency (switch to
-#     last CPU running its new owner) and overlap at each slot length.
-# Prints both tables; results in target/bench/.
+#     last CPU running its new owner) and overlap at each slot length;
+#  3. lone: one node with two vCPUs, instruction-counted time, a job alone
+#     (rt, allreduce, ep over loopback) under EEVDF, scx_bpfland and
+#     scx_gang in turn, and each scheduler's BPF cost (issue 15;
+#     tests/vm/scenarios/lone_bench.sh). gang-eval lone makes its table.
+# Prints the tables; results in target/bench/.
 #
-#   scripts/bench.sh [--seconds D] [--reps N] [--slots "10 50 200"]
+#   scripts/bench.sh [--only overhead|latency|lone]... [--seconds D] [--reps N]
+#                    [--slots "10 50 200"] [--lone-rounds R]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-args=()
+args=() only=() lone_rounds=3
 while [[ $# -gt 0 ]]; do
     case $1 in
+        --only)
+            [[ ${2:-} =~ ^(overhead|latency|lone)$ ]] || die "--only takes overhead, latency or lone"
+            only+=("$2"); shift 2 ;;
+        --lone-rounds)
+            [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--lone-rounds takes a whole number >= 1"
+            lone_rounds=$2; shift 2 ;;
         --seconds) args+=("env.BENCH_SECONDS=$2"); shift 2 ;;
         --reps) args+=("env.BENCH_REPS=$2"); shift 2 ;;
         --slots) args+=("env.BENCH_SLOTS=${2// /,}"); shift 2 ;;
@@ -24,15 +35,31 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-build_image target/bench/image.cpio.gz
+((${#only[@]})) || only=(overhead latency lone)
+want() { [[ " ${only[*]} " == *" $1 "* ]]; }
 
-step "overhead: 1 vCPU pinned to host core 0, instruction-counted time (several minutes)"
-"$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario bench --out target/bench/overhead \
-    --vcpus 1 --pin --icount 0 --timeout 1500 --append "env.BENCH_MODE=overhead ${args[*]:-}"
-step "latency: 2 vCPUs"
-"$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario bench --out target/bench/latency \
-    --vcpus 2 --mttcg --timeout 600 --append "env.BENCH_MODE=latency ${args[*]:-}"
+BPFLAND=$("$SCRIPTS_DIR/peers.sh")
+build_image target/bench/image.cpio.gz scx_gang burn sigswitch rt allreduce ep "$BPFLAND"
+
+if want overhead; then
+    step "overhead: 1 vCPU pinned to host core 0, instruction-counted time (several minutes)"
+    "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario bench --out target/bench/overhead \
+        --vcpus 1 --pin --icount 0 --timeout 1500 --append "env.BENCH_MODE=overhead ${args[*]:-}"
+fi
+if want latency; then
+    step "latency: 2 vCPUs"
+    "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario bench --out target/bench/latency \
+        --vcpus 2 --mttcg --timeout 600 --append "env.BENCH_MODE=latency ${args[*]:-}"
+fi
+if want lone; then
+    step "lone: 2 vCPUs, instruction-counted time, $lone_rounds rounds of 4 phases (about $((lone_rounds * 6)) minutes)"
+    "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario lone_bench --out target/bench/lone \
+        --vcpus 2 --pin --icount 0 --timeout $((900 + lone_rounds * 900)) --append "env.LONE_ROUNDS=$lone_rounds"
+    target/release/gang-eval lone target/bench/lone/node0/records.txt --out target/bench/lone \
+        --policy gang --bpf-cost target/bench/lone/node0/bpf_cost.txt > /dev/null
+fi
 
 echo
-cat target/bench/overhead/node0/bench.txt
-cat target/bench/latency/node0/latency.txt
+if want overhead; then cat target/bench/overhead/node0/bench.txt; fi
+if want latency; then cat target/bench/latency/node0/latency.txt; fi
+if want lone; then cat target/bench/lone/lone.txt; fi

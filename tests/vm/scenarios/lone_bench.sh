@@ -1,0 +1,154 @@
+# Benchmark (not a test), issue 15: what a job alone on a node pays for the
+# scheduler, with the host's noise taken out. One node, its guest time
+# counted in instructions (scripts/bench.sh boots it with qemu -icount,
+# sleep=off: an idle guest's clock jumps to its next timer), so a run takes
+# the same guest time whatever the host does; caches are not modelled, so
+# what differs between schedulers is the instructions they execute.
+#
+# The job: one rank per vCPU, linked over loopback (rt: a token around the
+# ranks, the latency-bound case; allreduce; ep: compute only), the same
+# programs as the cluster evaluation. Each round runs every workload once
+# under each policy, the policies' phases in turn:
+#
+#   dedicated  the kernel's EEVDF (a second EEVDF phase: the noise floor)
+#   eevdf      the kernel's EEVDF
+#   bpfland    scx_bpfland, default options
+#   gang       scx_gang with the job as its only gang (one slot, no switch),
+#              a minimum share of 25 % for tasks of no gang, as on the
+#              cluster's nodes
+#
+# Every rank runs in the same cgroup under every policy. Records in the
+# evaluation's format ($RESULTS/records.txt, `job` lines with the ranks'
+# longest elapsed time and rank 0's median iteration), so `gang-eval lone`
+# makes the table on the host. The kernel's BPF statistics cost time in
+# every callback (two clock reads and a sum per run), so the jobs run with
+# them off; at the end of each sched_ext phase one more rt job runs with
+# them on, and `scx_gang bpf-cost` lists what each callback cost over it
+# ($RESULTS/bpf_cost.txt; that job's record in $RESULTS/cost_jobs.txt).
+#
+# LONE_ROUNDS (3), LONE_WORKLOADS ("rt allreduce ep"), LONE_SCALE (1: work
+# per job, a multiplier).
+. /scenarios/lib.sh
+
+ROUNDS=${LONE_ROUNDS:-3}
+WORKLOADS=${LONE_WORKLOADS:-"rt allreduce ep"}
+SCALE=${LONE_SCALE:-1}
+POLICIES="dedicated eevdf bpfland gang"
+RANKS=$(grep -c ^processor /proc/cpuinfo)
+LOG=$RESULTS/records.txt
+PORT=7300
+PHASE=0
+BPFLAND_PID=
+
+wl_cmd() {
+	case $1 in
+	rt) echo "rt --rounds $((10000 * SCALE))" ;;
+	allreduce) echo "allreduce --grain-us 1000 --iters $((300 * SCALE))" ;;
+	ep) echo "ep --grain-us 1000 --iters $((300 * SCALE))" ;;
+	*) fail "unknown workload $1" ;;
+	esac
+}
+
+attached_or_gone() { state_is enabled || ! kill -0 "$1"; }
+
+# start_policy POLICY: attach its scheduler (none for the kernel's).
+start_policy() {
+	case $1 in
+	bpfland)
+		scx_bpfland > "$RESULTS/bpfland.$PHASE.log" 2>&1 &
+		BPFLAND_PID=$!
+		wait_for 900 attached_or_gone "$BPFLAND_PID"
+		state_is enabled || fail "scx_bpfland did not attach: $(tail -3 "$RESULTS/bpfland.$PHASE.log")"
+		;;
+	gang) start_scx_gang --min-other-share-pct 25 ;;
+	esac
+	log "phase $PHASE: $1 ($(cat $SCX_STATE))"
+}
+
+# stop_policy POLICY: its BPF cost over one more rt job, then detach.
+stop_policy() {
+	if state_is enabled; then
+		echo 1 > /proc/sys/kernel/bpf_stats_enabled || fail "cannot enable BPF statistics"
+		jobs_log=$LOG
+		LOG=$RESULTS/cost_jobs.txt
+		run_job "$1" rt "$PHASE"
+		LOG=$jobs_log
+		echo 0 > /proc/sys/kernel/bpf_stats_enabled
+		out=$(scx_gang bpf-cost 2>&1) || fail "scx_gang bpf-cost failed under $1: $out"
+		echo "$out" | sed "s/^/bpf_cost node=0 phase=$PHASE policy=$1 /" >> "$RESULTS/bpf_cost.txt"
+	fi
+	case $1 in
+	bpfland)
+		kill -INT "$BPFLAND_PID"
+		wait "$BPFLAND_PID"
+		BPFLAND_PID=
+		;;
+	gang)
+		stop_scx_gang
+		SCX_PID=
+		;;
+	esac
+	wait_for 60 state_is disabled || fail "sched_ext still $(cat $SCX_STATE) after $1"
+}
+
+# daemon_ns: CPU time (ns) of the attached scheduler's process, all its
+# threads (scx_gang's daemon or scx_bpfland's); 0 under the kernel's.
+daemon_ns() {
+	pid=${SCX_PID:-$BPFLAND_PID}
+	[ -n "$pid" ] || { echo 0; return; }
+	cat /proc/"$pid"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d\n", s }'
+}
+
+# run_job POLICY WORKLOAD ROUND: one job, its record appended to $LOG.
+run_job() {
+	cmd=$(wl_cmd "$2")
+	peers=
+	i=0
+	while [ $i -lt "$RANKS" ]; do
+		peers="$peers${peers:+,}127.0.0.1:$((PORT + i))"
+		i=$((i + 1))
+	done
+	d0=$(daemon_ns)
+	submit=$(now_ms)
+	pids=
+	i=0
+	while [ $i -lt "$RANKS" ]; do
+		in_gang lone env GANG_RANK=$i GANG_SIZE="$RANKS" GANG_PEERS="$peers" $cmd \
+			> "/tmp/job.$i.out" 2> "/tmp/job.$i.err"
+		pids="$pids $!"
+		i=$((i + 1))
+	done
+	rc=0
+	for pid in $pids; do wait "$pid" || rc=$?; done
+	end=$(now_ms)
+	daemon_ms=$(awk -v a="$d0" -v b="$(daemon_ns)" 'BEGIN { printf "%.3f", (b - a) / 1e6 }')
+	PORT=$((PORT + RANKS))
+	cat /tmp/job.*.out > "$RESULTS/$1.$2.r$3.out"
+	cat /tmp/job.*.err > "$RESULTS/$1.$2.r$3.err"
+	rm -f /tmp/job.*.out /tmp/job.*.err
+	out=$RESULTS/$1.$2.r$3.out
+	ok=$(grep -c '"ok":true' "$out")
+	elapsed=$(sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$out" | sort -n | tail -1)
+	p50=$(sed -n 's/.*"rank":0,.*"iter_us":{"p50":\([0-9.]*\).*/ iter_p50_us=\1/p' "$out" | head -1)
+	[ "$rc" = 0 ] && [ "$ok" = "$RANKS" ] ||
+		echo "# FAILED job $1.$2.r$3: rc $rc, $ok of $RANKS ranks ok" >> "$LOG"
+	echo "job policy=$1 workload=$2 mpl=1 rep=$3 idx=0 submit_ms=$submit end_ms=$end rc=$rc ranks=$RANKS ranks_ok=$ok elapsed_s=${elapsed:-0}$p50 probe_daemon_cpu_ms=$daemon_ms" >> "$LOG"
+	log "$1 $2 round $3: ${elapsed:-?} s, rc $rc, $ok/$RANKS ranks ok"
+}
+
+echo 0 > /proc/sys/kernel/bpf_stats_enabled || fail "no kernel.bpf_stats_enabled"
+echo "meta scenario=lone_bench ranks=$RANKS rounds=$ROUNDS scale=$SCALE workloads=$(echo $WORKLOADS | tr ' ' ,) policies=$(echo $POLICIES | tr ' ' ,)" > "$LOG"
+: > "$RESULTS/bpf_cost.txt"
+: > "$RESULTS/cost_jobs.txt"
+r=0
+while [ $r -lt "$ROUNDS" ]; do
+	for p in $POLICIES; do
+		PHASE=$((PHASE + 1))
+		start_policy "$p"
+		for w in $WORKLOADS; do run_job "$p" "$w" "$r"; done
+		stop_policy "$p"
+	done
+	r=$((r + 1))
+done
+log "done: $(grep -c '^job' "$LOG") jobs, $(grep -c '^# FAILED' "$LOG") failed"
+exit 0
