@@ -1131,8 +1131,25 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 
 	/* Nothing else to run: a task of no gang may go on. */
-	if (prev_queued && prev_class < 0)
+	if (prev_queued && prev_class < 0) {
 		scx_bpf_task_set_slice(prev, OTHER_SLICE_NS);
+		return;
+	}
+
+	/*
+	 * The CPU goes idle: what ran is charged up to here, and the idle time
+	 * to no one. This is the last callback before the kernel runs its idle
+	 * task, so ops.update_idle is not needed, and not implemented: two
+	 * callbacks per idle period that a lone latency-bound job paid on
+	 * every message (issue 15). A task that comes after all (a wake-up
+	 * racing with this) is seen in ops.running, which charges again.
+	 */
+	if (cctx) {
+		u64 now = bpf_ktime_get_ns();
+
+		account(cctx, now);
+		set_running(cctx, cpu, GANG_IDLE, 0, now);
+	}
 }
 
 void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
@@ -1175,7 +1192,7 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 
 /*
  * Only for the trace. Without it nothing here is needed: what ran is charged
- * when the next task runs (ops.running), the CPU goes idle (ops.update_idle)
+ * when the next task runs (ops.running), the CPU goes idle (ops.dispatch)
  * or at a tick, and cctx->running is set by the same callbacks. Under
  * emulation this callback cost 5-6 us per context switch (issue 15), a
  * tenth of a lone latency-bound rank's round trip on each node.
@@ -1324,21 +1341,6 @@ bool BPF_STRUCT_OPS(gang_yield, struct task_struct *from, struct task_struct *to
 	}
 	rank_yielded(from, gang);
 	return false;
-}
-
-void BPF_STRUCT_OPS(gang_update_idle, s32 cpu, bool idle)
-{
-	struct cpu_ctx *cctx;
-	u64 now;
-
-	if (!idle)
-		return;
-	cctx = lookup_cpu_ctx(cpu);
-	if (!cctx)
-		return;
-	now = bpf_ktime_get_ns();
-	account(cctx, now);
-	set_running(cctx, cpu, GANG_IDLE, 0, now);
 }
 
 /* Its affinity changed: gang_cpus_allowed() may say otherwise now. */
@@ -1604,10 +1606,9 @@ SCX_OPS_DEFINE(gang_ops,
 	       .stopping	= (void *)gang_stopping,
 	       .tick		= (void *)gang_tick,
 	       .yield		= (void *)gang_yield,
-	       .update_idle	= (void *)gang_update_idle,
 	       .set_cpumask	= (void *)gang_set_cpumask,
 	       .init_task	= (void *)gang_init_task,
 	       .init		= (void *)gang_init,
 	       .exit		= (void *)gang_exit,
-	       .flags		= SCX_OPS_ENQ_LAST | SCX_OPS_KEEP_BUILTIN_IDLE,
+	       .flags		= SCX_OPS_ENQ_LAST,
 	       .name		= "gang");
