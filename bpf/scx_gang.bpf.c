@@ -553,8 +553,10 @@ static void emit(u32 kind, s32 cpu, s32 gang, u32 flags, u32 cause, u64 ts)
 /*
  * Charge the time since the last accounting on this CPU to what ran, and
  * accrue the credit owed to waiting tasks of no gang while a gang runs.
+ * @other_waits: whether such tasks wait (1 or 0) when the caller has just
+ * looked, -1 to look here (only if a gang ran: a DSQ read saved per call).
  */
-static void account(struct cpu_ctx *cctx, u64 now)
+static void account_other(struct cpu_ctx *cctx, u64 now, s32 other_waits)
 {
 	struct gang_cpu_stats *s = this_cpu_stats();
 	u64 delta = now > cctx->acct_ts ? now - cctx->acct_ts : 0;
@@ -569,7 +571,9 @@ static void account(struct cpu_ctx *cctx, u64 now)
 
 		if (run_ns)
 			*run_ns += delta;
-		if (scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0) {
+		if (other_waits < 0)
+			other_waits = scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0;
+		if (other_waits) {
 			cctx->other_credit += delta * min_other_share_pct / 100;
 			if (cctx->other_credit > OTHER_CREDIT_MAX_NS)
 				cctx->other_credit = OTHER_CREDIT_MAX_NS;
@@ -579,6 +583,11 @@ static void account(struct cpu_ctx *cctx, u64 now)
 		cctx->other_credit = cctx->other_credit > delta ?
 				     cctx->other_credit - delta : 0;
 	}
+}
+
+static void account(struct cpu_ctx *cctx, u64 now)
+{
+	account_other(cctx, now, -1);
 }
 
 /*
@@ -899,8 +908,9 @@ static bool may_run_on(s32 gang, s32 cpu)
 
 s32 BPF_STRUCT_OPS(gang_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
+	struct task_ctx *tctx = lookup_task_ctx(p);
 	bool is_idle = false;
-	s32 gang = refresh_task_gang(p), cpu;
+	s32 gang = refresh_gang(p, tctx), cpu;
 
 	if (gang < 0) {
 		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
@@ -926,7 +936,7 @@ s32 BPF_STRUCT_OPS(gang_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wak
 	}
 	return prev_cpu;
 found:
-	if (!is_parked(p)) {
+	if (!ctx_parked(tctx)) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, GANG_SLICE_NS, 0);
 		stat_inc(STAT_WAKE_DIRECT);
 	}
@@ -1087,6 +1097,7 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	bool prev_queued = prev && (prev->scx.flags & SCX_TASK_QUEUED);
 	s32 prev_class = prev_queued ? task_class(prev) : GANG_IDLE;
 	s32 parked_owner;
+	bool other_waits;
 
 	/* Tasks of no gang are owed their minimum share on this CPU. */
 	if (cctx && cctx->serve_other) {
@@ -1121,7 +1132,8 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 		}
 	}
 
-	if (scx_bpf_dsq_nr_queued(OTHER_DSQ) && scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
+	other_waits = scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0;
+	if (other_waits && scx_bpf_dsq_move_to_local(OTHER_DSQ, 0)) {
 		stat_inc(STAT_OTHER_DISPATCH);
 		return;
 	}
@@ -1147,7 +1159,7 @@ void BPF_STRUCT_OPS(gang_dispatch, s32 cpu, struct task_struct *prev)
 	if (cctx) {
 		u64 now = bpf_ktime_get_ns();
 
-		account(cctx, now);
+		account_other(cctx, now, other_waits);
 		set_running(cctx, cpu, GANG_IDLE, 0, now);
 	}
 }
