@@ -28,7 +28,15 @@ fn binaries() -> Vec<PathBuf> {
     let mut bins = vec![daemon];
     bins.extend(need_binaries(
         &dir,
-        &["burn", "sigswitch", "ring", "slotclock"],
+        &[
+            "burn",
+            "sigswitch",
+            "ring",
+            "slotclock",
+            "rt",
+            "allreduce",
+            "ep",
+        ],
         "build the workspace first (cargo build --workspace)",
     ));
     bins
@@ -84,6 +92,16 @@ fn only_text_patching_oopses_count_as_emulator_faults() {
 /// cross-CPU kick waits for the other vCPU's turn, which blurs every timing.
 /// VM tests run one at a time: two VMs on two host cores blur it too.
 fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
+    boot(
+        scenario,
+        &["--vcpus", &vcpus.to_string(), "--mttcg"],
+        timeout_s,
+    )
+}
+
+/// Boots one node running `scenario` with scripts/cluster.sh's `options`
+/// (vCPUs, TCG mode, kernel arguments) and returns its results.
+fn boot(scenario: &str, options: &[&str], timeout_s: u32) -> PathBuf {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = repo().join("target/vm/results").join(scenario);
@@ -93,15 +111,8 @@ fn run_scenario(scenario: &str, vcpus: u32, timeout_s: u32) -> PathBuf {
         let status = Command::new(repo().join("scripts/cluster.sh"))
             .arg("--image")
             .arg(image())
-            .args([
-                "--scenario",
-                scenario,
-                "--nodes",
-                "1",
-                "--vcpus",
-                &vcpus.to_string(),
-                "--mttcg",
-            ])
+            .args(["--scenario", scenario, "--nodes", "1"])
+            .args(options)
             .args(["--timeout", &timeout_s.to_string()])
             .arg("--out")
             .arg(&out)
@@ -640,4 +651,67 @@ fn yielding_ranks_end_their_slots_voluntarily_and_wait_policies_lose_nothing() {
             eprintln!("{name}: {out}");
         }
     }
+}
+
+/// Issue 15: a job alone pays little for scx_gang, measured where the
+/// host's load cannot move it: one node of 2 vCPUs whose guest time counts
+/// instructions (qemu -icount), the lone-job benchmark's scenario
+/// (scripts/bench.sh --only lone) with three rounds of EEVDF and scx_gang,
+/// medians compared (the guest's 8 s of time take under a minute here);
+/// scx_bpfland is left to the benchmark (its load alone takes minutes).
+/// There two EEVDF phases' rt agreed within 2 % and scx_gang measured
+/// rt 1.03, allreduce and ep 1.00 of EEVDF, 1.65 us of BPF per context
+/// switch: the bounds catch a regression of the wake-up path (2.03 us and
+/// rt 1.04 before update_idle went; a cgroup walk per wake-up would be
+/// far more), not noise.
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn a_lone_job_pays_little_for_scx_gang_in_instruction_counted_time() {
+    let r = boot(
+        "lone_bench",
+        &[
+            "--vcpus",
+            "2",
+            "--icount",
+            "0",
+            "--append",
+            "env.LONE_ROUNDS=3 env.LONE_POLICIES=eevdf,gang",
+        ],
+        900,
+    );
+    let log = gang_eval::records::Log::load(&[r.join("records.txt")]).expect("records.txt parses");
+    let cells = gang_eval::lone::cells(&log);
+    for (workload, bound) in [("rt", 1.10), ("allreduce", 1.02), ("ep", 1.02)] {
+        for policy in ["eevdf", "gang"] {
+            let c = cells
+                .iter()
+                .find(|c| c.workload == workload && c.policy == policy)
+                .unwrap_or_else(|| panic!("no {workload} job under {policy}"));
+            assert_eq!(
+                (c.ok, c.failed),
+                (3, 0),
+                "{workload} under {policy}: {}",
+                read(&r, "scenario.log")
+            );
+        }
+        let gang = cells
+            .iter()
+            .find(|c| c.workload == workload && c.policy == "gang")
+            .unwrap();
+        let ratio = gang_eval::lone::ratio(&cells, gang, "eevdf").expect("an EEVDF time");
+        println!("{workload} alone: scx_gang {ratio:.3} of EEVDF (bound {bound})");
+        assert!(
+            ratio <= bound,
+            "{workload} alone took {ratio:.3} of EEVDF's time under scx_gang, past {bound}"
+        );
+    }
+    let costs = gang_eval::bpf_cost::parse(&read(&r, "bpf_cost.txt")).expect("bpf_cost.txt parses");
+    let per_switch = costs
+        .per_switch_us("gang")
+        .expect("scx_gang's callbacks listed, with context switches");
+    println!("BPF per context switch under scx_gang: {per_switch:.2} us (bound 3.0)");
+    assert!(
+        per_switch <= 3.0,
+        "scx_gang's BPF cost {per_switch:.2} us per context switch, past 3.0"
+    );
 }

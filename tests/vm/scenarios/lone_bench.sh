@@ -26,14 +26,19 @@
 # them on, and `scx_gang bpf-cost` lists what each callback cost over it
 # ($RESULTS/bpf_cost.txt; that job's record in $RESULTS/cost_jobs.txt).
 #
-# LONE_ROUNDS (3), LONE_WORKLOADS ("rt allreduce ep"), LONE_SCALE (1: work
-# per job, a multiplier).
+# LONE_ROUNDS (3), LONE_WORKLOADS ("rt allreduce ep"), LONE_POLICIES (all
+# four; a kernel argument cannot hold blanks, so commas also separate),
+# LONE_SCALE (1: work per job, a multiplier).
 . /scenarios/lib.sh
 
 ROUNDS=${LONE_ROUNDS:-3}
 WORKLOADS=${LONE_WORKLOADS:-"rt allreduce ep"}
 SCALE=${LONE_SCALE:-1}
-POLICIES="dedicated eevdf bpfland gang"
+POLICIES=$(echo "${LONE_POLICIES:-dedicated eevdf bpfland gang}" | tr , ' ')
+WORKLOADS=$(echo "$WORKLOADS" | tr , ' ')
+for p in $POLICIES; do
+	case $p in dedicated | eevdf | bpfland | gang) ;; *) fail "unknown policy $p" ;; esac
+done
 RANKS=$(grep -c ^processor /proc/cpuinfo)
 LOG=$RESULTS/records.txt
 PORT=7300
