@@ -1240,15 +1240,19 @@ void BPF_STRUCT_OPS(gang_tick, struct task_struct *p)
 	s32 cpu = scx_bpf_task_cpu(p);
 	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 	u64 now = bpf_ktime_get_ns();
+	s32 other_waits = -1;
 
 	if (!cctx)
 		return;
-	note_stall(cctx, cpu, now);
-	account(cctx, now);
+	if (trace_on)
+		note_stall(cctx, cpu, now);
+	/* One read of the queue of tasks of no gang serves both uses. */
+	if (cctx->running >= 0)
+		other_waits = scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0;
+	account_other(cctx, now, other_waits);
 
-	if (cctx->running >= 0 && !cctx->serve_other &&
-	    cctx->other_credit >= OTHER_SLICE_NS &&
-	    scx_bpf_dsq_nr_queued(OTHER_DSQ) > 0) {
+	if (other_waits > 0 && !cctx->serve_other &&
+	    cctx->other_credit >= OTHER_SLICE_NS) {
 		cctx->serve_other = true;
 		scx_bpf_task_set_slice(p, 0);
 		stat_inc(STAT_MIN_SHARE);
