@@ -52,7 +52,7 @@ if want latency; then
         --vcpus 2 --mttcg --timeout 600 --append "env.BENCH_MODE=latency ${args[*]:-}"
 fi
 if want lone; then
-    step "lone: 2 vCPUs, instruction-counted time, $lone_rounds rounds of 4 phases (about $((lone_rounds * 6)) minutes)"
+    step "lone: 2 vCPUs, instruction-counted time, $lone_rounds rounds of 4 phases (about $((lone_rounds * 2 + 1)) minutes)"
     "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario lone_bench --out target/bench/lone \
         --vcpus 2 --pin --icount 0 --timeout $((900 + lone_rounds * 900)) --append "env.LONE_ROUNDS=$lone_rounds"
     target/release/gang-eval lone target/bench/lone/node0/records.txt --out target/bench/lone \
