@@ -39,6 +39,12 @@ WORKLOADS=$(echo "$WORKLOADS" | tr , ' ')
 for p in $POLICIES; do
 	case $p in dedicated | eevdf | bpfland | gang) ;; *) fail "unknown policy $p" ;; esac
 done
+for w in $WORKLOADS; do
+	case $w in rt | allreduce | ep) ;; *) fail "unknown workload $w" ;; esac
+done
+for n in "$ROUNDS" "$SCALE"; do
+	case $n in '' | *[!0-9]* | 0*) fail "LONE_ROUNDS and LONE_SCALE take a whole number >= 1 (got '$n')" ;; esac
+done
 RANKS=$(grep -c ^processor /proc/cpuinfo)
 LOG=$RESULTS/records.txt
 PORT=7300
@@ -50,7 +56,6 @@ wl_cmd() {
 	rt) echo "rt --rounds $((10000 * SCALE))" ;;
 	allreduce) echo "allreduce --grain-us 1000 --iters $((300 * SCALE))" ;;
 	ep) echo "ep --grain-us 1000 --iters $((300 * SCALE))" ;;
-	*) fail "unknown workload $1" ;;
 	esac
 }
 
