@@ -14,12 +14,12 @@
 # Prints the tables; results in target/bench/.
 #
 #   scripts/bench.sh [--only overhead|latency|lone]... [--seconds D] [--reps N]
-#                    [--slots "10 50 200"] [--lone-rounds R]
+#                    [--slots "10 50 200"] [--lone-rounds R] [--lone-vcpus V]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-args=() only=() lone_rounds=3
+args=() only=() lone_rounds=3 lone_vcpus=2
 while [[ $# -gt 0 ]]; do
     case $1 in
         --only)
@@ -28,6 +28,9 @@ while [[ $# -gt 0 ]]; do
         --lone-rounds)
             [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--lone-rounds takes a whole number >= 1"
             lone_rounds=$2; shift 2 ;;
+        --lone-vcpus)
+            [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--lone-vcpus takes a whole number >= 1"
+            lone_vcpus=$2; shift 2 ;;
         --seconds) args+=("env.BENCH_SECONDS=$2"); shift 2 ;;
         --reps) args+=("env.BENCH_REPS=$2"); shift 2 ;;
         --slots) args+=("env.BENCH_SLOTS=${2// /,}"); shift 2 ;;
@@ -52,9 +55,9 @@ if want latency; then
         --vcpus 2 --mttcg --timeout 600 --append "env.BENCH_MODE=latency ${args[*]:-}"
 fi
 if want lone; then
-    step "lone: 2 vCPUs, instruction-counted time, $lone_rounds rounds of 4 phases (about $((lone_rounds * 2 + 1)) minutes)"
+    step "lone: $lone_vcpus vCPU(s), instruction-counted time, $lone_rounds rounds of 4 phases (about $((lone_rounds * 2 + 1)) minutes)"
     "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario lone_bench --out target/bench/lone \
-        --vcpus 2 --pin --icount 0 --timeout $((900 + lone_rounds * 900)) --append "env.LONE_ROUNDS=$lone_rounds"
+        --vcpus "$lone_vcpus" --pin --icount 0 --timeout $((900 + lone_rounds * 900)) --append "env.LONE_ROUNDS=$lone_rounds"
     target/release/gang-eval lone target/bench/lone/node0/records.txt --out target/bench/lone \
         --policy gang --bpf-cost target/bench/lone/node0/bpf_cost.txt > /dev/null
 fi

@@ -5,7 +5,9 @@
 # the same guest time whatever the host does; caches are not modelled, so
 # what differs between schedulers is the instructions they execute.
 #
-# The job: one rank per vCPU, linked over loopback (rt: a token around the
+# The job: one rank per vCPU (two on a one-vCPU node, as the cluster's
+# nodes are: no ops.select_cpu there, every wake-up goes through
+# ops.enqueue), linked over loopback (rt: a token around the
 # ranks, the latency-bound case; allreduce; ep: compute only), the same
 # programs as the cluster evaluation. Each round runs every workload once
 # under each policy, the policies' phases in turn:
@@ -46,6 +48,7 @@ for n in "$ROUNDS" "$SCALE"; do
 	case $n in '' | *[!0-9]* | 0*) fail "LONE_ROUNDS and LONE_SCALE take a whole number >= 1 (got '$n')" ;; esac
 done
 RANKS=$(grep -c ^processor /proc/cpuinfo)
+[ "$RANKS" -ge 2 ] || RANKS=2   # a one-vCPU node: two ranks share it
 LOG=$RESULTS/records.txt
 PORT=7300
 PHASE=0
