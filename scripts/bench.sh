@@ -8,14 +8,14 @@
 #  2. latency: one node with two vCPUs, scx_gang's switch latency (switch to
 #     last CPU running its new owner) and overlap at each slot length;
 #  3. lone: one node with two vCPUs, instruction-counted time, a job alone
-#     (rt, allreduce, ep over loopback; NetPIPE over TCP on lo, MPICH's
-#     launcher starting its two ranks) under EEVDF, scx_bpfland and
+#     (rt, allreduce, ep over loopback) under EEVDF, scx_bpfland and
 #     scx_gang in turn, and each scheduler's BPF cost (issue 15;
 #     tests/vm/scenarios/lone_bench.sh). gang-eval lone makes its table.
 #  4. netpipe: the same on one node of two vCPUs in real time (multi-threaded
 #     TCG): NetPIPE alone (NPmpich2, MPICH's launcher starting its two
 #     ranks, TCP over lo), 50 times the cluster evaluation's repetitions
-#     so that MPI's start-up is not most of the job. Its ranks poll, which
+#     so that MPI's start-up is not most of the job; the BPF cost over one
+#     more NetPIPE job per sched_ext phase. Its ranks poll, which
 #     instruction-counted time cannot show (lone_bench.sh says why). A
 #     boot the emulator's text-patching fault ends is booted again (3 at
 #     most).
@@ -82,7 +82,7 @@ if want netpipe; then
         rc=0
         "$SCRIPTS_DIR/cluster.sh" --image target/bench/image.cpio.gz --scenario lone_bench --out target/bench/netpipe \
             --vcpus 2 --mttcg --timeout $((600 + netpipe_rounds * 300)) \
-            --append "env.LONE_ROUNDS=$netpipe_rounds env.LONE_WORKLOADS=netpipe env.LONE_SCALE=50" || rc=$?
+            --append "env.LONE_ROUNDS=$netpipe_rounds env.LONE_WORKLOADS=netpipe env.LONE_SCALE=50 env.LONE_COST=netpipe env.LONE_COST_SCALE=50" || rc=$?
         ((rc == 0)) && break
         grep -qE 'Oops: int3|text_poke' target/bench/netpipe/node0.console.log ||
             die "the netpipe boot failed (not the emulator's text-patching fault): target/bench/netpipe/node0.console.log"
@@ -90,7 +90,7 @@ if want netpipe; then
         step "the netpipe boot hit the emulator's text-patching fault; booting again"
     done
     target/release/gang-eval lone target/bench/netpipe/node0/records.txt --out target/bench/netpipe \
-        --policy gang > /dev/null
+        --policy gang --bpf-cost target/bench/netpipe/node0/bpf_cost.txt > /dev/null
 fi
 
 echo

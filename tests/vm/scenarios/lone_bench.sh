@@ -35,30 +35,34 @@
 # longest elapsed time and rank 0's median iteration), so `gang-eval lone`
 # makes the table on the host. The kernel's BPF statistics cost time in
 # every callback (two clock reads and a sum per run), so the jobs run with
-# them off; at the end of each sched_ext phase one more rt job runs with
-# them on, and `scx_gang bpf-cost` lists what each callback cost over it
-# ($RESULTS/bpf_cost.txt; that job's record in $RESULTS/cost_jobs.txt).
+# them off; at the end of each sched_ext phase one more job (rt, or
+# LONE_COST) runs with them on, and `scx_gang bpf-cost` lists what each
+# callback cost over it ($RESULTS/bpf_cost.txt; that job's record in
+# $RESULTS/cost_jobs.txt).
 #
-# LONE_ROUNDS (3), LONE_WORKLOADS ("rt allreduce ep"; or netpipe), LONE_POLICIES (all
-# four; a kernel argument cannot hold blanks, so commas also separate),
-# LONE_SCALE (1: work per job, a multiplier).
+# LONE_ROUNDS (3), LONE_WORKLOADS ("rt allreduce ep"; or netpipe),
+# LONE_POLICIES (all four; a kernel argument cannot hold blanks, so commas
+# also separate), LONE_SCALE (1: work per job, a multiplier), LONE_COST and
+# LONE_COST_SCALE (rt, 1: the BPF-cost job's workload and scale).
 . /scenarios/lib.sh
 
 ROUNDS=${LONE_ROUNDS:-3}
 NCPU=$(grep -c ^processor /proc/cpuinfo)
 WORKLOADS=${LONE_WORKLOADS:-"rt allreduce ep"}
 SCALE=${LONE_SCALE:-1}
+COST=${LONE_COST:-rt}
+COST_SCALE=${LONE_COST_SCALE:-1}
 POLICIES=$(echo "${LONE_POLICIES:-dedicated eevdf bpfland gang}" | tr , ' ')
 WORKLOADS=$(echo "$WORKLOADS" | tr , ' ')
 for p in $POLICIES; do
 	case $p in dedicated | eevdf | bpfland | gang) ;; *) fail "unknown policy $p" ;; esac
 done
-for w in $WORKLOADS; do
+for w in $WORKLOADS $COST; do
 	case $w in rt | allreduce | ep | netpipe) ;; *) fail "unknown workload $w" ;; esac
 	[ "$w" != netpipe ] || [ "$NCPU" -ge 2 ] || fail "netpipe's two ranks poll: they need two vCPUs, this node has $NCPU"
 done
-for n in "$ROUNDS" "$SCALE"; do
-	case $n in '' | *[!0-9]* | 0*) fail "LONE_ROUNDS and LONE_SCALE take a whole number >= 1 (got '$n')" ;; esac
+for n in "$ROUNDS" "$SCALE" "$COST_SCALE"; do
+	case $n in '' | *[!0-9]* | 0*) fail "LONE_ROUNDS, LONE_SCALE and LONE_COST_SCALE take a whole number >= 1 (got '$n')" ;; esac
 done
 RANKS=$NCPU
 [ "$RANKS" -ge 2 ] || RANKS=2   # a one-vCPU node: two ranks share it
@@ -67,8 +71,8 @@ PORT=7300
 PHASE=0
 BPFLAND_PID=
 
-# wl_cmd WORKLOAD: its command at JOB_SCALE (SCALE for the measured jobs;
-# 1 for the warm-up and the BPF-cost jobs, which only need to run).
+# wl_cmd WORKLOAD: its command at JOB_SCALE (SCALE for the measured jobs,
+# 1 for the warm-ups, COST_SCALE for the BPF-cost jobs).
 JOB_SCALE=$SCALE
 wl_cmd() {
 	case $1 in
@@ -130,8 +134,8 @@ stop_policy() {
 		echo 1 > /proc/sys/kernel/bpf_stats_enabled || fail "cannot enable BPF statistics"
 		jobs_log=$LOG
 		LOG=$RESULTS/cost_jobs.txt
-		JOB_SCALE=1
-		run_job "$1" rt "$PHASE"
+		JOB_SCALE=$COST_SCALE
+		run_job "$1" "$COST" "$PHASE"
 		JOB_SCALE=$SCALE
 		LOG=$jobs_log
 		echo 0 > /proc/sys/kernel/bpf_stats_enabled
