@@ -302,7 +302,7 @@ job_fields() {
 probe_fields() {
 	awk '$1 == "rankprobe" { for (i = 2; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in sum)) order[++n] = kv[1]; sum[kv[1]] += kv[2] } }
 		END { for (i = 1; i <= n; i++) printf " probe_%s=%.3f", order[i], sum[order[i]] }' "$JOBS/$1.out"
-	awk '$3 == "bytes" && $2 == 1024 && $11 == "usec" { u = $10 } END { if (u != "") printf " np_1k_us=%s", u }' "$JOBS/$1.err" "$JOBS/$1.out"
+	np_1k_field "$JOBS/$1.err" "$JOBS/$1.out"
 	# Rank 0's median iteration (rt: the round-trip latency).
 	sed -n 's/.*"rank":0,.*"iter_us":{"p50":\([0-9.]*\).*/ iter_p50_us=\1/p' "$JOBS/$1.out" | head -1 | tr -d '\n'
 }

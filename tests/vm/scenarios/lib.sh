@@ -42,6 +42,12 @@ stop_scx_gang() {
 	log "scx_gang stopped, sched_ext state: $(cat $SCX_STATE)"
 }
 
+# np_1k_field FILE...: " np_1k_us=US", NetPIPE's one-way time at 1 KiB
+# from its table (its last such row in FILEs), or nothing without one.
+np_1k_field() {
+	awk '$3 == "bytes" && $2 == 1024 && $11 == "usec" { u = $10 } END { if (u != "") printf " np_1k_us=%s", u }' "$@"
+}
+
 # in_gang GANG CMD...: run CMD in the background inside gang GANG (a cgroup
 # below the gang root, created if missing). Its output goes to the caller's
 # redirection.

@@ -71,22 +71,21 @@ PORT=7300
 PHASE=0
 BPFLAND_PID=
 
-# wl_cmd WORKLOAD: its command at JOB_SCALE (SCALE for the measured jobs,
-# 1 for the warm-ups, COST_SCALE for the BPF-cost jobs).
-JOB_SCALE=$SCALE
+# wl_cmd WORKLOAD SCALE: its command, SCALE times the work (SCALE for the
+# measured jobs, 1 for the warm-ups, COST_SCALE for the BPF-cost jobs).
 wl_cmd() {
 	case $1 in
-	rt) echo "rt --rounds $((10000 * JOB_SCALE))" ;;
-	allreduce) echo "allreduce --grain-us 1000 --iters $((300 * JOB_SCALE))" ;;
-	ep) echo "ep --grain-us 1000 --iters $((300 * JOB_SCALE))" ;;
-	netpipe) echo "NPmpich2 -u 1024 -n $((20 * JOB_SCALE)) -p 0 -o /tmp/np.out" ;;
+	rt) echo "rt --rounds $((10000 * $2))" ;;
+	allreduce) echo "allreduce --grain-us 1000 --iters $((300 * $2))" ;;
+	ep) echo "ep --grain-us 1000 --iters $((300 * $2))" ;;
+	netpipe) echo "NPmpich2 -u 1024 -n $((20 * $2)) -p 0 -o /tmp/np.out" ;;
 	esac
 }
 
-# start_ranks WORKLOAD: the job's ranks in the background, rank i's output
+# start_ranks WORKLOAD SCALE: the job's ranks in the background, rank i's output
 # to /tmp/job.i.out and .err; sets pids and ranks.
 start_ranks() {
-	cmd=$(wl_cmd "$1")
+	cmd=$(wl_cmd "$1" "$2")
 	if [ "$1" = netpipe ]; then
 		in_gang lone mpiexec.hydra -launcher fork -n 2 -genv MPIR_CVAR_NOLOCAL 1 -genv UCX_TLS tcp \
 			-genv UCX_NET_DEVICES lo rankprobe --ok-on-exit -- $cmd > /tmp/job.0.out 2> /tmp/job.0.err
@@ -134,9 +133,7 @@ stop_policy() {
 		echo 1 > /proc/sys/kernel/bpf_stats_enabled || fail "cannot enable BPF statistics"
 		jobs_log=$LOG
 		LOG=$RESULTS/cost_jobs.txt
-		JOB_SCALE=$COST_SCALE
-		run_job "$1" "$COST" "$PHASE"
-		JOB_SCALE=$SCALE
+		run_job "$1" "$COST" "$PHASE" "$COST_SCALE"
 		LOG=$jobs_log
 		echo 0 > /proc/sys/kernel/bpf_stats_enabled
 		out=$(scx_gang bpf-cost 2>&1) || fail "scx_gang bpf-cost failed under $1: $out"
@@ -164,11 +161,12 @@ daemon_ns() {
 	cat /proc/"$pid"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d\n", s }'
 }
 
-# run_job POLICY WORKLOAD ROUND: one job, its record appended to $LOG.
+# run_job POLICY WORKLOAD ROUND [SCALE]: one job (SCALE by default), its
+# record appended to $LOG.
 run_job() {
 	d0=$(daemon_ns)
 	submit=$(now_ms)
-	start_ranks "$2"
+	start_ranks "$2" "${4:-$SCALE}"
 	rc=0
 	for pid in $pids; do wait "$pid" || rc=$?; done
 	end=$(now_ms)
@@ -180,8 +178,7 @@ run_job() {
 	ok=$(grep -c '"ok":true' "$out")
 	elapsed=$(sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$out" | sort -n | tail -1)
 	p50=$(sed -n 's/.*"rank":0,.*"iter_us":{"p50":\([0-9.]*\).*/ iter_p50_us=\1/p' "$out" | head -1)
-	# NetPIPE's 1 KiB row: usec one way.
-	np=$(awk '$3 == "bytes" && $2 == 1024 && $11 == "usec" { u = $10 } END { if (u != "") printf " np_1k_us=%s", u }' "$RESULTS/$1.$2.r$3.err" "$out")
+	np=$(np_1k_field "$RESULTS/$1.$2.r$3.err" "$out")
 	[ "$rc" = 0 ] && [ "$ok" = "$ranks" ] ||
 		echo "# FAILED job $1.$2.r$3: rc $rc, $ok of $ranks ranks ok" >> "$LOG"
 	echo "job policy=$1 workload=$2 mpl=1 rep=$3 idx=0 submit_ms=$submit end_ms=$end rc=$rc ranks=$ranks ranks_ok=$ok elapsed_s=${elapsed:-0}$p50$np probe_daemon_cpu_ms=$daemon_ms" >> "$LOG"
@@ -196,10 +193,8 @@ echo "meta scenario=lone_bench ranks=$RANKS rounds=$ROUNDS scale=$SCALE workload
 # the node warms up): one rt job under the kernel's scheduler first (and a
 # NetPIPE job, MPI's first start), kept apart in warmup.txt.
 LOG=$RESULTS/warmup.txt
-JOB_SCALE=1
-run_job warmup rt 0
-case " $WORKLOADS " in *" netpipe "*) run_job warmup netpipe 0 ;; esac
-JOB_SCALE=$SCALE
+run_job warmup rt 0 1
+case " $WORKLOADS " in *" netpipe "*) run_job warmup netpipe 0 1 ;; esac
 LOG=$RESULTS/records.txt
 r=0
 while [ $r -lt "$ROUNDS" ]; do
