@@ -86,6 +86,12 @@ enum gang_event_kind {
 enum gang_run_flags {
 	/* A gang task run by the `fill` policy on a CPU it does not own. */
 	RUN_FILL = 1,
+	/*
+	 * A gang task that must finish where it is (inside an RCU read-side
+	 * section, or inside a system call while its gang is parked), whoever
+	 * owns the CPU: a deliberate escape, not a late preemption.
+	 */
+	RUN_FINISH = 2,
 };
 
 struct gang_event {

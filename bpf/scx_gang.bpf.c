@@ -1182,7 +1182,7 @@ void BPF_STRUCT_OPS(gang_running, struct task_struct *p)
 
 	/* It finishes its RCU section or system call first. */
 	if (must_finish(p, tctx, gang)) {
-		set_running(cctx, cpu, gang, 0, now);
+		set_running(cctx, cpu, gang, RUN_FINISH, now);
 		return;
 	}
 
@@ -1595,7 +1595,10 @@ int BPF_PROG(gang_sys_exit, struct pt_regs *regs, long ret)
 
 /*
  * Daemon command: start tracing. The current owner and activity of every CPU
- * open the trace, so its first moments are attributed too.
+ * open the trace, so its first moments are attributed too. The owner is the
+ * slot's, as do_switch emits it, also while that gang is parked: a trace
+ * begun inside a park charged the parked gang's finishing runs (and what
+ * ran after an early end of the park) as overlap until the next switch.
  */
 SEC("syscall")
 int trace_start(void *ctx)
@@ -1607,7 +1610,8 @@ int trace_start(void *ctx)
 	bpf_for(cpu, 0, nr_cpus) {
 		struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 
-		emit(EV_OWNER, cpu, cpu_owner(cpu), 0, 0, now);
+		emit(EV_OWNER, cpu, nr_slots ? slot_owner(cur_slot, cpu) : GANG_NONE,
+		     0, 0, now);
 		if (cctx)
 			emit(EV_RUN, cpu, cctx->running, cctx->run_flags, 0, now);
 	}

@@ -80,6 +80,16 @@ mod tests {
     }
 
     #[test]
+    fn the_wire_crates_mirrors_of_the_run_flags_match_the_bpf_header() {
+        use gang_wire::trace;
+        assert_eq!(gang_run_flags_RUN_FILL, trace::RUN_FILL);
+        assert_eq!(gang_run_flags_RUN_FINISH, trace::RUN_FINISH);
+        assert_eq!(gang_ids_GANG_NONE, trace::GANG_NONE);
+        assert_eq!(gang_ids_GANG_OTHER, trace::GANG_OTHER);
+        assert_eq!(gang_ids_GANG_IDLE, trace::GANG_IDLE);
+    }
+
+    #[test]
     fn short_records_and_unknown_kinds_are_none() {
         let r = record(gang_event_kind_EV_SWITCH);
         assert!(decode_event(&r[..r.len() - 1]).is_none());

@@ -174,7 +174,10 @@ pub fn console_tail(path: &Path, lines: usize) -> String {
 /// to the scheduler: gang time on a CPU the gang did not own, minus the
 /// part inside CPU stalls (EV_STALL: the guest's vCPU was not running on
 /// the host, so no kick could land), over all gang time. The raw overlap is
-/// in the message so a failure shows both.
+/// in the message so a failure shows both. Time a task was kept off its
+/// gang's CPUs on purpose (`finish_ns`: an RCU section or, in a park, a
+/// system call) is not overlap; it is bounded too, at five times `bound`,
+/// so a runaway escape fails the test.
 pub fn assert_overlap_below(s: &Value, bound: f64, what: &str) {
     let n = |k: &str| {
         s[k].as_f64()
@@ -191,5 +194,14 @@ pub fn assert_overlap_below(s: &Value, bound: f64, what: &str) {
         "{what}: overlap outside CPU stalls {beyond:.4} (raw {:.4}, stalled {:.1} ms): {s}",
         n("overlap_fraction"),
         n("stalled_ns") / 1e6
+    );
+    let finish = if gang > 0.0 {
+        n("finish_ns") / gang
+    } else {
+        0.0
+    };
+    assert!(
+        finish < 5.0 * bound,
+        "{what}: gang time finishing an RCU section or system call off its CPUs {finish:.4}: {s}"
     );
 }

@@ -127,6 +127,43 @@ fn fill_is_not_overlap() {
 }
 
 #[test]
+fn finishing_a_call_off_the_gangs_cpus_is_not_overlap() {
+    // Slot 1 gives CPU 0 to gang B; gang A's task, inside a system call
+    // or an RCU section, is kept there to finish it (RUN_FINISH), then a
+    // task of A that was simply not preempted yet runs there: overlap.
+    let ev = vec![
+        TraceEvent::owner(0, 0, 0),
+        TraceEvent::run(0, 0, 0, 0),
+        TraceEvent::switch(2 * MS, 2, 1, 0),
+        TraceEvent::owner(2 * MS, 0, 1),
+        TraceEvent::run(2 * MS, 0, 0, RUN_FINISH),
+        TraceEvent::run(5 * MS, 0, 0, 0),
+        TraceEvent::run(6 * MS, 0, 1, 0),
+        // The flag on the gang's own CPU changes nothing: it is owned time.
+        TraceEvent::run(8 * MS, 0, 1, RUN_FINISH),
+    ];
+    let t = analyze(meta(1, 0, 10 * MS), ev);
+    let s = &t.summary;
+    assert_eq!(s.finish_ns, 3 * MS);
+    assert_eq!(s.gangs["A"].finish_ns, 3 * MS);
+    assert_eq!(s.gangs["B"].finish_ns, 0);
+    assert_eq!(s.overlap_ns, MS);
+    assert_eq!(s.fill_ns, 0);
+    assert_eq!(s.gang_run_ns, 10 * MS);
+    let classes: Vec<IntervalClass> = t.cpus[0].iter().map(|iv| iv.class()).collect();
+    assert_eq!(
+        classes,
+        [
+            IntervalClass::Owned,
+            IntervalClass::Finish,
+            IntervalClass::Overlap,
+            IntervalClass::Owned,
+            IntervalClass::Owned
+        ]
+    );
+}
+
+#[test]
 fn idle_and_other_accounting() {
     let ev = vec![
         TraceEvent::owner(0, 0, 0),
@@ -298,6 +335,7 @@ fn json_field_names() {
         "overlap_ns",
         "overlap_fraction",
         "fill_ns",
+        "finish_ns",
         "switches",
         "slot_len_ms",
         "switch_latency_us",
@@ -478,7 +516,7 @@ fn arb_event() -> impl Strategy<Value = TraceEvent> {
         -4i32..5,
         0u32..4,
         prop_oneof![0u32..3, 0u32..2_000],
-        0u32..3,
+        0u32..4, // RUN_FILL, RUN_FINISH, both
     )
         .prop_map(
             |(ts_ns, gen, kind, cpu, gang, slot, cause, flags)| TraceEvent {
@@ -526,7 +564,7 @@ proptest! {
         let cpu_share: f64 = s.gangs.values().map(|g| g.share_of_cpu).sum();
         let gang_share: f64 = s.gangs.values().map(|g| g.share_of_gang_time).sum();
         prop_assert!(cpu_share <= 1.0 + 1e-9 && gang_share <= 1.0 + 1e-9);
-        prop_assert!(s.overlap_ns + s.fill_ns <= s.gang_run_ns);
+        prop_assert!(s.overlap_ns + s.fill_ns + s.finish_ns <= s.gang_run_ns);
         prop_assert!((0.0..=1.0).contains(&s.overlap_fraction));
         prop_assert!(s.stall_overlap_ns <= s.overlap_ns);
         prop_assert!(s.stalled_ns <= u64::from(nr) * len);

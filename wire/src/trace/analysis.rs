@@ -22,14 +22,23 @@ pub fn percentile_nearest_rank(sorted: &[u64], p: u32) -> Option<u64> {
     Some(sorted[(rank - 1) as usize])
 }
 
+/// What a CPU runs: a gang id (or GANG_OTHER / GANG_IDLE) and how it got
+/// there (the EV_RUN flags, kept for gang ids only).
+#[derive(Clone, Copy, PartialEq)]
+struct Running {
+    gang: i32,
+    fill: bool,
+    finish: bool,
+}
+
 /// State of one CPU while walking the events.
 #[derive(Clone)]
 struct CpuState {
     /// Owner in the slot in force; unknown counts as GANG_NONE.
     owner: i32,
-    /// (gang, fill) now running; None until the CPU's first EV_RUN, and
-    /// time before that is not attributed.
-    running: Option<(i32, bool)>,
+    /// What now runs; None until the CPU's first EV_RUN, and time before
+    /// that is not attributed.
+    running: Option<Running>,
     /// When `owner`/`running` last changed.
     since: u64,
 }
@@ -99,7 +108,7 @@ impl Walker {
     /// real changes split intervals.
     fn close_interval(&mut self, cpu: usize, ts: u64) {
         let st = &self.cpus[cpu];
-        let Some((gang, fill)) = st.running else {
+        let Some(Running { gang, fill, finish }) = st.running else {
             return;
         };
         let s = st.since.max(self.start);
@@ -109,7 +118,11 @@ impl Walker {
         }
         let list = &mut self.out[cpu];
         if let Some(last) = list.last_mut() {
-            if last.end_ns == s && last.gang == gang && last.owner == st.owner && last.fill == fill
+            if last.end_ns == s
+                && last.gang == gang
+                && last.owner == st.owner
+                && last.fill == fill
+                && last.finish == finish
             {
                 last.end_ns = e;
                 return;
@@ -121,6 +134,7 @@ impl Walker {
             gang,
             owner: st.owner,
             fill,
+            finish,
         });
     }
 
@@ -132,7 +146,7 @@ impl Walker {
         let entry = &mut self.epoch_cpus[cpu];
         if entry.stamp != stamp {
             entry.stamp = stamp;
-            entry.at_switch = self.cpus[cpu].running.map(|(g, _)| g);
+            entry.at_switch = self.cpus[cpu].running.map(|r| r.gang);
             entry.owner = None;
             entry.first_run.clear();
             ep.touched.push(cpu);
@@ -150,7 +164,8 @@ impl Walker {
         st.since = ts;
     }
 
-    fn on_run(&mut self, cpu: usize, ts: u64, gang: i32, fill: bool) {
+    fn on_run(&mut self, cpu: usize, ts: u64, run: Running) {
+        let gang = run.gang;
         if let Some(e) = self.epoch_cpu(cpu) {
             if !e.first_run.iter().any(|&(g, _)| g == gang) {
                 e.first_run.push((gang, ts));
@@ -158,7 +173,7 @@ impl Walker {
         }
         self.close_interval(cpu, ts);
         let st = &mut self.cpus[cpu];
-        st.running = Some((gang, fill));
+        st.running = Some(run);
         st.since = ts;
     }
 
@@ -260,6 +275,8 @@ fn valid_gang(kind: EventKind, gang: i32) -> bool {
 ///   Overlap inside a stall is also counted in `stall_overlap_ns`, and
 ///   `overlap_outside_stalls_fraction` leaves it out. Stalls change no
 ///   interval and no switch latency.
+/// - A gang's run on a CPU it does not own is fill if flagged RUN_FILL,
+///   else finish if flagged RUN_FINISH, else overlap: each in its own sum.
 pub fn analyze(meta: TraceMeta, mut events: Vec<TraceEvent>) -> Trace {
     let start = meta.start_ns;
     let end = meta.end_ns.max(start);
@@ -291,8 +308,13 @@ pub fn analyze(meta: TraceMeta, mut events: Vec<TraceEvent>) -> Trace {
         } else if ev.kind == EventKind::Stall {
             w.on_stall(cpu, ev.ts_ns, ev.cause);
         } else {
-            let fill = ev.gang >= 0 && ev.flags & RUN_FILL != 0;
-            w.on_run(cpu, ev.ts_ns, ev.gang, fill);
+            let gang = ev.gang >= 0;
+            let run = Running {
+                gang: ev.gang,
+                fill: gang && ev.flags & RUN_FILL != 0,
+                finish: gang && ev.flags & RUN_FINISH != 0,
+            };
+            w.on_run(cpu, ev.ts_ns, run);
         }
     }
     w.close_epoch();
@@ -309,7 +331,8 @@ pub fn analyze(meta: TraceMeta, mut events: Vec<TraceEvent>) -> Trace {
     }
 }
 
-fn ratio(num: u64, den: u64) -> f64 {
+/// `num / den`, 0 when `den` is 0 (no gang time, no CPU time).
+pub(crate) fn ratio(num: u64, den: u64) -> f64 {
     if den == 0 {
         0.0
     } else {
@@ -322,6 +345,7 @@ struct GangAcc {
     run: u64,
     overlap: u64,
     fill: u64,
+    finish: u64,
 }
 
 fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
@@ -347,13 +371,17 @@ fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
         match class {
             IntervalClass::Idle => s.idle_ns = s.idle_ns.saturating_add(d),
             IntervalClass::Other => s.other_ns = s.other_ns.saturating_add(d),
-            IntervalClass::Owned | IntervalClass::Fill | IntervalClass::Overlap => {
+            IntervalClass::Owned
+            | IntervalClass::Fill
+            | IntervalClass::Finish
+            | IntervalClass::Overlap => {
                 let acc = per_gang.entry(iv.gang).or_default();
                 acc.run = acc.run.saturating_add(d);
-                if class == IntervalClass::Fill {
-                    acc.fill = acc.fill.saturating_add(d);
-                } else if class == IntervalClass::Overlap {
-                    acc.overlap = acc.overlap.saturating_add(d);
+                match class {
+                    IntervalClass::Fill => acc.fill = acc.fill.saturating_add(d),
+                    IntervalClass::Finish => acc.finish = acc.finish.saturating_add(d),
+                    IntervalClass::Overlap => acc.overlap = acc.overlap.saturating_add(d),
+                    _ => {}
                 }
             }
         }
@@ -362,6 +390,7 @@ fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
         s.gang_run_ns = s.gang_run_ns.saturating_add(acc.run);
         s.overlap_ns = s.overlap_ns.saturating_add(acc.overlap);
         s.fill_ns = s.fill_ns.saturating_add(acc.fill);
+        s.finish_ns = s.finish_ns.saturating_add(acc.finish);
     }
     s.overlap_fraction = ratio(s.overlap_ns, s.gang_run_ns);
     s.stalls = w.stall_count;
@@ -387,6 +416,7 @@ fn summarize(meta: &TraceMeta, start: u64, end: u64, w: &Walker) -> Summary {
             share_of_gang_time: ratio(acc.run, s.gang_run_ns),
             overlap_ns: acc.overlap,
             fill_ns: acc.fill,
+            finish_ns: acc.finish,
         };
         s.gangs.insert(key, g);
     }

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+use super::analysis::ratio;
 use super::svg::{self, Legend, Row, Timeline};
 use super::*;
 
@@ -125,6 +126,8 @@ pub struct ClusterGang {
     pub share_of_gang_time: f64,
     pub overlap_ns: u64,
     pub fill_ns: u64,
+    #[serde(default)]
+    pub finish_ns: u64,
     /// Nodes where the gang ran or had a name.
     pub nodes: Vec<String>,
 }
@@ -146,6 +149,9 @@ pub struct ClusterTrace {
     pub idle_ns: u64,
     pub overlap_ns: u64,
     pub fill_ns: u64,
+    /// Sum of the nodes' `Summary::finish_ns`.
+    #[serde(default)]
+    pub finish_ns: u64,
     /// overlap_ns / gang_run_ns, 0 when no gang ran.
     pub overlap_fraction: f64,
     /// Sums of the nodes' stall figures (see `Summary::stalls`).
@@ -182,14 +188,6 @@ fn gang_order(name: &str) -> (u64, &str) {
         .and_then(|d| d.parse::<u64>().ok())
         .unwrap_or(u64::MAX);
     (n, name)
-}
-
-fn ratio(num: u64, den: u64) -> f64 {
-    if den == 0 {
-        0.0
-    } else {
-        num as f64 / den as f64
-    }
 }
 
 /// Analyses every node and measures the switch skew. See the module doc.
@@ -239,6 +237,7 @@ pub fn merge(nodes: Vec<NodeTrace>) -> ClusterTrace {
             acc.run_ns = acc.run_ns.saturating_add(g.run_ns);
             acc.overlap_ns = acc.overlap_ns.saturating_add(g.overlap_ns);
             acc.fill_ns = acc.fill_ns.saturating_add(g.fill_ns);
+            acc.finish_ns = acc.finish_ns.saturating_add(g.finish_ns);
             if !acc.nodes.contains(&n.node) {
                 acc.nodes.push(n.node.clone());
             }
@@ -249,6 +248,7 @@ pub fn merge(nodes: Vec<NodeTrace>) -> ClusterTrace {
         ct.idle_ns = ct.idle_ns.saturating_add(s.idle_ns);
         ct.overlap_ns = ct.overlap_ns.saturating_add(s.overlap_ns);
         ct.fill_ns = ct.fill_ns.saturating_add(s.fill_ns);
+        ct.finish_ns = ct.finish_ns.saturating_add(s.finish_ns);
         ct.stalled_ns = ct.stalled_ns.saturating_add(s.stalled_ns);
         ct.stall_overlap_ns = ct.stall_overlap_ns.saturating_add(s.stall_overlap_ns);
         ct.bad_events = ct
@@ -332,6 +332,7 @@ fn remap(iv: &Interval, offset_ns: i64, ids: &HashMap<i32, i32>) -> Interval {
         gang,
         owner,
         fill: iv.fill,
+        finish: iv.finish,
     }
 }
 
@@ -420,6 +421,7 @@ pub fn render_cluster_svg(ct: &ClusterTrace) -> String {
                 .map_or(0, |g| g.id),
             overlap_fraction: ct.overlap_fraction,
             stall_overlap_fraction: ratio(ct.stall_overlap_ns, ct.gang_run_ns),
+            finish_fraction: ratio(ct.finish_ns, ct.gang_run_ns),
         },
     };
     svg::render_timeline(&timeline)

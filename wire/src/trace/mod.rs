@@ -34,6 +34,10 @@ pub const GANG_OTHER: i32 = -2;
 pub const GANG_IDLE: i32 = -3;
 /// EV_RUN flag: a gang task run by the `fill` policy on a CPU it does not own.
 pub const RUN_FILL: u32 = 1;
+/// EV_RUN flag: a gang task that must finish where it is (inside an RCU
+/// read-side section, or inside a system call while its gang is parked),
+/// run on whatever CPU it was on: a deliberate escape, not a late preemption.
+pub const RUN_FINISH: u32 = 2;
 
 /// Hard cap on the number of CPU rows, whatever `TraceMeta::nr_cpus` says:
 /// a corrupt meta must not make us allocate gigabytes. 8192 is the largest
@@ -169,6 +173,9 @@ pub struct Interval {
     pub owner: i32,
     /// The run was flagged RUN_FILL (only ever true for gang ids >= 0).
     pub fill: bool,
+    /// The run was flagged RUN_FINISH (only ever true for gang ids >= 0).
+    #[serde(default)]
+    pub finish: bool,
 }
 
 /// How an interval's time is accounted; the SVG colours by the same rule.
@@ -180,6 +187,9 @@ pub enum IntervalClass {
     Owned,
     /// A gang on a CPU it does not own, placed there by the fill policy.
     Fill,
+    /// A gang on a CPU it does not own, finishing an RCU section or a
+    /// system call there (RUN_FINISH): the scheduler let it run on purpose.
+    Finish,
     /// A gang on a CPU it does not own, not flagged fill: the gang
     /// scheduling guarantee was broken (typically a late preemption).
     Overlap,
@@ -196,6 +206,7 @@ impl Interval {
             g if g < 0 => IntervalClass::Other,
             g if g == self.owner => IntervalClass::Owned,
             _ if self.fill => IntervalClass::Fill,
+            _ if self.finish => IntervalClass::Finish,
             _ => IntervalClass::Overlap,
         }
     }
@@ -227,6 +238,9 @@ pub struct GangSummary {
     pub overlap_ns: u64,
     /// Part of run_ns that was fill.
     pub fill_ns: u64,
+    /// Part of run_ns that was finish (see [`Summary::finish_ns`]).
+    #[serde(default)]
+    pub finish_ns: u64,
 }
 
 /// Time between consecutive switches, in ms.
@@ -269,12 +283,21 @@ pub struct Summary {
     /// Run time of tasks of no gang.
     pub other_ns: u64,
     pub idle_ns: u64,
-    /// Gang run time on a CPU owned by someone else (or nobody), not fill.
+    /// Gang run time on a CPU owned by someone else (or nobody), neither
+    /// fill nor finish.
     pub overlap_ns: u64,
     /// overlap_ns / gang_run_ns, 0 when no gang ran.
     pub overlap_fraction: f64,
     /// Gang run time on a CPU it does not own, flagged RUN_FILL.
     pub fill_ns: u64,
+    /// Gang run time on a CPU it does not own, flagged RUN_FINISH: tasks
+    /// the scheduler kept running there until they left an RCU read-side
+    /// section or (while their gang was parked) a system call, since
+    /// stopping them there could stall the node or their socket's drain.
+    /// Not overlap: it is told apart so that overlap means only a late
+    /// preemption, and shown so that a costly escape is seen.
+    #[serde(default)]
+    pub finish_ns: u64,
     /// EV_STALL events inside the window (see [`EventKind::Stall`]).
     #[serde(default)]
     pub stalls: u64,

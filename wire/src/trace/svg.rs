@@ -109,6 +109,8 @@ pub(crate) struct Legend {
     pub overlap_fraction: f64,
     /// Part of the overlap inside CPU stalls, as a fraction of gang time.
     pub stall_overlap_fraction: f64,
+    /// Finish time (RUN_FINISH off the gang's CPUs) over gang time.
+    pub finish_fraction: f64,
 }
 
 /// Everything a picture shows.
@@ -213,7 +215,9 @@ fn draw_rows(svg: &mut Doc, t: &Timeline, lay: &Layout) {
                 IntervalClass::Idle => Style::Idle,
                 IntervalClass::Other => Style::Other,
                 IntervalClass::Fill => Style::Fill(iv.gang),
-                IntervalClass::Owned | IntervalClass::Overlap => Style::Gang(iv.gang),
+                IntervalClass::Owned | IntervalClass::Finish | IntervalClass::Overlap => {
+                    Style::Gang(iv.gang)
+                }
             };
             push_merged(segs.entry(style).or_default(), x0, x1);
             if iv.class() == IntervalClass::Overlap {
@@ -336,18 +340,19 @@ fn draw_legend(svg: &mut Doc, legend: &Legend, lay: &Layout, y0: f64) -> f64 {
         tint(gang_colour(s.filler)),
         format!("fill (light tint): {} of CPU", pct(frac(s.fill_ns))),
     ));
-    items.push((
-        "url(#hatch)".into(),
-        if s.stall_overlap_fraction > 0.0 {
-            format!(
-                "overlap (red): {} of gang time ({} inside CPU stalls)",
-                pct(s.overlap_fraction),
-                pct(s.stall_overlap_fraction)
-            )
-        } else {
-            format!("overlap (red): {} of gang time", pct(s.overlap_fraction))
-        },
-    ));
+    let mut overlap = format!("overlap (red): {} of gang time", pct(s.overlap_fraction));
+    if s.stall_overlap_fraction > 0.0 {
+        overlap += &format!(" ({} inside CPU stalls)", pct(s.stall_overlap_fraction));
+    }
+    // Finish runs are drawn as the gang's own (the scheduler let them run
+    // on purpose) but counted here, so that a costly escape is seen.
+    if s.finish_fraction > 0.0 {
+        overlap += &format!(
+            "; not overlap, finishing a system call or RCU section: {}",
+            pct(s.finish_fraction)
+        );
+    }
+    items.push(("url(#hatch)".into(), overlap));
 
     // Items advance by their estimated text width and wrap at the right edge.
     let widths: Vec<f64> = items
@@ -441,6 +446,7 @@ pub fn render_svg(trace: &Trace) -> String {
             filler: s.gangs.values().find(|g| g.fill_ns > 0).map_or(0, |g| g.id),
             overlap_fraction: s.overlap_fraction,
             stall_overlap_fraction: s.overlap_fraction - s.overlap_outside_stalls_fraction,
+            finish_fraction: analysis::ratio(s.finish_ns, s.gang_run_ns),
         },
     };
     render_timeline(&timeline)
