@@ -569,21 +569,59 @@ fn freeze_parks_the_slot_and_reports_the_drain() {
     // The park was the scheduler's: CPUs running a parked gang were
     // preempted, or tasks inside a system call ran to its end and stopped
     // there (the counters at exit: "park kicks K syscalls S exits E").
-    let counters = log
-        .lines()
-        .find(|l| l.contains("counters at exit"))
-        .expect("the counters at exit");
-    let after = |word: &str| -> u64 {
-        let rest = &counters[counters
-            .find(word)
-            .unwrap_or_else(|| panic!("{word} in {counters}"))
-            + word.len()..];
-        rest.split_whitespace().next().unwrap().parse().unwrap()
-    };
+    let after = |word: &str| exit_counter(&log, word);
     assert!(
         after("park kicks ") + after(" exits ") > 0,
-        "ten parks, none in BPF: {counters}"
+        "ten parks, none in BPF: {}",
+        exit_counter_line(&log)
     );
+}
+
+/// The daemon's "counters at exit" line in its log.
+fn exit_counter_line(log: &str) -> &str {
+    log.lines()
+        .find(|l| l.contains("counters at exit"))
+        .expect("the counters at exit")
+}
+
+/// The number after `word` in the counters at exit ("park kicks 3 ...").
+fn exit_counter(log: &str, word: &str) -> u64 {
+    let counters = exit_counter_line(log);
+    let rest = &counters[counters
+        .find(word)
+        .unwrap_or_else(|| panic!("{word} in {counters}"))
+        + word.len()..];
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+#[ignore = "boots a VM: run by scripts/test.sh"]
+fn tasks_of_one_gang_take_turns_of_a_time_sharing_slice() {
+    let r = run_scenario("gang_turns", 2, 240);
+    // Two processes of a gang spin on its two CPUs; a third wakes every
+    // 20 ms and waits for the nearer end of their turns (GANG_SLICE_NS,
+    // 5 ms, seen at a 4 ms tick): 3.96-3.99 ms late (p50) in two runs. A
+    // slice of 20 ms for a task with none of its gang waiting, cut at a
+    // tick once one waits, made it 4.6-6.5 ms (max 24); uncut, 8.1 ms.
+    let napper = json(&r, "napper.json");
+    let late = f(&napper, &["nap_late_p50_ms"]);
+    assert!(f(&napper, &["naps"]) >= 100.0, "{napper}");
+    assert!(
+        late <= 6.0,
+        "a woken task of the gang ran {late:.2} ms late (p50): {napper}"
+    );
+    // Three spinning processes take turns: each gets its third of the
+    // CPUs (two thirds of one) and waits about one turn at a time.
+    for i in 1..=3 {
+        let b = json(&r, &format!("turn{i}.json"));
+        let share = f(&b, &["cpu_s"]) / f(&b, &["elapsed_s"]);
+        assert!(
+            (0.45..=0.85).contains(&share),
+            "turn{i} ran {share:.3} of the time: {b}"
+        );
+        assert!(f(&b, &["wait_p50_ms"]) <= 9.0, "turn{i}: {b}");
+    }
+    assert_eq!(read(&r, "scx_gang.rc"), "0");
 }
 
 /// Counters of one gang in the node's `gangs` status file.

@@ -18,6 +18,17 @@
 //!
 //!   --yield-every N                  call the gang runtime's yield_point()
 //!                                    every N units (a safe point)
+//!   --waits                          with --seconds: spin reading the clock
+//!                                    instead of work units, and report the
+//!                                    times the thread did not run (gaps of
+//!                                    more than 0.5 ms between two reads:
+//!                                    preempted, or its vCPU stalled) as
+//!                                    "waits", "wait_p50_ms", "wait_max_ms"
+//!   --naps MS                        with --seconds: sleep MS at a time
+//!                                    instead of spinning, and report how
+//!                                    late each wake-up ran (past MS) as
+//!                                    "naps", "nap_late_p50_ms",
+//!                                    "nap_late_max_ms"
 //!   --stop-file PATH                 also stop (as if its time had run out)
 //!                                    once PATH exists, looked at every 256
 //!                                    units: a scenario ends a long-lived job
@@ -103,6 +114,48 @@ fn worker(stop: &Stop, yield_every: u64, stop_file: Option<&Path>) -> u64 {
     units
 }
 
+/// A gap between two clock reads longer than this is a wait: the thread
+/// did not run (a read takes about a microsecond, even under emulation).
+const WAIT_MIN: Duration = Duration::from_micros(500);
+
+/// Spins reading the clock for `d`; returns the waits (see `--waits`).
+fn waits_worker(d: Duration) -> Vec<Duration> {
+    let start = Instant::now();
+    let (mut last, mut waits) = (start, Vec::new());
+    while last - start < d {
+        let now = Instant::now();
+        if now - last > WAIT_MIN {
+            waits.push(now - last);
+        }
+        last = now;
+    }
+    waits
+}
+
+/// Sleeps `nap` at a time for `d`; returns how late each wake-up ran.
+fn naps_worker(d: Duration, nap: Duration) -> Vec<Duration> {
+    let start = Instant::now();
+    let mut late = Vec::new();
+    while start.elapsed() < d {
+        let t0 = Instant::now();
+        std::thread::sleep(nap);
+        late.push(t0.elapsed().saturating_sub(nap));
+    }
+    late
+}
+
+/// `,"NAME":N,"P_p50_ms":X,"P_max_ms":Y` of all threads' durations.
+fn durations_json(name: &str, p: &str, mut all: Vec<Duration>) -> String {
+    all.sort();
+    let ms = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    format!(
+        ",\"{name}\":{},\"{p}_p50_ms\":{:.3},\"{p}_max_ms\":{:.3}",
+        all.len(),
+        ms(all.get(all.len() / 2)),
+        ms(all.last())
+    )
+}
+
 const CLOCK_MONOTONIC: i32 = 1;
 const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
 
@@ -127,7 +180,7 @@ extern "C" {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME] [--yield-every N] [--stop-file PATH]"
+        "usage: burn (--seconds S | --work N | --window FROM UNTIL | --busy-window LEAD D TAIL) [--threads T] [--name NAME] [--yield-every N] [--stop-file PATH] [--waits | --naps MS]"
     );
     std::process::exit(2);
 }
@@ -137,6 +190,8 @@ fn main() {
     let (mut stop, mut threads, mut name) = (None, 1usize, String::from("burn"));
     let mut yield_every = 0u64;
     let mut stop_file: Option<PathBuf> = None;
+    let mut waits = false;
+    let mut naps: Option<Duration> = None;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -175,21 +230,51 @@ fn main() {
             "--yield-every" => yield_every = val().parse().unwrap_or_else(|_| usage()),
             "--name" => name = val(),
             "--stop-file" => stop_file = Some(PathBuf::from(val())),
+            "--waits" => waits = true,
+            "--naps" => {
+                naps = Some(Duration::from_millis(
+                    val().parse().unwrap_or_else(|_| usage()),
+                ))
+            }
             _ => usage(),
         }
     }
     let stop = stop.unwrap_or_else(|| usage());
     let start = Instant::now();
     let start_mono = clock_seconds(CLOCK_MONOTONIC);
-    let units: u64 = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads.max(1))
-            .map(|_| s.spawn(|| worker(&stop, yield_every, stop_file.as_deref())))
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).sum()
-    });
+    // Each thread's durations (waits or late wake-ups), all together.
+    let each = |work: &(dyn Fn() -> Vec<Duration> + Sync)| -> Vec<Duration> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(work)).collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        })
+    };
+    let (units, waits): (u64, String) = match (&stop, waits, naps) {
+        (Stop::After(d), true, None) => (
+            0,
+            durations_json("waits", "wait", each(&|| waits_worker(*d))),
+        ),
+        (Stop::After(d), false, Some(nap)) => (
+            0,
+            durations_json("naps", "nap_late", each(&|| naps_worker(*d, nap))),
+        ),
+        (_, true, _) | (_, _, Some(_)) => usage(),
+        _ => {
+            let units = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads.max(1))
+                    .map(|_| s.spawn(|| worker(&stop, yield_every, stop_file.as_deref())))
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            (units, String::new())
+        }
+    };
     // start_s/end_s are CLOCK_MONOTONIC, comparable between processes.
     println!(
-        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6},\"start_s\":{:.6},\"end_s\":{:.6},\"yields\":{}}}",
+        "{{\"name\":\"{name}\",\"units\":{units},\"threads\":{threads},\"elapsed_s\":{:.6},\"cpu_s\":{:.6},\"start_s\":{:.6},\"end_s\":{:.6},\"yields\":{}{waits}}}",
         start.elapsed().as_secs_f64(),
         clock_seconds(CLOCK_PROCESS_CPUTIME_ID),
         start_mono,
