@@ -161,6 +161,12 @@ fn finishing_a_call_off_the_gangs_cpus_is_not_overlap() {
             IntervalClass::Owned
         ]
     );
+    // The picture draws finish as the gang's own and says its share.
+    let svg = render_svg(&t);
+    assert_well_formed(&svg);
+    assert!(svg.contains("not overlap, finishing a system call or RCU section"));
+    let none = analyze(meta(1, 0, 10 * MS), vec![TraceEvent::run(0, 0, 0, 0)]);
+    assert!(!render_svg(&none).contains("finishing"));
 }
 
 #[test]
