@@ -242,15 +242,16 @@ fn main() {
     let stop = stop.unwrap_or_else(|| usage());
     let start = Instant::now();
     let start_mono = clock_seconds(CLOCK_MONOTONIC);
-    // Each thread's durations (waits or late wake-ups), all together.
-    let each = |work: &(dyn Fn() -> Vec<Duration> + Sync)| -> Vec<Duration> {
+    // What each of the threads returns, in thread order.
+    fn per_thread<T: Send>(threads: usize, work: &(dyn Fn() -> T + Sync)) -> Vec<T> {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads.max(1)).map(|_| s.spawn(work)).collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect()
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
+    }
+    // Each thread's durations (waits or late wake-ups), all together.
+    let each = |work: &(dyn Fn() -> Vec<Duration> + Sync)| -> Vec<Duration> {
+        per_thread(threads, work).into_iter().flatten().collect()
     };
     let (units, waits): (u64, String) = match (&stop, waits, naps) {
         (Stop::After(d), true, None) => (
@@ -263,13 +264,10 @@ fn main() {
         ),
         (_, true, _) | (_, _, Some(_)) => usage(),
         _ => {
-            let units = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads.max(1))
-                    .map(|_| s.spawn(|| worker(&stop, yield_every, stop_file.as_deref())))
-                    .collect();
-                handles.into_iter().map(|h| h.join().unwrap()).sum()
+            let units = per_thread(threads, &|| {
+                worker(&stop, yield_every, stop_file.as_deref())
             });
-            (units, String::new())
+            (units.into_iter().sum(), String::new())
         }
     };
     // start_s/end_s are CLOCK_MONOTONIC, comparable between processes.
