@@ -776,3 +776,59 @@ fn a_commanded_node_gets_no_command_into_a_slot_its_new_table_does_not_have() {
     let timed = r.timed().expect("timed");
     assert_eq!(timed.stats().skipped_commands, 1, "generation 3, once");
 }
+
+/// Jobs 1..=k, job j alone in slot j - 1 on both nodes.
+fn jobs_upto(k: u64) -> Cluster {
+    let jobs: Vec<(u64, u32, &[u32])> =
+        (1..=k).map(|j| (j, j as u32 - 1, &[0u32, 1][..])).collect();
+    Cluster::new(2, &jobs)
+}
+
+#[test]
+fn a_change_while_a_plan_waits_for_its_epoch_waits_with_it_so_churn_cannot_starve_a_job() {
+    // A job starts every 20 ms for a second, each a matrix change. Were each
+    // change to replace the plan waiting for its boundary (one slot ahead),
+    // no plan would ever take effect until the churn stopped, and no job
+    // started in it would run. A change waits for the plan before it to
+    // take effect instead: every job is in the plan in force within two
+    // slots (and one tick) of its start, and at most one plan is made per
+    // slot.
+    let mut r = planned(&jobs_upto(2));
+    let mut started_at: Vec<(u64, u64)> = vec![]; // (jobs, at ms)
+    let mut offered = BTreeSet::new();
+    for t in (1000..2600).step_by(10) {
+        let jobs = if t < 2000 { 3 + (t - 1000) / 20 } else { 52 };
+        if started_at.last().is_none_or(|&(k, _)| k != jobs) {
+            started_at.push((jobs, t));
+            r.matrix_changed();
+        }
+        let out = r.tick(t * MS, &timed(), &jobs_upto(jobs));
+        for (node, msg) in &out {
+            if let gang_wire::proto::ToAgent::Plan { plan, .. } = msg {
+                offered.insert(plan.id);
+                r.on_agent(*node, &ack(plan.id), t * MS);
+            }
+        }
+        let in_force = r.timed().unwrap().planner().in_force().unwrap().slots.len() as u64;
+        for &(k, at) in &started_at {
+            assert!(
+                in_force >= k || t < at + 210,
+                "at {t} ms the plan in force has {in_force} slots: job {k}, started at {at} ms, is not in it"
+            );
+        }
+    }
+    let plans = r.timed().unwrap().planner().stats().plans;
+    assert!(
+        plans <= 1 + 16 + 1,
+        "{plans} plans for 1.6 s of 100 ms slots"
+    );
+    assert_eq!(
+        offered.len() as u64,
+        plans - 1,
+        "plan 0 was offered by `planned`"
+    );
+    assert_eq!(
+        r.timed().unwrap().planner().in_force().unwrap().slots.len(),
+        52
+    );
+}

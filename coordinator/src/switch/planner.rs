@@ -30,7 +30,8 @@
 //! lost (its link's heartbeat decides that, not this module). A node that
 //! joins is offered the plan in force from now, and the pending plan too.
 //! A change while a plan is pending replaces it (the old pending plan
-//! never takes effect).
+//! never takes effect); timed.rs makes none then, as changes faster than
+//! the margin would keep every plan from taking effect.
 //!
 //! Known faults: a late node runs the old plan until it has the new one, so
 //! for up to a slot (plus its RTT) it may run another slot than the

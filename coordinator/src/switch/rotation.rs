@@ -21,7 +21,8 @@
 //! With `switching = timed` (the knob) the rotation starts no switch per
 //! slot: between switches it still sends knobs and tables, and hands the
 //! boundary to [`Timed`] (timed.rs), which sends plans, amends and gathers
-//! the nodes' `Switched` reports (`take_timed`). The slot in force is then
+//! the nodes' `Switched` reports (`take_timed`); while a plan waits for its
+//! epoch, changed tables wait with the next plan (`Timed::holds_changes`). The slot in force is then
 //! the plan's. Back to `commanded`, a commanded switch into the slot in
 //! force starts at once (nodes drop their plan on Freeze or Switch); to
 //! `timed` (after any switch in flight), the first plan starts one slot
@@ -297,7 +298,12 @@ impl Rotation {
             out.extend(view.nodes().into_iter().map(|n| (n, msg.clone())));
         }
         let mut tables_changed = false;
-        if std::mem::take(&mut self.tables_dirty) {
+        // Timed: the tables wait with the plan that will index them while
+        // the plan before it waits for its epoch (timed.rs, step 2).
+        let hold = knobs.switching == Switching::Timed
+            && (self.timed.as_ref()).is_some_and(|t| t.holds_changes(self.cluster_ns(now_us)));
+        if self.tables_dirty && !hold {
+            self.tables_dirty = false;
             let rows = view.slots().iter().max().map_or(0, |&s| s as usize + 1);
             for (node, mut slots) in view.tables() {
                 end_at_rotation(&mut slots, rows);

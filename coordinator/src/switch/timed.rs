@@ -22,6 +22,16 @@
 //!    force now (not the one just before the new plan's epoch, which may
 //!    be a slot later: the fault is a slot run twice in a row, or one
 //!    skipped once).
+//!    While a plan waits for its epoch, a change waits with it
+//!    ([`Timed::holds_changes`]; the rotation holds its tables too) and is
+//!    planned at the tick the plan takes effect. A plan replaced before
+//!    its epoch never takes effect: under changes closer together than
+//!    the margin (jobs starting and ending back to back) no plan did, and
+//!    a started job ran only once the churn stopped. Now a job is in the
+//!    plan in force within two margins of its start, at most one plan is
+//!    made per margin (a slot at least), and each reaches every node
+//!    before the next is sent (docs/scale.md, "Changes wait for the plan
+//!    before them").
 //!    When the cycle empties (the last job ended) there is no plan: the
 //!    planner forgets it (`Planner::clear`), commanded nodes get nothing,
 //!    and the nodes end the plan they follow on their Schedule of no slot;
@@ -274,6 +284,14 @@ impl Timed {
         pending.or(self.planner.in_force())?.in_force(now_ns)
     }
 
+    /// A plan waits for its epoch: a change (new tables, cycle or slot_ms)
+    /// waits with it and is planned once it took effect (step 2), so
+    /// changes faster than a plan's margin cannot keep every plan from
+    /// taking effect. The rotation holds its tables while this is true.
+    pub fn holds_changes(&self, now_ns: u64) -> bool {
+        self.planner.pending().is_some_and(|p| p.epoch_ns > now_ns)
+    }
+
     /// When something is next due: the pending plan's epoch or the next
     /// boundary of the plan in force.
     /// A commanded node's Freeze, before the boundary, comes due too.
@@ -330,8 +348,11 @@ impl Timed {
             }
             self.known = live;
         }
+        // The pending plan, if its epoch has not come (on_tick above took
+        // it in force otherwise): no change is planned before it is.
+        let held = self.planner.pending().is_some();
         let cycle = view.slots();
-        if cycle.is_empty() && self.planned.is_some() {
+        if !held && cycle.is_empty() && self.planned.is_some() {
             // The last job ended: no plan, no commands into a slot the
             // nodes' tables no longer have (their Schedule of no slot ends
             // the plan they follow).
@@ -342,7 +363,8 @@ impl Timed {
             }
         }
         let planned = (cycle.clone(), slot_ms);
-        if !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned)) {
+        if !held && !cycle.is_empty() && (tables_changed || self.planned.as_ref() != Some(&planned))
+        {
             let now_slot = self.in_force(now_ns).map(|f| f.slot).or(current);
             let change = Change {
                 slots: starting_after(&cycle, now_slot),

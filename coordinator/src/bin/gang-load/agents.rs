@@ -88,6 +88,9 @@ pub struct Seen {
     /// ns, gangd's clock on this host; a node offered it again reads it
     /// again).
     pub plans: HashMap<u64, Vec<u64>>,
+    /// Per plan id: its epoch (when it takes effect, unless a newer plan
+    /// replaced it first).
+    pub plan_epochs: HashMap<u64, u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -646,12 +649,10 @@ impl Worker {
             ToAgent::Plan { plan, effective_ns } => {
                 let plan_id = plan.id;
                 let read_ns = gang_wire::time::monotonic_ns();
-                self.events
-                    .seen()
-                    .plans
-                    .entry(plan_id)
-                    .or_default()
-                    .push(read_ns);
+                let mut seen = self.events.seen();
+                seen.plans.entry(plan_id).or_default().push(read_ns);
+                seen.plan_epochs.insert(plan_id, plan.epoch_ns);
+                drop(seen);
                 if let Some(r) = self.agents[i].reporter.as_mut() {
                     r.plan(plan, effective_ns);
                 }

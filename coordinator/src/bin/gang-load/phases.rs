@@ -54,6 +54,7 @@ pub const COLUMNS: &[&str] = &[
     "plan_read_p99_ms",
     "plan_p50_ms",
     "plan_p99_ms",
+    "plans_in_force",
 ];
 
 /// The CSV line being filled.
@@ -138,14 +139,26 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
                 .collect();
             // Plans the agents first saw in the window, reached or
             // replaced before that.
-            let made = seen
+            let first: Vec<FirstRead> = seen
                 .plans
-                .values()
-                .filter_map(|reads| reads.iter().min())
-                .filter(|t| (window.0..window.1).contains(t))
-                .count();
+                .iter()
+                .filter_map(|(&id, reads)| {
+                    let read_ns = *reads.iter().min()?;
+                    let epoch_ns = *seen.plan_epochs.get(&id)?;
+                    Some(FirstRead {
+                        id,
+                        read_ns,
+                        epoch_ns,
+                    })
+                })
+                .collect();
             drop(seen);
+            let made = first
+                .iter()
+                .filter(|p| (window.0..window.1).contains(&p.read_ns))
+                .count();
             row.set("plans_made", made);
+            row.set("plans_in_force", plans_in_force(&first, window));
             row.set("plans_reached", reach.len());
             row.num("plan_read_p50_ms", quantile(&read, 0.5));
             row.num("plan_read_p99_ms", quantile(&read, 0.99));
@@ -369,6 +382,34 @@ pub fn plans_reached(log: &str, window: (u64, u64)) -> Vec<Reached> {
         .collect()
 }
 
+/// A plan as the agents saw it: when the first of them read it, and when
+/// it was to take effect.
+#[derive(Clone, Copy, Debug)]
+pub struct FirstRead {
+    pub id: u64,
+    pub read_ns: u64,
+    pub epoch_ns: u64,
+}
+
+/// Of the plans first read within `window`, those that took effect: no
+/// newer plan reached any agent before their epoch (a newer plan replaces
+/// one still waiting for its epoch). On loopback an agent's first read is
+/// within a write of gangd's making the plan.
+pub fn plans_in_force(plans: &[FirstRead], window: (u64, u64)) -> usize {
+    let mut by_id = plans.to_vec();
+    by_id.sort_unstable_by_key(|p| p.id);
+    // The earliest first read of any newer plan, from the newest back.
+    let mut next_read = u64::MAX;
+    let mut n = 0;
+    for p in by_id.iter().rev() {
+        if (window.0..window.1).contains(&p.read_ns) && p.epoch_ns <= next_read {
+            n += 1;
+        }
+        next_read = next_read.min(p.read_ns);
+    }
+    n
+}
+
 /// How many ranks of `job` the agents' StartJobs started.
 fn reached(pool: &Pool, job: JobId) -> u32 {
     let seen = pool.events.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -392,7 +433,24 @@ fn counts(pool: &Pool) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{plans_reached, Reached};
+    use super::{plans_in_force, plans_reached, FirstRead, Reached};
+
+    #[test]
+    fn a_plan_took_effect_unless_a_newer_one_came_before_its_epoch() {
+        let p = |id, read_ns, epoch_ns| FirstRead {
+            id,
+            read_ns,
+            epoch_ns,
+        };
+        // Plan 1 is replaced by plan 2 (read at 150, before 1's epoch
+        // 200); 2 takes effect at 250, before 3 is read at 300; 3 is the
+        // newest and stands; 0 was read before the window.
+        let plans = [p(3, 300, 400), p(1, 100, 200), p(2, 150, 250), p(0, 5, 60)];
+        assert_eq!(plans_in_force(&plans, (10, 1000)), 2);
+        assert_eq!(plans_in_force(&plans, (0, 1000)), 3);
+        assert_eq!(plans_in_force(&plans, (0, 120)), 1);
+        assert_eq!(plans_in_force(&[], (0, 1000)), 0);
+    }
 
     #[test]
     fn plan_reach_is_read_from_gangds_lines_of_the_plans_made_in_the_window() {
