@@ -29,9 +29,12 @@
 //!    the margin (jobs starting and ending back to back) no plan did, and
 //!    a started job ran only once the churn stopped. Now a job is in the
 //!    plan in force within two margins of its start, at most one plan is
-//!    made per margin (a slot at least), and each reaches every node
-//!    before the next is sent (docs/scale.md, "Changes wait for the plan
-//!    before them").
+//!    made per margin (a slot at least), and each has its margin to reach
+//!    every node before the next is sent (docs/scale.md, "Changes wait for
+//!    the plan before them"). A node joining then is offered both plans
+//!    at once but gets its table with the next (it keeps the one it had,
+//!    if it had one: a node rejoining after a lost link or gangd's
+//!    restart).
 //!    When the cycle empties (the last job ended) there is no plan: the
 //!    planner forgets it (`Planner::clear`), commanded nodes get nothing,
 //!    and the nodes end the plan they follow on their Schedule of no slot;
