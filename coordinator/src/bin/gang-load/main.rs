@@ -25,7 +25,12 @@
 //!    the last StartJob at a node (the placement reaching every node).
 //!    `--arrival-gap-ms` holds each job placed, and waits after its end,
 //!    that long: with a gap each plan is timed alone, without one gangd
-//!    is saturated and plans queue behind each other.
+//!    is saturated and plans queue behind each other. With `--switching
+//!    timed`, the plans first read in this phase: how many
+//!    (`plans_made`), how many every node acked (`plans_reached`) and
+//!    took effect (`plans_in_force`: no newer plan came before their
+//!    epoch), and the time from their making to the last agent's read
+//!    and to the last ack (gangd's log line per plan).
 //! 4. loss: node 0 goes silent; the time until gangd fails the jobs on it
 //!    (the front end's JobEnded), then it joins again (time to Welcome).
 //!
