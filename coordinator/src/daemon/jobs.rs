@@ -24,7 +24,8 @@ use log::{info, warn};
 use crate::alloc::JobState as AllocState;
 use gang_wire::proto::{ExitStatus, JobId, JobMap, NodeId, RankFailure, ToAgent, ToClient};
 
-use super::net::{ConnId, Cred, Frame};
+use super::net::{self, ConnId, Corks, Cred, Frame};
+use super::nodes::links_of;
 use super::Coordinator;
 
 /// A SIGKILL'd rank that never reports is given up on after this long.
@@ -226,11 +227,7 @@ impl Coordinator {
             let reason = format!("job {id}: its command is too large for one message");
             return self.cannot_start(id, reason);
         };
-        for n in &waiting {
-            if let Some(node) = self.nodes.get(n) {
-                node.link.send_frame(&prepare);
-            }
-        }
+        net::fan_out(&links_of(&self.nodes, waiting.iter().copied()), &[prepare]);
         j.phase = Phase::Preparing { waiting };
     }
 
@@ -280,6 +277,8 @@ impl Coordinator {
     pub(super) fn spawn(&mut self, id: JobId) {
         // The job's nodes know every node of it before its map names them.
         let nodes: Vec<NodeId> = self.jobs[&id].nodes().into_iter().collect();
+        // Each node's directory news and start in one write.
+        let _corks = Corks::on(&links_of(&self.nodes, nodes.iter().copied()));
         self.sync_directory(&nodes, 0);
         let j = self.jobs.get_mut(&id).expect("job of the table");
         // Each rank takes its node's next port, in rank order; every node
@@ -317,11 +316,7 @@ impl Coordinator {
             let reason = format!("job {id}: its start is too large for one message");
             return self.cannot_start(id, reason);
         };
-        for frame in &frames {
-            for n in pmi.nodes() {
-                self.nodes[&n].link.send_frame(frame);
-            }
-        }
+        net::fan_out(&links_of(&self.nodes, pmi.nodes()), &frames);
         j.pmi = Some(pmi);
         j.live = (0..j.ranks).collect();
         j.phase = Phase::Started;
@@ -406,10 +401,9 @@ impl Coordinator {
         if signal == libc::SIGKILL && j.kill_sent.is_none() {
             j.kill_sent = Some(Instant::now());
         }
-        for n in j.live_nodes() {
-            if let Some(node) = self.nodes.get(&n) {
-                node.link.send(&ToAgent::KillJob { job: id, signal });
-            }
+        let nodes = j.live_nodes();
+        if let Some(kill) = Frame::new(&ToAgent::KillJob { job: id, signal }) {
+            net::fan_out(&links_of(&self.nodes, nodes), &[kill]);
         }
     }
 
@@ -421,14 +415,13 @@ impl Coordinator {
         };
         r.map_err(|e| e.to_string())?;
         let j = &self.jobs[&id];
-        for n in j.live_nodes() {
-            if let Some(node) = self.nodes.get(&n) {
-                node.link.send(&if suspend {
-                    ToAgent::SuspendJob { job: id }
-                } else {
-                    ToAgent::ResumeJob { job: id }
-                });
-            }
+        let msg = if suspend {
+            ToAgent::SuspendJob { job: id }
+        } else {
+            ToAgent::ResumeJob { job: id }
+        };
+        if let Some(frame) = Frame::new(&msg) {
+            net::fan_out(&links_of(&self.nodes, j.live_nodes()), &[frame]);
         }
         info!("job {id} {}", if suspend { "suspended" } else { "resumed" });
         self.placement_changed();

@@ -45,7 +45,7 @@
 //! (a restart hands ids out again in join order).
 
 use gang_wire::time::monotonic_ns;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -643,6 +643,15 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// The links of those of `ids` that are live nodes.
+pub(super) fn links_of(
+    nodes: &BTreeMap<NodeId, Node>,
+    ids: impl IntoIterator<Item = NodeId>,
+) -> Vec<&Link> {
+    let live = ids.into_iter().filter_map(|n| nodes.get(&n));
+    live.map(|n| &n.link).collect()
 }
 
 /// A node's entry in the node directory.
