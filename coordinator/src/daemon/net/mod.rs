@@ -452,14 +452,19 @@ mod tests {
         events.iter().count()
     }
 
-    #[test]
-    fn a_fan_out_queues_each_links_frames_together_and_wakes_each_loop_once() {
-        let ((mut pa, a), (mut pb, b)) = (a_loop(), a_loop());
-        let links = [
+    /// Links 1 and 3 on loop `a`, 2 on loop `b`.
+    fn three_links(a: &Arc<ToLoop>, b: &Arc<ToLoop>) -> [Link; 3] {
+        [
             Link::on_loop(1, a.clone()),
             Link::on_loop(2, b.clone()),
             Link::on_loop(3, a.clone()),
-        ];
+        ]
+    }
+
+    #[test]
+    fn a_fan_out_queues_each_links_frames_together_and_wakes_each_loop_once() {
+        let ((mut pa, a), (mut pb, b)) = (a_loop(), a_loop());
+        let links = three_links(&a, &b);
         let frames: Vec<Frame> = (0..3)
             .map(|seq| Frame::new(&ToAgent::Heartbeat { seq }).unwrap())
             .collect();
@@ -492,11 +497,7 @@ mod tests {
     #[test]
     fn an_outbox_over_two_loops_corks_each_once_and_wakes_each_once_at_the_end() {
         let ((mut pa, a), (mut pb, b)) = (a_loop(), a_loop());
-        let links = [
-            Link::on_loop(1, a.clone()),
-            Link::on_loop(2, b.clone()),
-            Link::on_loop(3, a.clone()),
-        ];
+        let links = three_links(&a, &b);
         let mut corks = Corks::default();
         for (i, link) in links.iter().enumerate() {
             corks.hold(link);
