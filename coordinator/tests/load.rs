@@ -7,8 +7,10 @@
 use std::collections::HashMap;
 use std::process::Command;
 
-fn run_load(nodes: usize) -> HashMap<String, String> {
-    let dir = std::env::temp_dir().join(format!("gang-load-test-{}", std::process::id()));
+fn run_load(nodes: usize, extra: &[&str]) -> HashMap<String, String> {
+    // One directory per run: the tests of this file run at once.
+    let tag = extra.join("").replace('-', "");
+    let dir = std::env::temp_dir().join(format!("gang-load-test-{}{tag}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_gang-load"))
         .args(["--gangd", env!("CARGO_BIN_EXE_gangd")])
         .arg("--dir")
@@ -16,6 +18,7 @@ fn run_load(nodes: usize) -> HashMap<String, String> {
         .args(["--nodes", &nodes.to_string(), "--header"])
         .args(["--idle", "0.5", "--steady", "1.5", "--arrivals", "1"])
         .args(["--node-timeout-ms", "1000"])
+        .args(extra)
         .output()
         .expect("running gang-load");
     let _ = std::fs::remove_dir_all(&dir);
@@ -42,7 +45,7 @@ fn num(row: &HashMap<String, String>, col: &str) -> f64 {
 
 #[test]
 fn sixteen_fake_agents_join_switch_place_and_lose_a_node() {
-    let row = run_load(16);
+    let row = run_load(16, &[]);
     assert_eq!(num(&row, "nodes"), 16.0);
     // Three jobs over every CPU of every node reached every node...
     assert!(num(&row, "place_all_ms") > 0.0);
@@ -60,4 +63,23 @@ fn sixteen_fake_agents_join_switch_place_and_lose_a_node() {
     assert!(num(&row, "rejoin_ms") > 0.0);
     // gangd was measured from /proc.
     assert!(num(&row, "threads") > 1.0 && num(&row, "rss_mb") > 0.0);
+}
+
+#[test]
+fn under_timed_switching_every_plan_of_back_to_back_arrivals_takes_effect() {
+    // Jobs arrive back to back, each start and end a change of the cycle,
+    // far closer together than a plan's margin (a 100 ms slot): each
+    // change waits for the plan before it, so every plan the agents saw
+    // took effect (a plan replaced while it waited for its epoch never
+    // did: one of hundreds, before).
+    let row = run_load(16, &["--switching", "timed", "--switch-log"]);
+    let made = num(&row, "plans_made");
+    assert!(made >= 3.0, "{row:?}");
+    assert_eq!(num(&row, "plans_in_force"), made, "{row:?}");
+    assert!(num(&row, "plans_reached") >= 1.0, "{row:?}");
+    assert!(
+        num(&row, "plan_p99_ms") >= num(&row, "plan_p50_ms"),
+        "{row:?}"
+    );
+    assert!(num(&row, "arrived_jobs") >= 1.0, "{row:?}");
 }
