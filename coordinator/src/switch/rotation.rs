@@ -22,12 +22,13 @@
 //! slot: between switches it still sends knobs and tables, and hands the
 //! boundary to [`Timed`] (timed.rs), which sends plans, amends and gathers
 //! the nodes' `Switched` reports (`take_timed`); while a plan waits for its
-//! epoch, changed tables wait with the next plan (`Timed::holds_changes`). The slot in force is then
-//! the plan's. Back to `commanded`, a commanded switch into the slot in
-//! force starts at once (nodes drop their plan on Freeze or Switch); to
-//! `timed` (after any switch in flight), the first plan starts one slot
-//! and the slowest link's margin from the knob write, with the slot after
-//! the one in force; the slot in force goes on until then.
+//! epoch, changed tables wait with the next plan (`Timed::holds_changes`).
+//! The slot in force is then the plan's. Back to `commanded`, a commanded
+//! switch into the slot in force starts at once (nodes drop their plan on
+//! Freeze or Switch); to `timed` (after any switch in flight), the first
+//! plan starts one slot and the slowest link's margin from the knob write,
+//! with the slot after the one in force; the slot in force goes on until
+//! then.
 //!
 //! Known faults: a node left out of a switch (silent) is only "behind";
 //! it catches up at the next switch, or at a catch-up switch of its own
