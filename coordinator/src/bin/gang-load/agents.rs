@@ -84,13 +84,19 @@ pub struct Seen {
     pub spawned: HashMap<JobId, (u32, Instant)>,
     /// Nodes whose link ended (gangd closed it or it broke).
     pub closed: Vec<(usize, Instant)>,
-    /// Per plan id: when each agent read it, in order (CLOCK_MONOTONIC
-    /// ns, gangd's clock on this host; a node offered it again reads it
-    /// again).
-    pub plans: HashMap<u64, Vec<u64>>,
-    /// Per plan id: its epoch (when it takes effect, unless a newer plan
-    /// replaced it first).
-    pub plan_epochs: HashMap<u64, u64>,
+    /// Per plan id, as the agents saw it.
+    pub plans: HashMap<u64, PlanSeen>,
+}
+
+/// A plan as the agents saw it.
+#[derive(Clone, Debug, Default)]
+pub struct PlanSeen {
+    /// Its epoch (when it takes effect, unless a newer plan replaced it
+    /// first).
+    pub epoch_ns: u64,
+    /// When each agent read it, in order (CLOCK_MONOTONIC ns, gangd's
+    /// clock on this host; a node offered it again reads it again).
+    pub reads: Vec<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -650,8 +656,9 @@ impl Worker {
                 let plan_id = plan.id;
                 let read_ns = gang_wire::time::monotonic_ns();
                 let mut seen = self.events.seen();
-                seen.plans.entry(plan_id).or_default().push(read_ns);
-                seen.plan_epochs.insert(plan_id, plan.epoch_ns);
+                let p = seen.plans.entry(plan_id).or_default();
+                p.epoch_ns = plan.epoch_ns;
+                p.reads.push(read_ns);
                 drop(seen);
                 if let Some(r) = self.agents[i].reporter.as_mut() {
                     r.plan(plan, effective_ns);

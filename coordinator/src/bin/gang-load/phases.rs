@@ -131,7 +131,7 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
                 .filter_map(|r| {
                     // The read that completed the plan's first offers
                     // (two worker threads: in order only once sorted).
-                    let mut reads = seen.plans.get(&r.plan_id)?.clone();
+                    let mut reads = seen.plans.get(&r.plan_id)?.reads.clone();
                     reads.sort_unstable();
                     let all = reads.get(r.nodes.checked_sub(1)?)?;
                     Some(all.saturating_sub(r.made_ns) as f64 / 1e6)
@@ -142,13 +142,11 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
             let first: Vec<FirstRead> = seen
                 .plans
                 .iter()
-                .filter_map(|(&id, reads)| {
-                    let read_ns = *reads.iter().min()?;
-                    let epoch_ns = *seen.plan_epochs.get(&id)?;
+                .filter_map(|(&id, p)| {
                     Some(FirstRead {
                         id,
-                        read_ns,
-                        epoch_ns,
+                        read_ns: *p.reads.iter().min()?,
+                        epoch_ns: p.epoch_ns,
                     })
                 })
                 .collect();
