@@ -51,6 +51,7 @@ pub mod user;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
@@ -278,6 +279,11 @@ impl Agent {
         if let Err(e) = stream.set_nodelay(true) {
             return End::Failed(format!("setting up the connection: {e}"));
         }
+        // Clock echoes are stamped at their arrival (t4): a reader thread
+        // that runs late does not lengthen the sample's round trip.
+        if let Err(e) = gang_wire::rx_stamp::enable(stream.as_raw_fd()) {
+            warn!("clock echoes stamped when read, not when received: {e}");
+        }
         let session = match self.cfg.tls.connection().and_then(|c| {
             tls::handshake(stream, c, Instant::now() + HANDSHAKE_TIMEOUT)
                 .map_err(anyhow::Error::from)
@@ -439,7 +445,8 @@ impl Reader {
                     }))
                 }
                 Ok(n) => {
-                    let t4 = monotonic_ns();
+                    // When the kernel received them (else now).
+                    let t4 = self.session.rx_ns().unwrap_or_else(monotonic_ns);
                     heard = Instant::now();
                     let msgs = self
                         .decoder

@@ -14,6 +14,8 @@
 //!   and its SVG timeline.
 //! - knobfs: the knob file system both daemons mount (true EINVAL).
 //! - time: the clock every timestamp on the wire is read from.
+//! - rx_stamp: when the kernel received what a TCP read returned (the
+//!   clock exchange's arrival stamps).
 //! - plan: the slot plan (the rotation sent ahead of time) and its
 //!   amendments, as pure arithmetic on cluster time.
 
@@ -23,5 +25,6 @@ pub mod plan;
 pub mod pmi;
 pub mod pmix;
 pub mod proto;
+pub mod rx_stamp;
 pub mod time;
 pub mod trace;

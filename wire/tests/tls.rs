@@ -270,3 +270,38 @@ fn both_directions_at_full_speed_keep_every_frame_whole_and_in_order() {
         t.join().unwrap();
     }
 }
+
+/// What the node reads is stamped with its arrival (the clock echo's t4),
+/// not with the read: bytes that waited 200 ms for the reading thread
+/// carry a stamp about 200 ms before the read. Unstamped (the socket did
+/// not ask) there is no stamp at all, never a wrong one.
+#[test]
+fn a_session_stamps_what_it_reads_with_its_arrival() {
+    use std::os::fd::AsRawFd;
+    let g = TestCa::new("tls-rx-stamp");
+    let (node, gangd) = testing::session_pair(&g.server(), &g.client("n0"));
+    assert_eq!(node.rx_ns(), None, "nothing read yet");
+    let mut buf = [0u8; 64];
+    gangd.write_all(b"unstamped").unwrap();
+    assert_eq!(node.read_timeout(&mut buf, Some(DEADLINE)).unwrap(), 9);
+    assert_eq!(node.rx_ns(), None, "the socket did not ask");
+    gang_wire::rx_stamp::enable(node.socket().as_raw_fd()).unwrap();
+    // The kernel turns stamping on a little after the first socket asks.
+    for _ in 0..20 {
+        gangd.write_all(b"echo").unwrap();
+        let sent = gang_wire::time::monotonic_ns();
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(node.read_timeout(&mut buf, Some(DEADLINE)).unwrap(), 4);
+        let read = gang_wire::time::monotonic_ns();
+        if let Some(at) = node.rx_ns() {
+            assert!(
+                at <= read && read - at >= 150_000_000,
+                "{} ns before the read",
+                read - at
+            );
+            assert!(at + 50_000_000 >= sent, "stamped before it was sent");
+            return;
+        }
+    }
+    panic!("never stamped");
+}

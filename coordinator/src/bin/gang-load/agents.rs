@@ -12,8 +12,9 @@
 //! process), `KillJob` → `RankExited` (killed by its signal) for each of
 //! the job's ranks, `Freeze` → `Frozen`, `Switch` → `Running`,
 //! `Plan` → `PlanAck`, `Heartbeat` → `Heartbeat`; `ClockProbe`s on the
-//! real agent's schedule, echoes fed to an estimator, and `ClockStatus`
-//! reports (clock.rs).
+//! real agent's schedule, echoes fed to an estimator (each stamped with
+//! when the kernel received it, gang_wire::rx_stamp, as the real agent's
+//! are), and `ClockStatus` reports (clock.rs).
 //!
 //! How: the handshake and the Hello/Welcome exchange are done blocking on
 //! a joiner thread; the agent is then handed to a worker, which owns
@@ -45,6 +46,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -149,6 +151,8 @@ pub struct Agent {
 fn join(addr: SocketAddr, spec: NodeSpec) -> Result<(Agent, Vec<ToAgent>)> {
     let mut sock = TcpStream::connect(addr).context("connecting")?;
     sock.set_nodelay(true)?;
+    // Echoes are stamped at their arrival, as the node agent's are.
+    let _ = gang_wire::rx_stamp::enable(sock.as_raw_fd());
     sock.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut conn = spec.tls.connection().map_err(|e| anyhow!("TLS: {e}"))?;
     while conn.is_handshaking() {
@@ -436,7 +440,7 @@ impl Worker {
                 self.events.live.fetch_add(1, Ordering::Relaxed);
                 let i = self.agents.len() - 1;
                 for msg in early {
-                    self.handle(i, msg);
+                    self.handle(i, msg, None);
                 }
                 // Bytes behind Welcome may already sit in rustls.
                 self.read(i);
@@ -552,7 +556,10 @@ impl Worker {
             // Plaintext is taken out after every TLS read: rustls refuses
             // to read more while its plaintext buffer is full.
             while !a.dead {
-                match a.conn.read_tls(&mut a.sock) {
+                let mut sock = gang_wire::rx_stamp::Reader::new(&mut a.sock);
+                let read = a.conn.read_tls(&mut sock);
+                let rx_ns = sock.rx_ns;
+                match read {
                     Ok(0) => a.dead = true,
                     Ok(_) => {
                         if a.conn.process_new_packets().is_err() {
@@ -567,7 +574,7 @@ impl Worker {
                     match a.conn.reader().read(&mut buf) {
                         Ok(0) => break,
                         Ok(n) => match a.decoder.feed(&buf[..n]) {
-                            Ok(msgs) => got.extend(msgs),
+                            Ok(msgs) => got.extend(msgs.into_iter().map(|m| (m, rx_ns))),
                             Err(e) => {
                                 eprintln!("gang-load: node {}: {e}", a.spec.idx);
                                 a.dead = true;
@@ -579,12 +586,14 @@ impl Worker {
                 }
             }
         }
-        for msg in got {
-            self.handle(i, msg);
+        for (msg, rx_ns) in got {
+            self.handle(i, msg, rx_ns);
         }
     }
 
-    fn handle(&mut self, i: usize, msg: ToAgent) {
+    /// Handles `msg` to agent `i`, which the kernel received at `rx_ns`
+    /// (None: not stamped).
+    fn handle(&mut self, i: usize, msg: ToAgent, rx_ns: Option<u64>) {
         let now = Instant::now();
         let answer = match msg {
             ToAgent::Prepare { job, .. } => {
@@ -666,7 +675,7 @@ impl Worker {
                 Some(FromAgent::PlanAck { plan_id })
             }
             ToAgent::ClockEcho { t1, t2, t3, .. } => {
-                let t4 = gang_wire::time::monotonic_ns();
+                let t4 = rx_ns.unwrap_or_else(gang_wire::time::monotonic_ns);
                 if let Some(c) = self.agents[i].clock.as_mut() {
                     c.echo(t1, t2, t3, t4);
                 }

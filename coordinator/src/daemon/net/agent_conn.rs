@@ -12,7 +12,10 @@
 //!
 //! Reading: TLS records are read until the socket would block (the loop
 //! is edge-triggered), each batch decrypted and fed to the FrameDecoder,
-//! which bounds a frame (MAX_PAYLOAD). Writing: frames wait in `urgent`
+//! which bounds a frame (MAX_PAYLOAD). Each read notes when the kernel
+//! received its last segment (gang_wire::rx_stamp): a clock probe decoded
+//! from it is stamped (t2) with that, not with the time the loop got to
+//! it, so its sample's round trip leaves out the loop's delay. Writing: frames wait in `urgent`
 //! (heartbeats, clock echoes: mod.rs) or `bulk` (everything else), both
 //! counted in the Link's queue (MAX_QUEUED), and are handed to rustls
 //! only once rustls has written everything before them to the socket,
@@ -39,6 +42,7 @@ use super::limits::{self, Held};
 use super::{ConnId, Frame, Hello, Link, NetEvent, ToLoop, ECHO_QUEUED};
 use gang_wire::proto::tls::{self, rustls};
 use gang_wire::proto::{encode, FrameDecoder, FromAgent, ToAgent};
+use gang_wire::rx_stamp;
 use gang_wire::time::monotonic_ns;
 
 /// Plaintext handed to rustls at once when its output is empty.
@@ -84,6 +88,9 @@ pub struct AgentConn {
     pub deadline: Option<Instant>,
     decoder: FrameDecoder<FromAgent>,
     out: Queues,
+    /// When the kernel received what the last socket read returned
+    /// (CLOCK_MONOTONIC ns; None: not stamped).
+    rx_ns: Option<u64>,
 }
 
 /// What waits for TLS: urgent frames (mod.rs) go ahead of bulk ones
@@ -142,6 +149,7 @@ impl AgentConn {
             deadline: Some(now + limits::HANDSHAKE_DEADLINE),
             decoder: FrameDecoder::new(),
             out: Queues::default(),
+            rx_ns: None,
         }
     }
 
@@ -168,7 +176,13 @@ impl AgentConn {
     /// queued behind the data, and no later edge would announce it.
     pub fn on_readable(&mut self, cx: &mut Ctx, closed: bool) -> Result<(), End> {
         loop {
-            let mut sock = ShortRead::new(&mut self.sock);
+            // A read that returned less than it asked for found the
+            // socket's queue empty: (edge-triggered) the loop stops reading
+            // there rather than reading again for a WouldBlock; data that
+            // arrives later raises a new edge. At 4096 nodes the read that
+            // would block was every other recvfrom of the agent loop
+            // (docs/scale.md).
+            let mut sock = rx_stamp::Reader::new(&mut self.sock);
             let eof = match self.tls.read_tls(&mut sock) {
                 Ok(0) => true,
                 Ok(_) => false,
@@ -177,6 +191,7 @@ impl AgentConn {
                 Err(e) => return Err(self.end(format!("{e}"))),
             };
             let drained = sock.short;
+            self.rx_ns = sock.rx_ns;
             if let Err(e) = self.tls.process_new_packets() {
                 // rustls prepared an alert: the peer learns why.
                 let _ = self.flush_tls();
@@ -262,10 +277,11 @@ impl AgentConn {
     fn on_frame(&mut self, msg: FromAgent, cx: &mut Ctx) -> Result<(), End> {
         match &self.stage {
             Stage::Linked(link) => match msg {
-                // t2 as soon as the probe is read; answered from here,
-                // never queued behind the coordinator (mod.rs).
+                // t2 when the kernel took the probe in (or, unstamped, as
+                // soon as it is read); answered from here, never queued
+                // behind the coordinator (mod.rs).
                 FromAgent::ClockProbe { seq, t1 } => {
-                    let t2 = monotonic_ns();
+                    let t2 = self.rx_ns.unwrap_or_else(monotonic_ns);
                     if !link.count(ECHO_QUEUED) {
                         return Err(self.end("not reading its clock echoes".into()));
                     }
@@ -438,31 +454,6 @@ fn kind(msg: &FromAgent) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// A socket read that notes whether it returned less than was asked: the
-/// socket's receive queue was empty at that instant, so (edge-triggered)
-/// the loop stops reading there instead of reading again for a
-/// WouldBlock. Data that arrives later raises a new readiness edge. At
-/// 4096 nodes, the read that would block was every other recvfrom of
-/// the agent loop (docs/scale.md).
-struct ShortRead<'a> {
-    sock: &'a mut TcpStream,
-    short: bool,
-}
-
-impl<'a> ShortRead<'a> {
-    fn new(sock: &'a mut TcpStream) -> Self {
-        ShortRead { sock, short: false }
-    }
-}
-
-impl io::Read for ShortRead<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.sock.read(buf)?;
-        self.short = n > 0 && n < buf.len();
-        Ok(n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,25 +485,5 @@ mod tests {
         let order: Vec<u8> = std::iter::from_fn(|| frame(q.pop())).collect();
         assert_eq!(order, vec![10, 11, 12, 1, 2, 3]);
         assert!(q.is_empty());
-    }
-
-    #[test]
-    fn a_read_that_returns_less_than_asked_says_the_socket_was_drained() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
-        let mut rx = TcpStream::from_std(rx);
-        tx.write_all(&[7u8; 10]).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let mut buf = [0u8; 6];
-        let mut r = ShortRead::new(&mut rx);
-        assert_eq!(r.read(&mut buf).unwrap(), 6);
-        assert!(!r.short, "a full buffer: more may wait");
-        assert_eq!(r.read(&mut buf).unwrap(), 4);
-        assert!(r.short, "4 of 6: the queue was empty");
-        drop(tx);
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(r.read(&mut buf).unwrap(), 0);
-        assert!(!r.short, "the end is not a short read");
     }
 }

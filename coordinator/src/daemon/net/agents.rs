@@ -38,6 +38,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Shutdown};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -219,6 +220,8 @@ impl AgentLoop {
             };
             // Switch messages are small and latency-bound.
             let _ = sock.set_nodelay(true);
+            // Clock probes are stamped at their arrival (agent_conn.rs).
+            let _ = gang_wire::rx_stamp::enable(sock.as_raw_fd());
             let conn = next_conn();
             let c = AgentConn::new(conn, sock, peer, tls, held, Instant::now());
             let shard = &self.shards[conn as usize % self.shards.len()];
@@ -400,10 +403,22 @@ mod tests {
     use std::sync::mpsc::{self, Receiver};
 
     fn start(ca: &TestCa) -> (std::net::SocketAddr, Receiver<NetEvent>) {
+        start_stalling(ca, Duration::ZERO)
+    }
+
+    /// As `start`, but the first post of frames stalls the loop for
+    /// `stall` (a coordinator whose queue is full).
+    fn start_stalling(ca: &TestCa, stall: Duration) -> (std::net::SocketAddr, Receiver<NetEvent>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::sync_channel(1024);
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let post = move |ev| {
+            if matches!(ev, NetEvent::Agents(_))
+                && !stalled.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                std::thread::sleep(stall);
+            }
             let _ = tx.send(ev);
         };
         serve_agents(listener, ca.server(), post, 2).unwrap();
@@ -431,6 +446,42 @@ mod tests {
             timeout: Some(Duration::from_secs(10)),
         };
         read_frame::<ToAgent>(&mut r).unwrap().unwrap()
+    }
+
+    /// A probe that waited in the socket while the loop was stalled is
+    /// stamped (t2) when the kernel received it: the wait is gangd's
+    /// turnaround (t3 − t2), which the node subtracts, not part of the
+    /// sample's round trip.
+    #[test]
+    fn a_probe_that_waited_for_a_busy_loop_is_stamped_at_its_arrival() {
+        let ca = TestCa::new("agent-loop-stamp");
+        let (addr, rx) = start_stalling(&ca, Duration::from_millis(300));
+        let s = connect(addr, &ca.client("n1")).unwrap();
+        s.write_all(&encode(&hello()).unwrap()).unwrap();
+        assert!(matches!(next(&rx), NetEvent::AgentJoined { .. }));
+        // A first probe: the loop is free.
+        let t1 = gang_wire::time::monotonic_ns();
+        s.write_all(&encode(&FromAgent::ClockProbe { seq: 1, t1 }).unwrap())
+            .unwrap();
+        assert!(matches!(read(&s), ToAgent::ClockEcho { seq: 1, .. }));
+        // A frame for the coordinator: its post stalls the loop 300 ms,
+        // and a probe sent meanwhile waits in the socket.
+        s.write_all(&encode(&FromAgent::Heartbeat { seq: 1, mono_ns: 9 }).unwrap())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let t1 = gang_wire::time::monotonic_ns();
+        s.write_all(&encode(&FromAgent::ClockProbe { seq: 2, t1 }).unwrap())
+            .unwrap();
+        let ToAgent::ClockEcho { seq: 2, t2, t3, .. } = read(&s) else {
+            panic!("expected the second echo")
+        };
+        let turnaround = t3 - t2;
+        assert!(
+            turnaround >= 150_000_000,
+            "answered {turnaround} ns after t2"
+        );
+        // Stamped when read, t2 would be ~250 ms after t1.
+        assert!(t2 - t1 < 100_000_000, "t2 {} ns after t1", t2 - t1);
     }
 
     #[test]

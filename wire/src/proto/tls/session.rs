@@ -26,14 +26,20 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::rx_stamp;
 
 /// One TLS connection over TCP, after its handshake.
 pub struct Session {
     conn: Mutex<rustls::Connection>,
     send: Mutex<()>,
     sock: TcpStream,
+    /// When the kernel received what the last socket read returned
+    /// (CLOCK_MONOTONIC ns, crate::rx_stamp; 0: not stamped).
+    rx_ns: AtomicU64,
 }
 
 fn invalid(e: rustls::Error) -> io::Error {
@@ -122,6 +128,7 @@ pub fn handshake(
         conn: Mutex::new(conn),
         send: Mutex::new(()),
         sock,
+        rx_ns: AtomicU64::new(0),
     })
 }
 
@@ -158,7 +165,9 @@ impl Session {
             }
             let wants_write = {
                 let mut conn = self.lock();
-                conn.read_tls(&mut &self.sock)?;
+                let mut sock = rx_stamp::Reader::new(&self.sock);
+                conn.read_tls(&mut sock)?;
+                self.rx_ns.store(sock.rx_ns.unwrap_or(0), Ordering::Relaxed);
                 conn.process_new_packets().map_err(invalid)?;
                 conn.wants_write()
             };
@@ -167,6 +176,14 @@ impl Session {
                 self.send_pending(&[])?;
             }
         }
+    }
+
+    /// When the kernel received the bytes of the last socket read (None:
+    /// not stamped; the socket must have asked, `rx_stamp::enable`). Every
+    /// byte `read_timeout` has returned arrived at or before it: the node
+    /// stamps a clock echo's arrival (t4) with it.
+    pub fn rx_ns(&self) -> Option<u64> {
+        Some(self.rx_ns.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
 
     /// Encrypts and sends `data` (all of it, or the session is closed).
