@@ -147,6 +147,9 @@ pub struct Config {
     pub node_timeout: Duration,
     /// One JSON line per cluster switch.
     pub switch_log: Option<PathBuf>,
+    /// A timed line names every node up to this many reports
+    /// (switch_log.rs).
+    pub switch_log_nodes: usize,
     /// Event loop threads for the nodes' links (net/agents.rs).
     pub agent_loops: usize,
 }
@@ -338,7 +341,7 @@ impl Coordinator {
                 r.set_cluster_epoch_ns(gang_wire::time::monotonic_ns());
                 r
             },
-            switch_log: SwitchLog::open(cfg.switch_log.as_deref())?,
+            switch_log: SwitchLog::open(cfg.switch_log.as_deref(), cfg.switch_log_nodes)?,
             traces: BTreeMap::new(),
             next_trace: 1,
             pending_attach: Vec::new(),
