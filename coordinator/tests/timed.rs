@@ -13,13 +13,13 @@ use common::{answer_all, knobs, show, started, Cluster};
 use gang_coordinator::knobs::{ClusterKnobs, Switching};
 use gang_coordinator::switch::planner::LinkTiming;
 use gang_coordinator::switch::rotation::{ClusterView, Rotation, Table};
-use gang_coordinator::switch::switch_log::timed_line;
+use gang_coordinator::switch::switch_log::{timed_line, LISTED_NODES};
 use gang_coordinator::switch::timed::TimedRecord;
 use gang_wire::proto::{FromAgent, Gen, JobId, NodeId, SwitchOutcome, SwitchReport};
 
 /// A timed switch's switch-log line, parsed back.
 fn timed_json(r: &TimedRecord) -> serde_json::Value {
-    serde_json::from_str(&timed_line(r)).expect("the switch log's line is JSON")
+    serde_json::from_str(&timed_line(r, LISTED_NODES)).expect("the switch log's line is JSON")
 }
 
 const MS: u64 = 1000;
