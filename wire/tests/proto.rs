@@ -937,15 +937,15 @@ fn unsupported_version() {
             supported: PROTOCOL_VERSION
         }
     );
-    // Version 3 (a Switched per switch): refused, the error naming both
+    // Version 4 (reports as objects): refused, the error naming both
     // versions and what to do.
-    assert_eq!(PROTOCOL_VERSION, 4);
-    let mut f = header(3, Channel::ToAgent as u8, 2);
+    assert_eq!(PROTOCOL_VERSION, 5);
+    let mut f = header(4, Channel::ToAgent as u8, 2);
     f.extend_from_slice(b"{}");
     let e = both_fail::<ToAgent>(&f);
     assert_eq!(
         e.to_string(),
-        "protocol version 3 not supported (this side speaks 4): gangd and every node agent must run the same protocol version; upgrade them together"
+        "protocol version 4 not supported (this side speaks 5): gangd and every node agent must run the same protocol version; upgrade them together"
     );
 }
 
@@ -1068,7 +1068,7 @@ fn io_errors_keep_their_kind() {
 
 #[test]
 fn switched_with_its_tag_elsewhere_or_twice_goes_the_generic_way() {
-    let report = r#"{"gen":7,"slot":1,"at_ns":5,"late_us":0,"outcome":"on_time","drain":null,"parked_us":0}"#;
+    let report = r#"[7,1,5,0,"on_time",null,0,0,0]"#;
     // The tag first, as the encoder writes it: the fast path.
     let first = format!(r#"{{"type":"switched","reports":[{report}],"later":1}}"#);
     let fast = FromAgent::decode_fast(first.as_bytes()).expect("the fast path");
@@ -1089,6 +1089,44 @@ fn switched_with_its_tag_elsewhere_or_twice_goes_the_generic_way() {
         FromAgent::decode_fast(br#"{"type":"clock_probe","seq":1,"t1":2}"#),
         None
     );
+}
+
+/// A report is an array on the wire (protocol 5): every element in its
+/// place, the drain an array or null; an object (protocol 4's form), a
+/// missing or an extra element is refused, by both paths.
+#[test]
+fn a_switch_report_is_an_array_of_its_fields_in_order() {
+    let report = SwitchReport {
+        gen: Gen(7),
+        slot: 1,
+        at_ns: 5_000,
+        late_us: 3,
+        outcome: SwitchOutcome::Late,
+        drain: Some(FreezeReport {
+            drained_bytes: 4096,
+            drain_us: 900,
+            timed_out: true,
+            answer_us: 950,
+        }),
+        parked_us: 10,
+        park_late_us: 20,
+        lead_us: 30,
+    };
+    assert_eq!(
+        serde_json::to_string(&report).unwrap(),
+        r#"[7,1,5000,3,"late",[4096,900,true,950],10,20,30]"#
+    );
+    for bad in [
+        r#"{"gen":7,"slot":1,"at_ns":5,"late_us":0,"outcome":"on_time","drain":null,"parked_us":0,"park_late_us":0,"lead_us":0}"#,
+        r#"[7,1,5,0,"on_time",null,0,0]"#,
+        r#"[7,1,5,0,"on_time",null,0,0,0,0]"#,
+        r#"[7,1,5,0,"on_time",[1,2,false],0,0,0]"#,
+        r#"[7,1,5,0,"sideways",null,0,0,0]"#,
+    ] {
+        let msg = format!(r#"{{"type":"switched","reports":[{bad}]}}"#);
+        assert_eq!(FromAgent::decode_fast(msg.as_bytes()), None, "{bad}");
+        assert!(serde_json::from_str::<FromAgent>(&msg).is_err(), "{bad}");
+    }
 }
 
 // --- properties ---

@@ -29,8 +29,9 @@ pub const MAGIC: [u8; 4] = *b"GANG";
 /// directory, a job's start in one message per node (StartJob,
 /// RanksStarted, PmiStart the same for every node); version 2 peers
 /// cannot place a job with version 3 ones. 4: a node's timed-switch
-/// reports travel as one Switched of many SwitchReports.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// reports travel as one Switched of many SwitchReports. 5: a
+/// SwitchReport is an array, not an object.
+pub const PROTOCOL_VERSION: u16 = 5;
 pub const HEADER_LEN: usize = 11;
 /// Largest payload accepted or sent. Output chunks are far smaller (see
 /// `MAX_OUTPUT_CHUNK`); this bounds what one connection can make us hold.
@@ -411,7 +412,7 @@ mod tests {
         let payload = br#"{"type":"ping","seq":7}"#;
         assert_eq!(f, frame_with(payload));
         assert_eq!(&f[..4], b"GANG");
-        assert_eq!(&f[4..6], &[0, 4]);
+        assert_eq!(&f[4..6], &[0, 5]);
         assert_eq!(f[6], 1);
         assert_eq!(&f[7..11], &(payload.len() as u32).to_be_bytes());
     }

@@ -212,7 +212,15 @@ pub struct FreezeReport {
 /// A timed switch of one node, after the fact (FromAgent::Switched): it
 /// ran `slot` of generation `gen` from `at_ns` on the cluster clock (its
 /// own estimate of gangd's clock), `late_us` after the plan's boundary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// On the wire a report is an array, not an object (protocol 5): `[gen,
+/// slot, at_ns, late_us, outcome, drain, parked_us, park_late_us,
+/// lead_us]`, `drain` null or `[drained_bytes, drain_us, timed_out,
+/// answer_us]`. A node sends ten a second; at 4096 nodes gangd decoded 41
+/// K a second, and their keys were most of the bytes and of the decoding
+/// (docs/scale.md). Every element is required: a field added is a
+/// protocol change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SwitchReport {
     pub gen: Gen,
     pub slot: u32,
@@ -220,21 +228,75 @@ pub struct SwitchReport {
     pub late_us: u64,
     pub outcome: SwitchOutcome,
     /// The park and drain in the slot's tail (barrier = strict).
-    #[serde(default)]
     pub drain: Option<FreezeReport>,
     /// How long the outgoing gangs were parked before the incoming ones
     /// started (park, drain, the wait for the boundary, any lateness):
     /// this switch's idle time on this node, µs. 0 when nothing was
     /// parked (barrier off).
-    #[serde(default)]
     pub parked_us: u64,
     /// How long after it was due (boundary − lead) the park began: the
     /// node's own lateness to its slot's tail, µs (barrier = strict).
-    #[serde(default)]
     pub park_late_us: u64,
     /// The lead in force for this switch, µs (0: nothing parked).
-    #[serde(default)]
     pub lead_us: u64,
+}
+
+/// A report's array on the wire (see SwitchReport).
+type ReportWire = (
+    Gen,
+    u32,
+    u64,
+    u64,
+    SwitchOutcome,
+    Option<(u64, u64, bool, u64)>,
+    u64,
+    u64,
+    u64,
+);
+
+impl Serialize for SwitchReport {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let drain = self
+            .drain
+            .map(|d| (d.drained_bytes, d.drain_us, d.timed_out, d.answer_us));
+        let wire: ReportWire = (
+            self.gen,
+            self.slot,
+            self.at_ns,
+            self.late_us,
+            self.outcome,
+            drain,
+            self.parked_us,
+            self.park_late_us,
+            self.lead_us,
+        );
+        wire.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SwitchReport {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (gen, slot, at_ns, late_us, outcome, drain, parked_us, park_late_us, lead_us): ReportWire =
+            Deserialize::deserialize(d)?;
+        Ok(SwitchReport {
+            gen,
+            slot,
+            at_ns,
+            late_us,
+            outcome,
+            drain: drain.map(
+                |(drained_bytes, drain_us, timed_out, answer_us)| FreezeReport {
+                    drained_bytes,
+                    drain_us,
+                    timed_out,
+                    answer_us,
+                },
+            ),
+            parked_us,
+            park_late_us,
+            lead_us,
+        })
+    }
 }
 
 /// How a timed switch went on a node (src/switching/lead.rs classifies).
