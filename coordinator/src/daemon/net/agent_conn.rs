@@ -15,7 +15,9 @@
 //! which bounds a frame (MAX_PAYLOAD). Each read notes when the kernel
 //! received its last segment (gang_wire::rx_stamp): a clock probe decoded
 //! from it is stamped (t2) with that, not with the time the loop got to
-//! it, so its sample's round trip leaves out the loop's delay. Writing: frames wait in `urgent`
+//! it, so its sample's round trip leaves out the loop's delay.
+//!
+//! Writing: frames wait in `urgent`
 //! (heartbeats, clock echoes: mod.rs) or `bulk` (everything else), both
 //! counted in the Link's queue (MAX_QUEUED), and are handed to rustls
 //! only once rustls has written everything before them to the socket,
