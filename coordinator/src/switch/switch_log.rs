@@ -159,7 +159,8 @@ struct TimedLine<'a>(&'a TimedRecord, usize);
 impl Serialize for TimedLine<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let (r, listed) = (self.0, self.1);
-        let mut m = s.serialize_map(Some(12))?;
+        let all = r.nodes.len() <= listed;
+        let mut m = s.serialize_map(Some(if all { 11 } else { 12 }))?;
         m.serialize_entry("switching", "timed")?;
         m.serialize_entry("gen", &r.gen.0)?;
         m.serialize_entry("to_slot", &r.slot)?;
@@ -168,7 +169,7 @@ impl Serialize for TimedLine<'_> {
         m.serialize_entry("drain_timeouts", &r.count(SwitchOutcome::TimedOut))?;
         m.serialize_entry("reported", &r.nodes.len())?;
         m.serialize_entry("on_time", &r.count(SwitchOutcome::OnTime))?;
-        if r.nodes.len() <= listed {
+        if all {
             m.serialize_entry("nodes_listed", "all")?;
             m.serialize_entry("nodes", &ByNode::<_, TimedNode>(&r.nodes, PhantomData))?;
         } else {
