@@ -164,6 +164,13 @@ mod tests {
     use std::os::fd::AsRawFd;
     use std::time::Duration;
 
+    /// A connected loopback pair: (sender, receiver).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (tx, l.accept().unwrap().0)
+    }
+
     #[test]
     fn a_stamp_is_moved_by_its_age_and_refused_from_the_future_or_too_old() {
         assert_eq!(to_monotonic(1_000, 1_500, 10_000), Some(9_500));
@@ -187,9 +194,7 @@ mod tests {
     /// ms before the read, and never one after it.
     #[test]
     fn bytes_that_waited_in_the_socket_are_stamped_at_their_arrival() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
+        let (mut tx, rx) = pair();
         enable(rx.as_raw_fd()).unwrap();
         let mut buf = [0u8; 64];
         // The kernel turns stamping on a little after the first ask.
@@ -215,9 +220,7 @@ mod tests {
 
     #[test]
     fn a_read_of_a_closed_or_empty_socket_says_so() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
+        let (tx, rx) = pair();
         rx.set_nonblocking(true).unwrap();
         let mut buf = [0u8; 8];
         let e = recv(rx.as_raw_fd(), &mut buf).unwrap_err();
@@ -229,9 +232,7 @@ mod tests {
 
     #[test]
     fn a_read_that_returns_less_than_asked_says_the_socket_was_drained() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
+        let (mut tx, rx) = pair();
         tx.write_all(&[7u8; 10]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
         let mut buf = [0u8; 6];
@@ -248,9 +249,7 @@ mod tests {
 
     #[test]
     fn a_reader_keeps_its_last_reads_stamp() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
+        let (mut tx, rx) = pair();
         enable(rx.as_raw_fd()).unwrap();
         let mut r = Reader::new(&rx);
         let mut buf = [0u8; 8];
