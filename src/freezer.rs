@@ -224,14 +224,32 @@ mod tests {
         assert!(set_frozen(Path::new("/nonexistent"), true).is_err());
     }
 
-    /// A directory with a cgroup.freeze file: enough to see what was written.
-    fn fake_cgroup(test: &str) -> std::path::PathBuf {
+    /// A directory with a cgroup.freeze file: enough to see what was
+    /// written. Removed with its parent when dropped.
+    struct FakeCgroup(std::path::PathBuf);
+
+    impl std::ops::Deref for FakeCgroup {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for FakeCgroup {
+        fn drop(&mut self) {
+            if let Some(parent) = self.0.parent() {
+                let _ = fs::remove_dir_all(parent);
+            }
+        }
+    }
+
+    fn fake_cgroup(test: &str) -> FakeCgroup {
         let dir =
             std::env::temp_dir().join(format!("scx-gang-holds-{}-{test}/job1", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("cgroup.freeze"), "0").unwrap();
-        dir
+        FakeCgroup(dir)
     }
 
     fn freeze_file(dir: &Path) -> String {

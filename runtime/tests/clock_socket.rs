@@ -140,9 +140,9 @@ fn unmappable_fd_is_no_clock() {
 #[test]
 fn missing_or_refusing_socket_is_no_clock() {
     let dir = common::temp_dir("missing");
-    assert_unavailable(open_clock(&dir.join("clock.sock")));
+    assert_unavailable(open_clock(&dir.path().join("clock.sock")));
     // A socket file nobody listens on: connection refused.
-    let path = dir.join("dead.sock");
+    let path = dir.path().join("dead.sock");
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert_unavailable(open_clock(&path));
 }

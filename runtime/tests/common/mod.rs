@@ -6,12 +6,27 @@ use gangrt::clock::{write_page, SlotClockPage, SlotSnapshot};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
-/// A fresh, empty directory under the system temp dir.
-pub fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh, empty directory under the system temp dir, removed with
+/// everything in it when this is dropped (a test leaves nothing behind).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn temp_dir(tag: &str) -> TempDir {
     static N: AtomicU32 = AtomicU32::new(0);
     let d = std::env::temp_dir().join(format!(
         "gangrt-{tag}-{}-{}",
@@ -20,7 +35,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 /// A clock page in a memfd (one page long) and a writable mapping of it.
@@ -97,12 +112,15 @@ pub fn send_with_fd(sock: &UnixStream, data: &[u8], fd: Option<RawFd>) {
 }
 
 /// A one-shot clock server at `<dir>/clock.sock`: answers one connection
-/// with `data` (and `fd` attached, if any), then closes it.
+/// with `data` (and `fd` attached, if any), then closes it and removes its
+/// directory (the client is connected by then, or never will be).
 pub fn serve_once(data: Vec<u8>, fd: Option<RawFd>) -> (PathBuf, JoinHandle<()>) {
-    let path = temp_dir("clock").join("clock.sock");
+    let dir = temp_dir("clock");
+    let path = dir.path().join("clock.sock");
     let l = UnixListener::bind(&path).unwrap();
     let h = std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
+        drop(dir);
         if data.is_empty() && fd.is_none() {
             return;
         }
