@@ -38,8 +38,8 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 
 use super::barrier::{Failure, NodeRecord, SwitchRecord};
-use super::timed::{NodeSwitch, TimedRecord};
-use gang_wire::proto::{FreezeReport, NodeId, SwitchOutcome};
+use super::timed::TimedRecord;
+use gang_wire::proto::{FreezeReport, NodeId, SwitchOutcome, SwitchReport};
 
 /// The last record written, rendered on demand.
 #[derive(Default)]
@@ -243,8 +243,8 @@ struct TimedNode<'a> {
     lead_us: u64,
 }
 
-impl<'a> From<&'a NodeSwitch> for TimedNode<'a> {
-    fn from(n: &'a NodeSwitch) -> Self {
+impl<'a> From<&'a SwitchReport> for TimedNode<'a> {
+    fn from(n: &'a SwitchReport) -> Self {
         Self {
             at_ns: n.at_ns,
             late_us: n.late_us,
@@ -306,13 +306,16 @@ mod tests {
         serde_json::from_str(line).expect("a switch-log line is JSON")
     }
 
+    /// A node's report of the record below (generation 7, slot 1).
     fn node(
         at_ns: u64,
         late_us: u64,
         outcome: SwitchOutcome,
         drain: Option<FreezeReport>,
-    ) -> NodeSwitch {
-        NodeSwitch {
+    ) -> SwitchReport {
+        SwitchReport {
+            gen: Gen(7),
+            slot: 1,
             at_ns,
             late_us,
             outcome,

@@ -92,7 +92,9 @@ use super::planner::{Change, LinkTiming, Planner};
 use super::rotation::{ClusterView, Table};
 use crate::knobs::ClusterKnobs;
 use gang_wire::plan::{InForce, PlannedSlot};
-use gang_wire::proto::{FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, ToAgent};
+use gang_wire::proto::{
+    FreezeReport, FromAgent, Gen, JobId, NodeId, SwitchOutcome, SwitchReport, ToAgent,
+};
 
 /// A node's clock error bound until the node reports its own (1 ms).
 pub const DEFAULT_CLOCK_ERROR_NS: u64 = 1_000_000;
@@ -135,27 +137,13 @@ struct Freezing {
     frozen: Option<FreezeReport>,
 }
 
-/// One node's timed switch, as it reported it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeSwitch {
-    /// The switch instant on the cluster clock (the node's estimate).
-    pub at_ns: u64,
-    pub late_us: u64,
-    pub outcome: SwitchOutcome,
-    pub drain: Option<FreezeReport>,
-    /// The outgoing gangs parked this long before the incoming started.
-    pub parked_us: u64,
-    /// The park began this long after it was due; the lead it had (µs).
-    pub park_late_us: u64,
-    pub lead_us: u64,
-}
-
 /// One generation's timed switch across the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimedRecord {
     pub gen: Gen,
     pub slot: u32,
-    pub nodes: BTreeMap<NodeId, NodeSwitch>,
+    /// Each node's report (a commanded node's made by gangd at its Switch).
+    pub nodes: BTreeMap<NodeId, SwitchReport>,
     /// Known nodes that did not report by the time the record closed.
     pub missing: Vec<NodeId>,
 }
@@ -184,7 +172,7 @@ impl TimedRecord {
 struct Open {
     record: TimedRecord,
     first_ns: u64,
-    came: Vec<(NodeId, NodeSwitch)>,
+    came: Vec<(NodeId, SwitchReport)>,
     /// Which nodes are in `came` (a bit per node id; ids are dense).
     seen: Vec<u64>,
 }
@@ -201,7 +189,7 @@ impl Open {
     }
 
     /// Takes `node`'s switch unless it already reported this generation.
-    fn add(&mut self, node: NodeId, sw: NodeSwitch) -> bool {
+    fn add(&mut self, node: NodeId, sw: SwitchReport) -> bool {
         if self.has(node) {
             return false;
         }
@@ -555,7 +543,9 @@ impl Timed {
         let c = self.commanded.entry(n).or_default();
         c.last = Some(f.gen);
         c.freezing = None;
-        let sw = NodeSwitch {
+        let sw = SwitchReport {
+            gen: f.gen,
+            slot: f.slot,
             at_ns: now_ns,
             late_us: now_ns.saturating_sub(f.start_ns) / 1000,
             outcome: SwitchOutcome::Commanded,
@@ -564,7 +554,7 @@ impl Timed {
             park_late_us: 0,
             lead_us: 0,
         };
-        self.record(n, f.gen, f.slot, sw, now_ns);
+        self.record(n, sw, now_ns);
         (
             n,
             ToAgent::Switch {
@@ -630,17 +620,8 @@ impl Timed {
                 }
             }
             FromAgent::Switched { ref reports } => {
-                for r in reports {
-                    let sw = NodeSwitch {
-                        at_ns: r.at_ns,
-                        late_us: r.late_us,
-                        outcome: r.outcome,
-                        drain: r.drain,
-                        parked_us: r.parked_us,
-                        park_late_us: r.park_late_us,
-                        lead_us: r.lead_us,
-                    };
-                    self.on_switched(node, r.gen, r.slot, sw, now_ns);
+                for &r in reports {
+                    self.on_switched(node, r, now_ns);
                 }
             }
             _ => debug!("node {node}: {msg:?} is not for timed switching"),
@@ -697,16 +678,17 @@ impl Timed {
         }
     }
 
-    fn on_switched(&mut self, node: NodeId, gen: Gen, slot: u32, sw: NodeSwitch, now_ns: u64) {
+    fn on_switched(&mut self, node: NodeId, sw: SwitchReport, now_ns: u64) {
         if !self.known.contains(&node) {
             self.stats.stray_reports += 1;
             return;
         }
-        self.record(node, gen, slot, sw, now_ns);
+        self.record(node, sw, now_ns);
     }
 
     /// One node's switch into the generation's record.
-    fn record(&mut self, node: NodeId, gen: Gen, slot: u32, sw: NodeSwitch, now_ns: u64) {
+    fn record(&mut self, node: NodeId, sw: SwitchReport, now_ns: u64) {
+        let (gen, slot) = (sw.gen, sw.slot);
         if self.closed.contains(&gen) {
             self.stats.stray_reports += 1;
             return;
