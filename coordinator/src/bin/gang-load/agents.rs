@@ -99,6 +99,9 @@ pub struct PlanSeen {
     /// When each agent read it, in order (CLOCK_MONOTONIC ns, gangd's
     /// clock on this host; a node offered it again reads it again).
     pub reads: Vec<u64>,
+    /// First offers (effective at the epoch) read after the epoch: nodes
+    /// that ran the old plan past the boundary where this one began.
+    pub late_reads: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -668,6 +671,9 @@ impl Worker {
                 let p = seen.plans.entry(plan_id).or_default();
                 p.epoch_ns = plan.epoch_ns;
                 p.reads.push(read_ns);
+                if effective_ns == plan.epoch_ns && read_ns > plan.epoch_ns {
+                    p.late_reads += 1;
+                }
                 drop(seen);
                 if let Some(r) = self.agents[i].reporter.as_mut() {
                     r.plan(plan, effective_ns);

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use gang_wire::proto::tls::ClientTls;
 use gang_wire::proto::JobId;
 
-use crate::agents::{NodeSpec, Pool};
+use crate::agents::{NodeSpec, PlanSeen, Pool};
 use crate::measure::{self, cpu_pct, ms, quantile, sample, Rng};
 use crate::{frontend, progress, wait_for, Opts};
 
@@ -55,6 +55,8 @@ pub const COLUMNS: &[&str] = &[
     "plan_p50_ms",
     "plan_p99_ms",
     "plans_in_force",
+    "plan_lead_p50_ms",
+    "plan_late_reads",
 ];
 
 /// The CSV line being filled.
@@ -150,7 +152,32 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
                     })
                 })
                 .collect();
+            // How far ahead of their epoch the plans of the window were
+            // first read, and how many nodes read theirs after it.
+            let in_window = |p: &&PlanSeen| {
+                p.reads
+                    .iter()
+                    .min()
+                    .is_some_and(|r| (window.0..window.1).contains(r))
+            };
+            let lead: Vec<f64> = seen
+                .plans
+                .values()
+                .filter(in_window)
+                .filter_map(|p| {
+                    let first = *p.reads.iter().min()?;
+                    Some(p.epoch_ns.saturating_sub(first) as f64 / 1e6)
+                })
+                .collect();
+            let late: u32 = seen
+                .plans
+                .values()
+                .filter(in_window)
+                .map(|p| p.late_reads)
+                .sum();
             drop(seen);
+            row.num("plan_lead_p50_ms", quantile(&lead, 0.5));
+            row.set("plan_late_reads", late);
             let made = first
                 .iter()
                 .filter(|p| (window.0..window.1).contains(&p.read_ns))
