@@ -2,7 +2,9 @@
 //! new plan takes effect, who owes an ack, what happens to a late node, a
 //! joining node, a lost node; then properties over any links and times.
 
-use gang_coordinator::switch::planner::{AmendRefused, Change, LinkTiming, Offer, Planner};
+use gang_coordinator::switch::planner::{
+    AmendRefused, Change, LinkTiming, Offer, Planner, MAX_FANOUT_NS, REACH_WINDOW,
+};
 use gang_wire::plan::{PlanError, PlannedSlot};
 use gang_wire::proto::{Gen, NodeId};
 use proptest::prelude::*;
@@ -222,6 +224,65 @@ fn a_joining_node_is_waited_for_and_a_replaced_plan_never_reaches() {
         .collect();
     assert_eq!(last.len(), 1);
     assert_eq!((last[0].plan_id, last[0].after_ns), (3, 20 * MS));
+}
+
+/// At thousands of nodes a plan takes a fan-out to reach the last of them
+/// (90–200 ms at 4096 nodes on loopback): a margin of one link's round
+/// trip would let the last nodes get it after its epoch, and run the old
+/// plan past the boundary. So the next plan leaves room for 5/4 of the
+/// longest reach of the last plans, plus the largest clock error bound.
+#[test]
+fn a_plan_slow_to_reach_every_node_pushes_the_next_ones_epoch_past_that_time() {
+    let mut p = running();
+    // Plan 1 made at 150 ms, in force at 300 ms; node 3 acks at 330 ms:
+    // late, and the plan took 180 ms to reach every node.
+    p.change(change(&[1, 0], 100), 150 * MS).unwrap();
+    p.on_ack(NodeId(1), 1, 160 * MS);
+    p.on_ack(NodeId(2), 1, 170 * MS);
+    p.on_tick(300 * MS);
+    assert_eq!(p.stats().late_nodes, 1);
+    let r = p.on_ack(NodeId(3), 1, 330 * MS).unwrap();
+    assert_eq!(r.after_ns, 180 * MS);
+    assert_eq!(
+        p.fanout_margin_ns(),
+        225 * MS + MS / 2,
+        "5/4 of the reach + the clock error"
+    );
+    // A change at 1000 ms: not the boundary at 1100 ms (one slot ahead),
+    // the first at or after 1000 + 225.5 ms.
+    let out = p.change(change(&[0, 1], 100), 1000 * MS).unwrap();
+    assert_eq!(out[0].1.plan.epoch_ns, 1300 * MS);
+    // An amend (a message to every node as well) leaves the same room.
+    assert_eq!(p.reach_margin_ns(), 225 * MS + MS / 2);
+}
+
+/// The margin follows the last REACH_WINDOW plans: once they reach every
+/// node quickly again it is one slot again, and a plan that took
+/// seconds (a stalled gangd) counts as MAX_FANOUT_NS.
+#[test]
+fn the_fanout_margin_forgets_old_plans_and_is_capped() {
+    let mut p = running();
+    let mut now = 150 * MS;
+    let plan = |p: &mut Planner, now: &mut u64, reach: u64| {
+        let out = p.change(change(&[1, 0], 100), *now).unwrap();
+        let o = &out[0].1.plan;
+        for n in 1..=3 {
+            p.on_ack(NodeId(n), o.id, *now + reach);
+        }
+        *now = (*now + reach).max(o.epoch_ns);
+        p.on_tick(*now);
+        *now += 10 * MS;
+    };
+    let capped = MAX_FANOUT_NS + MAX_FANOUT_NS / 4 + MS / 2;
+    plan(&mut p, &mut now, 5_000 * MS);
+    assert_eq!(p.fanout_margin_ns(), capped, "capped");
+    for _ in 0..REACH_WINDOW - 1 {
+        plan(&mut p, &mut now, 4 * MS);
+    }
+    assert_eq!(p.fanout_margin_ns(), capped, "still remembered");
+    plan(&mut p, &mut now, 4 * MS);
+    assert_eq!(p.fanout_margin_ns(), 5 * MS + MS / 2, "forgotten");
+    assert_eq!(p.margin_ns(100), 100 * MS, "one slot again");
 }
 
 #[test]

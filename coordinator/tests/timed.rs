@@ -185,22 +185,24 @@ fn once_every_node_of_the_slot_yielded_every_node_gets_one_amend() {
         gen: Gen(gen),
         job: JobId(1),
     };
-    // Generation 1 (slot 0, job 1) runs from 100 ms.
-    r.on_agent(NodeId(1), &yielded(7), 110 * MS);
-    r.on_agent(NodeId(0), &yielded(1), 120 * MS);
+    // Generation 1 (slot 0, job 1) runs from 100 ms to 200 ms.
+    r.on_agent(NodeId(1), &yielded(7), 104 * MS);
+    r.on_agent(NodeId(0), &yielded(1), 106 * MS);
     assert!(
-        r.tick(125 * MS, &timed(), &c).is_empty(),
+        r.tick(108 * MS, &timed(), &c).is_empty(),
         "node 1 runs job 1"
     );
-    r.on_agent(NodeId(1), &yielded(1), 130 * MS);
-    // It ends the slowest link's margin (2 × RTT 0 + 1 ms error) ahead.
+    r.on_agent(NodeId(1), &yielded(1), 110 * MS);
+    // It ends as far ahead as a message to every node needs: the last
+    // plan took 50 ms to reach both, so 5/4 of that + 1 ms clock error
+    // (63.5 ms), longer than the slowest link's 2 × RTT 0 + 1 ms.
     assert_eq!(
-        show(&r.tick(140 * MS, &timed(), &c)),
-        ["0 Amend 0 g1 ends 141ms", "1 Amend 0 g1 ends 141ms"]
+        show(&r.tick(112 * MS, &timed(), &c)),
+        ["0 Amend 0 g1 ends 175ms", "1 Amend 0 g1 ends 175ms"]
     );
-    assert!(r.tick(140 * MS + 500, &timed(), &c).is_empty(), "once");
-    assert!(r.tick(145 * MS, &timed(), &c).is_empty());
-    assert_eq!(r.current(), Some(1), "generation 2 from 141 ms");
+    assert!(r.tick(112 * MS + 500, &timed(), &c).is_empty(), "once");
+    assert!(r.tick(180 * MS, &timed(), &c).is_empty());
+    assert_eq!(r.current(), Some(1), "generation 2 from 175.5 ms, not 200");
     assert_eq!(r.stats().early_switches, 1);
 }
 

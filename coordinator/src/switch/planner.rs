@@ -17,7 +17,16 @@
 //! after `now + margin`, where margin = max over nodes of (2 × RTT + clock
 //! error bound) and at least one slot of the old and of the new plan: time for the
 //! offer to arrive, the ack to come back, and the node's clock to be off
-//! by its bound. The new plan's epoch is that boundary and its first
+//! by its bound. One link's round trip is not the whole of it: gangd
+//! writes a plan to its nodes one after the other, and at thousands of
+//! nodes the last gets it a fan-out later (90–200 ms at 4096 nodes on
+//! loopback, docs/scale.md). So the margin is also at least 5/4 of the
+//! longest time one of the last REACH_WINDOW plans took to reach every
+//! node (`PlanReached`, to the last ack; capped at MAX_FANOUT_NS), plus
+//! the largest clock error bound: the plans' own past says how long the
+//! next needs. A plan replaced before it reached every node leaves no
+//! sample.
+//! The new plan's epoch is that boundary and its first
 //! generation the one the old plan would have started there, so
 //! generations keep increasing across plans. With no plan in force the
 //! first plan starts at `now + margin`, with the generation the planner
@@ -44,10 +53,18 @@
 //! plan in force and sends the [`Amend`] to every node; the re-offers
 //! owed to late nodes move with the boundaries they were set to.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use gang_wire::plan::{Amend, Plan, PlanError, PlannedSlot};
 use gang_wire::proto::{Gen, NodeId};
+
+/// How many of the last plans' reach times the margin remembers.
+pub const REACH_WINDOW: usize = 8;
+
+/// The most a plan's reach adds to the margin: a stall of gangd (or a node
+/// that took seconds to ack) must not hold every later change back for
+/// as long.
+pub const MAX_FANOUT_NS: u64 = 1_000_000_000;
 
 /// What to send: `plan`, to be followed from `effective_ns` on (until then
 /// the node keeps the plan it has).
@@ -157,6 +174,8 @@ pub struct Planner {
     /// Late nodes: the re-offer's effective time.
     late: BTreeMap<NodeId, u64>,
     reaching: Option<Reaching>,
+    /// The last REACH_WINDOW plans' times to reach every node, newest last.
+    reach_ns: VecDeque<u64>,
     next_id: u64,
     stats: PlanStats,
 }
@@ -171,6 +190,7 @@ impl Planner {
             pending: None,
             late: BTreeMap::new(),
             reaching: None,
+            reach_ns: VecDeque::with_capacity(REACH_WINDOW),
             next_id: 0,
             stats: PlanStats::default(),
         }
@@ -183,8 +203,14 @@ impl Planner {
         self
     }
 
-    /// The margin of the slowest link alone (2 × RTT + clock error): how
-    /// far ahead an amend must be sent to reach every node in time.
+    /// How far ahead of a boundary a message to every node (an amend) must
+    /// be sent to reach them all in time: the slowest link's margin or the
+    /// last plans' fan-out, whichever is longer.
+    pub fn reach_margin_ns(&self) -> u64 {
+        self.links_margin_ns().max(self.fanout_margin_ns())
+    }
+
+    /// The margin of the slowest link alone (2 × RTT + clock error).
     pub fn links_margin_ns(&self) -> u64 {
         self.links
             .values()
@@ -218,12 +244,29 @@ impl Planner {
         self.links.insert(node, link);
     }
 
+    /// The time a plan needs to reach every node: 5/4 of the longest of the
+    /// last plans' (capped), with the largest clock error bound on top; 0
+    /// before any plan reached every node.
+    pub fn fanout_margin_ns(&self) -> u64 {
+        let Some(&reach) = self.reach_ns.iter().max() else {
+            return 0;
+        };
+        let error = self.links.values().map(|l| l.clock_error_ns).max();
+        let reach = reach.min(MAX_FANOUT_NS);
+        // A quarter more: the next plan may meet more traffic than the last
+        // ones did (at 4096 nodes a plan after a large job's start took up
+        // to 1.1-1.3 times the longest of the eight before it).
+        (reach + reach / 4).saturating_add(error.unwrap_or(0))
+    }
+
     /// The margin ahead of `now` a new plan of `slot_ms` needs: every
-    /// node's, and at least one slot of the old and of the new plan.
+    /// node's link, the fan-out of the last plans, and at least one slot
+    /// of the old and of the new plan.
     pub fn margin_ns(&self, slot_ms: u32) -> u64 {
-        let links = self.links_margin_ns();
         let old = self.in_force.as_ref().map_or(0, Plan::slot_ns);
-        links.max(old).max(u64::from(slot_ms) * 1_000_000)
+        self.reach_margin_ns()
+            .max(old)
+            .max(u64::from(slot_ms) * 1_000_000)
     }
 
     /// The matrix or a knob changed at `now`: a new plan, offered to every
@@ -315,11 +358,16 @@ impl Planner {
         }
         self.reaching = None;
         self.stats.reached += 1;
+        let after_ns = now.saturating_sub(r.made_ns);
+        if self.reach_ns.len() == REACH_WINDOW {
+            self.reach_ns.pop_front();
+        }
+        self.reach_ns.push_back(after_ns);
         Some(PlanReached {
             plan_id,
             nodes: r.offered,
             made_ns: r.made_ns,
-            after_ns: now.saturating_sub(r.made_ns),
+            after_ns,
         })
     }
 

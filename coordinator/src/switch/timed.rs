@@ -656,7 +656,7 @@ impl Timed {
         if running.is_empty() || !running.is_subset(&self.yielded) {
             return Outbox::new();
         }
-        let ends_at = now_ns.saturating_add(self.planner.links_margin_ns());
+        let ends_at = now_ns.saturating_add(self.planner.reach_margin_ns());
         if ends_at >= f.end_ns {
             // The planned end comes first anyway.
             self.amended = Some(f.gen);
