@@ -19,18 +19,17 @@
 //! offer to arrive, the ack to come back, and the node's clock to be off
 //! by its bound. One link's round trip is not the whole of it: gangd
 //! writes a plan to its nodes one after the other, and at thousands of
-//! nodes the last gets it a fan-out later (90–200 ms at 4096 nodes on
-//! loopback, docs/scale.md). So the margin is also at least 5/4 of the
-//! longest time one of the last REACH_WINDOW plans took to reach every
-//! node (`PlanReached`, to the last ack; capped at MAX_FANOUT_NS), plus
-//! the largest clock error bound: the plans' own past says how long the
-//! next needs. A plan replaced before it reached every node leaves no
-//! sample.
-//! The new plan's epoch is that boundary and its first
-//! generation the one the old plan would have started there, so
-//! generations keep increasing across plans. With no plan in force the
-//! first plan starts at `now + margin`, with the generation the planner
-//! was made with.
+//! nodes the last gets it a fan-out later (70–200 ms at 4096 nodes on
+//! loopback, docs/scale.md, "A plan's margin and its fan-out"). So the
+//! margin is also at least 5/4 of the longest time one of the last
+//! REACH_WINDOW plans took to reach every node (`PlanReached`, to the
+//! last ack; capped at MAX_FANOUT_NS), plus the largest clock error
+//! bound: the plans' own past says how long the next needs. A plan
+//! replaced before it reached every node leaves no sample. The new plan's
+//! epoch is that boundary and its first generation the one the old plan
+//! would have started there, so generations keep increasing across
+//! plans. With no plan in force the first plan starts at `now + margin`,
+//! with the generation the planner was made with.
 //!
 //! A node that has not acknowledged by the activation time is counted
 //! (`late_nodes`, once per miss) and offered the plan again, effective at
@@ -42,9 +41,12 @@
 //! never takes effect); timed.rs makes none then, as changes faster than
 //! the margin would keep every plan from taking effect.
 //!
-//! Known faults: a late node runs the old plan until it has the new one, so
-//! for up to a slot (plus its RTT) it may run another slot than the
-//! others; the planner counts it but cannot prevent it. An amend
+//! Known faults: the fan-out term learns from the past; a plan slower
+//! than 5/4 of the last eight (a larger job's start, a busier gangd)
+//! still reaches its last nodes late. A late node runs the old plan
+//! until it has the new one, so for up to a slot (plus its RTT) it may
+//! run another slot than the others; the planner counts it but cannot
+//! prevent it. An amend
 //! (voluntary yield) is refused while a plan is pending (its activation
 //! boundary would move closer than its margin): that slot runs its full
 //! length. Wired into gangd by timed.rs.

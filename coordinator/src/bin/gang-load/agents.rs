@@ -104,6 +104,19 @@ pub struct PlanSeen {
     pub late_reads: u32,
 }
 
+impl PlanSeen {
+    /// An agent read the plan of `epoch_ns`, offered to it from
+    /// `effective_ns`, at `read_ns`. A re-offer to a late node is
+    /// effective at a later boundary: it is read again, not late again.
+    pub fn read(&mut self, epoch_ns: u64, effective_ns: u64, read_ns: u64) {
+        self.epoch_ns = epoch_ns;
+        self.reads.push(read_ns);
+        if effective_ns == epoch_ns && read_ns > epoch_ns {
+            self.late_reads += 1;
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct GenTimes {
     pub first_freeze: Option<Instant>,
@@ -669,11 +682,7 @@ impl Worker {
                 let read_ns = gang_wire::time::monotonic_ns();
                 let mut seen = self.events.seen();
                 let p = seen.plans.entry(plan_id).or_default();
-                p.epoch_ns = plan.epoch_ns;
-                p.reads.push(read_ns);
-                if effective_ns == plan.epoch_ns && read_ns > plan.epoch_ns {
-                    p.late_reads += 1;
-                }
+                p.read(plan.epoch_ns, effective_ns, read_ns);
                 drop(seen);
                 if let Some(r) = self.agents[i].reporter.as_mut() {
                     r.plan(plan, effective_ns);
@@ -753,5 +762,21 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlanSeen;
+
+    #[test]
+    fn a_first_offer_read_after_its_epoch_is_late_and_a_reoffer_is_not() {
+        let mut p = PlanSeen::default();
+        p.read(1_000, 1_000, 900); // in time
+        p.read(1_000, 1_000, 1_000); // at the boundary: in time
+        p.read(1_000, 1_000, 1_050); // after it: the node ran the old plan
+        p.read(1_000, 1_100, 1_060); // the re-offer, for the next boundary
+        assert_eq!(p.reads, [900, 1_000, 1_050, 1_060]);
+        assert_eq!(p.late_reads, 1);
     }
 }
