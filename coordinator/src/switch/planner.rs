@@ -46,10 +46,11 @@
 //! still reaches its last nodes late. A late node runs the old plan
 //! until it has the new one, so for up to a slot (plus its RTT) it may
 //! run another slot than the others; the planner counts it but cannot
-//! prevent it. An amend
-//! (voluntary yield) is refused while a plan is pending (its activation
-//! boundary would move closer than its margin): that slot runs its full
-//! length. Wired into gangd by timed.rs.
+//! prevent it. A node that acks late (slow, or on purpose) lengthens the
+//! margin of the next eight plans, by at most 5/4 of MAX_FANOUT_NS. An
+//! amend (voluntary yield) is refused while a plan is pending (its
+//! activation boundary would move closer than its margin): that slot
+//! runs its full length. Wired into gangd by timed.rs.
 //!
 //! Amends: [`Planner::amend`] ends the slot of a generation early in the
 //! plan in force and sends the [`Amend`] to every node; the re-offers
