@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use gang_wire::proto::tls::ClientTls;
 use gang_wire::proto::JobId;
 
-use crate::agents::{NodeSpec, PlanSeen, Pool};
+use crate::agents::{NodeSpec, Pool};
 use crate::measure::{self, cpu_pct, ms, quantile, sample, Rng};
 use crate::{frontend, progress, wait_for, Opts};
 
@@ -149,39 +149,25 @@ pub fn run(opts: &Opts, pid: u32, pool: &Pool, tls: &[Arc<ClientTls>]) -> Result
                         id,
                         read_ns: *p.reads.iter().min()?,
                         epoch_ns: p.epoch_ns,
+                        late_reads: p.late_reads,
                     })
                 })
                 .collect();
-            // How far ahead of their epoch the plans of the window were
-            // first read, and how many nodes read theirs after it.
-            let in_window = |p: &&PlanSeen| {
-                p.reads
-                    .iter()
-                    .min()
-                    .is_some_and(|r| (window.0..window.1).contains(r))
-            };
-            let lead: Vec<f64> = seen
-                .plans
-                .values()
-                .filter(in_window)
-                .filter_map(|p| {
-                    let first = *p.reads.iter().min()?;
-                    Some(p.epoch_ns.saturating_sub(first) as f64 / 1e6)
-                })
-                .collect();
-            let late: u32 = seen
-                .plans
-                .values()
-                .filter(in_window)
-                .map(|p| p.late_reads)
-                .sum();
             drop(seen);
+            // The plans of the window: how far ahead of their epoch they
+            // were first read, and how many nodes read theirs after it.
+            let in_window = || {
+                first
+                    .iter()
+                    .filter(|p| (window.0..window.1).contains(&p.read_ns))
+            };
+            let lead: Vec<f64> = in_window()
+                .map(|p| p.epoch_ns.saturating_sub(p.read_ns) as f64 / 1e6)
+                .collect();
+            let late: u32 = in_window().map(|p| p.late_reads).sum();
             row.num("plan_lead_p50_ms", quantile(&lead, 0.5));
             row.set("plan_late_reads", late);
-            let made = first
-                .iter()
-                .filter(|p| (window.0..window.1).contains(&p.read_ns))
-                .count();
+            let made = in_window().count();
             row.set("plans_made", made);
             row.set("plans_in_force", plans_in_force(&first, window));
             row.set("plans_reached", reach.len());
@@ -414,6 +400,8 @@ pub struct FirstRead {
     pub id: u64,
     pub read_ns: u64,
     pub epoch_ns: u64,
+    /// Its first offers read after the epoch (`PlanSeen::late_reads`).
+    pub late_reads: u32,
 }
 
 /// Of the plans first read within `window`, those that took effect: no
@@ -466,6 +454,7 @@ mod tests {
             id,
             read_ns,
             epoch_ns,
+            late_reads: 0,
         };
         // Plan 1 is replaced by plan 2 (read at 150, before 1's epoch
         // 200); 2 takes effect at 250, before 3 is read at 300; 3 is the
