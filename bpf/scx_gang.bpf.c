@@ -687,9 +687,17 @@ static void publish_clock(u32 slot, u64 gen, u64 now, u64 len, u64 running)
 	}
 }
 
+/*
+ * @now is when the switch was asked for (a command's time, or the timer's);
+ * the new owners take the CPUs when this runs, which for a command is when
+ * the slot timer fired. The trace says both: EV_SWITCH at @now (the switch
+ * latency counts from it), EV_OWNER when the owners changed (until then the
+ * old slot is in force, and its gangs' runs are not overlap).
+ */
 static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
 {
 	u64 owners, old_gen = cur_gen, leaving = clock_running;
+	u64 applied = bpf_ktime_get_ns();
 	s32 cpu;
 
 	cur_slot = slot;
@@ -703,7 +711,7 @@ static void do_switch(u32 slot, u64 gen, u32 cause, u64 now, u64 len)
 		struct cpu_ctx *cctx;
 		s32 running;
 
-		emit(EV_OWNER, cpu, owner, 0, 0, now);
+		emit(EV_OWNER, cpu, owner, 0, 0, applied > now ? applied : now);
 		cctx = lookup_cpu_ctx(cpu);
 		if (!cctx)
 			continue;

@@ -408,6 +408,29 @@ fn the_placement_api_space_shares_switches_by_command_and_refuses_bad_tables() {
         switches.iter().all(|s| s["cause"] == 2),
         "the timer switched in coordinated mode"
     );
+    // A command takes the CPUs when the slot timer fires: the wait is
+    // part of the switch's latency, and the old slot's runs before it are
+    // not overlap (the owners change then, not at the command).
+    let mut delays_us: Vec<f64> = by_command
+        .iter()
+        .map(|s| s["delay_ns"].as_f64().unwrap() / 1e3)
+        .collect();
+    delays_us.sort_by(f64::total_cmp);
+    eprintln!(
+        "command switches: timer delay p50 {:.0} µs, max {:.0} µs; latency p50 {:.0} µs, max {:.0} µs",
+        delays_us[delays_us.len() / 2],
+        delays_us[delays_us.len() - 1],
+        cmd["summary"]["switch_latency_us"]["p50"],
+        cmd["summary"]["switch_latency_us"]["max"],
+    );
+    for s in &by_command {
+        if let Some(lat) = s["latency_ns"].as_u64() {
+            assert!(
+                s["delay_ns"].as_u64().unwrap() <= lat,
+                "delay past latency: {s}"
+            );
+        }
+    }
     assert_overlap_below(&cmd["summary"], 0.01, "coordinated");
 
     // Timed switches: each fired on its absolute timer at the instant it

@@ -106,6 +106,42 @@ fn late_preemption_is_overlap_and_latency() {
 }
 
 #[test]
+fn a_command_applied_late_is_latency_not_overlap() {
+    // A commanded switch to B at 10 ms takes the CPUs when the slot timer
+    // fires, 7 ms later (EV_OWNER at 17 ms). Until then A's slot is in
+    // force: A starting on CPU 1 at 10.1 ms is not overlap, and CPU 0 is
+    // preempted 300 µs after the owners changed.
+    let mut ev = Vec::new();
+    switch_to(&mut ev, 0, 1, 2, 0);
+    ev.push(TraceEvent::run(0, 0, 0, 0));
+    ev.push(TraceEvent::run(0, 1, GANG_OTHER, 0));
+    ev.push(TraceEvent::switch(10 * MS, 2, 1, 2));
+    ev.push(TraceEvent::run(10 * MS + 100 * US, 1, 0, 0));
+    for cpu in 0..2 {
+        ev.push(TraceEvent::owner(17 * MS, cpu, 1));
+    }
+    ev.push(TraceEvent::run(17 * MS + 100 * US, 1, 1, 0));
+    ev.push(TraceEvent::run(17 * MS + 300 * US, 0, 1, 0));
+    let t = analyze(meta(2, 0, 20 * MS), ev);
+    let s = &t.summary;
+    assert_eq!(s.overlap_ns, 400 * US, "only the runs after 17 ms");
+    assert_eq!(t.switches[1].delay_ns, 7 * MS);
+    assert_eq!(t.switches[0].delay_ns, 0);
+    // The latency counts from the command: the wait for the timer is in it.
+    assert_eq!(t.switches[1].latency_ns, Some(7 * MS + 300 * US));
+    let json = serde_json::to_value(&t).unwrap();
+    assert_eq!(json["switches"][1]["delay_ns"], 7 * MS);
+    // A record of an older analysis, without the field, still reads.
+    let mut old = json.clone();
+    old["switches"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("delay_ns");
+    let back: Trace = serde_json::from_value(old).unwrap();
+    assert_eq!(back.switches[1].delay_ns, 0);
+}
+
+#[test]
 fn fill_is_not_overlap() {
     // CPU 1 has no owner; gang A fills it on purpose.
     let mut ev = vec![

@@ -62,6 +62,8 @@ struct Epoch {
     idx: usize,
     ts: u64,
     touched: Vec<usize>,
+    /// The epoch's first EV_OWNER was seen (its time is the switch's delay).
+    owned: bool,
 }
 
 struct Walker {
@@ -158,6 +160,10 @@ impl Walker {
         if let Some(e) = self.epoch_cpu(cpu) {
             e.owner = Some(gang);
         }
+        if let Some(ep) = self.epoch.as_mut().filter(|ep| !ep.owned) {
+            ep.owned = true;
+            self.switches[ep.idx].delay_ns = ts - ep.ts;
+        }
         self.close_interval(cpu, ts);
         let st = &mut self.cpus[cpu];
         st.owner = gang;
@@ -208,11 +214,13 @@ impl Walker {
             slot: ev.slot,
             cause: ev.cause,
             latency_ns: None,
+            delay_ns: 0,
         });
         self.epoch = Some(Epoch {
             idx: self.switches.len() - 1,
             ts: ev.ts_ns,
             touched: Vec::new(),
+            owned: false,
         });
     }
 
@@ -264,6 +272,10 @@ fn valid_gang(kind: EventKind, gang: i32) -> bool {
 /// - EV_OWNER/EV_RUN with a CPU outside `0..nr_cpus`, an EV_OWNER gang other
 ///   than >= 0 or GANG_NONE, or an EV_RUN gang other than >= 0, GANG_OTHER or
 ///   GANG_IDLE are dropped and counted in `summary.ignored_events`.
+/// - A CPU's owner changes at its EV_OWNER, which may come after the
+///   EV_SWITCH (a command applied when the slot timer fired): runs in
+///   between are the old slot's. The switch's `delay_ns` is from its
+///   EV_SWITCH to its first EV_OWNER.
 /// - Switch latency: for each in-window switch, over CPUs that got an
 ///   EV_OWNER o >= 0 before the next switch: 0 if the CPU was already
 ///   running o at the switch, else the time to its first EV_RUN of o before

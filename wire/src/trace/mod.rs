@@ -223,6 +223,12 @@ pub struct TracedSwitch {
     /// Time until the slowest CPU that reached its new owner did so (see
     /// [`analyze`]); `None` if no CPU with an owner reached it.
     pub latency_ns: Option<u64>,
+    /// From `ts_ns` to the new owners taking the CPUs (the epoch's first
+    /// EV_OWNER): a commanded switch waits for the slot timer to fire, and
+    /// until then the old slot is in force. Part of `latency_ns`; 0 for a
+    /// switch of the timer, which takes the CPUs when it is made.
+    #[serde(default)]
+    pub delay_ns: u64,
 }
 
 /// Per-gang figures.
